@@ -1,0 +1,346 @@
+//! Problems on disk: plain KernelBench-style Python files, plus an optional
+//! `manifest.toml` beside them for what the plain-Python contract cannot say
+//! (level, family, split, tolerances, named shape variants).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tritonforge_protocol::Tolerance;
+
+pub const MANIFEST_FILE: &str = "manifest.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not UTF-8 text")]
+    NotUtf8 { path: PathBuf },
+    #[error("{path}: invalid manifest: {message}")]
+    Manifest { path: PathBuf, message: String },
+    #[error("{problem}: no shape variant named {wanted:?} (it has: {available})")]
+    UnknownVariant {
+        problem: String,
+        wanted: String,
+        available: String,
+    },
+    #[error("{path}: not a directory of .py files")]
+    NotADirectory { path: PathBuf },
+}
+
+/// Per-problem metadata from the manifest.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProblemMeta {
+    pub id: Option<String>,
+    pub level: Option<u32>,
+    pub family: Option<String>,
+    pub split: Option<String>,
+    pub atol: Option<f64>,
+    pub rtol: Option<f64>,
+    /// Named overrides of module-level constants, e.g. `small = { N = 64 }`.
+    #[serde(default)]
+    pub variants: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
+}
+
+impl ProblemMeta {
+    /// The manifest's tolerance override; both or neither of `atol`/`rtol` may be set,
+    /// a lone one keeps the dtype default for the other (1e-4).
+    pub fn tolerance(&self) -> Option<Tolerance> {
+        match (self.atol, self.rtol) {
+            (None, None) => None,
+            (a, r) => Some(Tolerance {
+                atol: a.unwrap_or(1e-4),
+                rtol: r.unwrap_or(1e-4),
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManifestFile {
+    #[serde(default)]
+    problems: BTreeMap<String, ProblemMeta>,
+}
+
+/// A parsed manifest and the directory its keys are relative to.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    pub root: PathBuf,
+    pub path: PathBuf,
+    pub problems: BTreeMap<String, ProblemMeta>,
+}
+
+impl Manifest {
+    pub fn load(path: &Path) -> Result<Manifest, BenchError> {
+        let text = read_text(path)?;
+        let parsed: ManifestFile = toml::from_str(&text).map_err(|e| BenchError::Manifest {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        Ok(Manifest {
+            root: path.parent().map(Path::to_owned).unwrap_or_default(),
+            path: path.to_owned(),
+            problems: parsed.problems,
+        })
+    }
+
+    /// Find the manifest governing `problem_file`: the nearest `manifest.toml` in its
+    /// directory or up to three levels above.
+    pub fn find_for(problem_file: &Path) -> Result<Option<Manifest>, BenchError> {
+        let mut dir = problem_file.parent();
+        for _ in 0..4 {
+            let Some(d) = dir else { break };
+            let candidate = d.join(MANIFEST_FILE);
+            if candidate.is_file() {
+                return Manifest::load(&candidate).map(Some);
+            }
+            dir = d.parent();
+        }
+        Ok(None)
+    }
+
+    /// The manifest key of a problem file: its path relative to the manifest, without `.py`.
+    pub fn key_for(&self, problem_file: &Path) -> Option<String> {
+        let abs_root = fs::canonicalize(&self.root).ok()?;
+        let abs = fs::canonicalize(problem_file).ok()?;
+        let rel = abs.strip_prefix(abs_root).ok()?;
+        let s = rel.to_string_lossy();
+        Some(s.strip_suffix(".py").unwrap_or(&s).to_string())
+    }
+}
+
+/// A problem file, read and ready to send.
+#[derive(Debug, Clone)]
+pub struct Problem {
+    /// File stem, e.g. `relu`.
+    pub name: String,
+    pub path: PathBuf,
+    pub source: String,
+    pub meta: ProblemMeta,
+}
+
+impl Problem {
+    pub fn load(path: &Path) -> Result<Problem, BenchError> {
+        let source = read_text(path)?;
+        let meta = match Manifest::find_for(path)? {
+            Some(m) => m
+                .key_for(path)
+                .and_then(|k| m.problems.get(&k).cloned())
+                .unwrap_or_default(),
+            None => ProblemMeta::default(),
+        };
+        Ok(Problem {
+            name: stem(path),
+            path: path.to_owned(),
+            source,
+            meta,
+        })
+    }
+
+    /// Choose the shape variant: an explicit name must exist; `None` means the CPU
+    /// variant `small` when running in CPU mode and the problem has one, else full size.
+    pub fn variant(
+        &self,
+        wanted: Option<&str>,
+        cpu_mode: bool,
+    ) -> Result<(Option<String>, BTreeMap<String, serde_json::Value>), BenchError> {
+        match wanted {
+            Some("full") | Some("default") => Ok((None, BTreeMap::new())),
+            Some(name) => match self.meta.variants.get(name) {
+                Some(o) => Ok((Some(name.to_owned()), o.clone())),
+                None => Err(BenchError::UnknownVariant {
+                    problem: self.path.display().to_string(),
+                    wanted: name.to_owned(),
+                    available: std::iter::once("full")
+                        .chain(self.meta.variants.keys().map(String::as_str))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }),
+            },
+            None if cpu_mode => Ok(match self.meta.variants.get("small") {
+                Some(o) => (Some("small".into()), o.clone()),
+                None => (None, BTreeMap::new()),
+            }),
+            None => Ok((None, BTreeMap::new())),
+        }
+    }
+}
+
+/// A candidate file, read.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub name: String,
+    pub path: PathBuf,
+    pub source: String,
+}
+
+impl Candidate {
+    pub fn load(path: &Path) -> Result<Candidate, BenchError> {
+        Ok(Candidate {
+            name: stem(path),
+            path: path.to_owned(),
+            source: read_text(path)?,
+        })
+    }
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn read_text(path: &Path) -> Result<String, BenchError> {
+    let bytes = fs::read(path).map_err(|source| BenchError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    String::from_utf8(bytes).map_err(|_| BenchError::NotUtf8 {
+        path: path.to_owned(),
+    })
+}
+
+/// The `.py` files directly in `dir`, sorted, without `__init__.py`.
+pub fn python_files(dir: &Path) -> Result<Vec<PathBuf>, BenchError> {
+    if !dir.is_dir() {
+        return Err(BenchError::NotADirectory {
+            path: dir.to_owned(),
+        });
+    }
+    let entries = fs::read_dir(dir).map_err(|source| BenchError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && p.extension().is_some_and(|e| e == "py")
+                && p.file_name().is_some_and(|n| n != "__init__.py")
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Problems and candidates matched by file name.
+#[derive(Debug, Default)]
+pub struct Pairing {
+    pub pairs: Vec<(PathBuf, PathBuf)>,
+    /// Problems with no candidate of the same name.
+    pub unmatched_problems: Vec<PathBuf>,
+    /// Candidates with no problem of the same name.
+    pub unmatched_candidates: Vec<PathBuf>,
+}
+
+pub fn pair_dirs(problems: &Path, candidates: &Path) -> Result<Pairing, BenchError> {
+    let probs = python_files(problems)?;
+    let cands = python_files(candidates)?;
+    let by_name: BTreeMap<String, PathBuf> = cands.iter().map(|c| (stem(c), c.clone())).collect();
+    let mut pairing = Pairing::default();
+    for p in probs {
+        match by_name.get(&stem(&p)) {
+            Some(c) => pairing.pairs.push((p, c.clone())),
+            None => pairing.unmatched_problems.push(p),
+        }
+    }
+    let prob_names: std::collections::BTreeSet<String> =
+        pairing.pairs.iter().map(|(p, _)| stem(p)).collect();
+    pairing.unmatched_candidates = cands
+        .into_iter()
+        .filter(|c| !prob_names.contains(&stem(c)))
+        .collect();
+    Ok(pairing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_by_name_and_reports_the_rest() {
+        let d = tempfile::tempdir().unwrap();
+        let (p, c) = (d.path().join("p"), d.path().join("c"));
+        fs::create_dir_all(&p).unwrap();
+        fs::create_dir_all(&c).unwrap();
+        for n in ["a.py", "b.py", "__init__.py", "notes.txt"] {
+            fs::write(p.join(n), "").unwrap();
+        }
+        for n in ["b.py", "z.py"] {
+            fs::write(c.join(n), "").unwrap();
+        }
+        let pairing = pair_dirs(&p, &c).unwrap();
+        assert_eq!(pairing.pairs, vec![(p.join("b.py"), c.join("b.py"))]);
+        assert_eq!(pairing.unmatched_problems, vec![p.join("a.py")]);
+        assert_eq!(pairing.unmatched_candidates, vec![c.join("z.py")]);
+        assert!(matches!(
+            pair_dirs(&p.join("a.py"), &c),
+            Err(BenchError::NotADirectory { .. })
+        ));
+    }
+
+    #[test]
+    fn manifest_supplies_variants_and_tolerances() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir_all(d.path().join("level1")).unwrap();
+        fs::write(
+            d.path().join(MANIFEST_FILE),
+            "[problems.\"level1/relu\"]\nlevel = 1\nrtol = 0.01\n\
+             [problems.\"level1/relu\".variants]\nsmall = { N = 8 }\nheldout = { N = 37 }\n",
+        )
+        .unwrap();
+        let path = d.path().join("level1/relu.py");
+        fs::write(&path, "N = 1024\n").unwrap();
+        let p = Problem::load(&path).unwrap();
+        assert_eq!(p.meta.level, Some(1));
+        assert_eq!(
+            p.meta.tolerance(),
+            Some(Tolerance {
+                atol: 1e-4,
+                rtol: 0.01
+            })
+        );
+        let (name, o) = p.variant(None, true).unwrap();
+        assert_eq!(name.as_deref(), Some("small"));
+        assert_eq!(o["N"], serde_json::json!(8));
+        assert_eq!(p.variant(None, false).unwrap().0, None);
+        assert_eq!(
+            p.variant(Some("heldout"), false).unwrap().1["N"],
+            serde_json::json!(37)
+        );
+        let err = p.variant(Some("huge"), false).unwrap_err().to_string();
+        assert!(err.contains("huge") && err.contains("heldout"), "{err}");
+    }
+
+    #[test]
+    fn a_broken_manifest_names_its_file() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join(MANIFEST_FILE), "[problems.x]\nlevle = 1\n").unwrap();
+        fs::write(d.path().join("x.py"), "").unwrap();
+        let err = Problem::load(&d.path().join("x.py"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("manifest.toml") && err.contains("levle"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn non_utf8_problem_is_named() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join("x.py"), [0xff, 0xfe, 0x00]).unwrap();
+        let err = Problem::load(&d.path().join("x.py"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("x.py") && err.contains("UTF-8"), "{err}");
+    }
+}

@@ -1,0 +1,158 @@
+//! `tritonforge`: the thin binary. Parses arguments, shows progress, maps outcomes
+//! to exit codes; the work happens in the library crates.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tritonforge_protocol::DeviceRequest;
+use tritonforge_pyenv::{PythonEnv, PythonSource};
+
+mod doctor;
+mod eval_cmd;
+mod report;
+
+/// Exit codes: 0 all correct, 1 some verdict other than correct, 2 bad input, 3 environment failure.
+pub const EXIT_CORRECT: u8 = 0;
+pub const EXIT_VERDICT: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
+pub const EXIT_ENV: u8 = 3;
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+#[derive(Parser)]
+#[command(
+    name = "tritonforge",
+    version,
+    about = "Turn PyTorch modules into fast, verified Triton kernels"
+)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Args, Clone)]
+pub struct Global {
+    /// Workspace state directory (store, managed venv, scratch).
+    #[arg(
+        long,
+        global = true,
+        env = "TRITONFORGE_HOME",
+        default_value = ".tritonforge"
+    )]
+    pub state_dir: PathBuf,
+    /// Use this Python interpreter as is (it must have torch and triton); nothing is installed.
+    #[arg(long, global = true, env = "TRITONFORGE_PYTHON")]
+    pub python: Option<PathBuf>,
+    /// Where the managed virtual environment lives [default: <state-dir>/venv].
+    #[arg(long, global = true, env = "TRITONFORGE_VENV")]
+    pub venv: Option<PathBuf>,
+    /// Where candidates run: auto (GPU when visible), cpu (Triton interpreter), cuda.
+    #[arg(long, global = true, value_enum, default_value_t = Device::Auto)]
+    pub device: Device,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl From<Device> for DeviceRequest {
+    fn from(d: Device) -> Self {
+        match d {
+            Device::Auto => DeviceRequest::Auto,
+            Device::Cpu => DeviceRequest::Cpu,
+            Device::Cuda => DeviceRequest::Cuda,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Evaluate candidates against problems: compile, correctness, timing.
+    Eval(eval_cmd::EvalArgs),
+    /// Report the interpreter, versions, device, state directory and store.
+    Doctor {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create (or check) the managed Python environment now, rather than on first use.
+    Setup,
+}
+
+impl Global {
+    pub fn store_path(&self) -> PathBuf {
+        self.state_dir.join("tritonforge.sqlite")
+    }
+
+    pub fn python_source(&self) -> PythonSource {
+        PythonSource::resolve(self.python.clone(), self.venv.clone(), &self.state_dir)
+    }
+
+    /// The interpreter, creating the managed venv on first use (progress on stderr).
+    pub fn python_env(&self) -> anyhow::Result<PythonEnv> {
+        let source = self.python_source();
+        let env = tritonforge_pyenv::ensure(&source, &self.state_dir, &mut |line| {
+            eprintln!("  [python] {line}");
+        })?;
+        Ok(env)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_ENV);
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.command {
+            Cmd::Eval(args) => eval_cmd::run(&cli.global, args).await,
+            Cmd::Doctor { json } => doctor::run(&cli.global, json),
+            Cmd::Setup => setup(&cli.global),
+        }
+    });
+    match code {
+        Ok(c) => ExitCode::from(c),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_ENV)
+        }
+    }
+}
+
+fn setup(global: &Global) -> anyhow::Result<u8> {
+    let env = global.python_env()?;
+    eprintln!("interpreter: {}", env.interpreter.display());
+    let info = tritonforge_pyenv::probe(&env, global.device.into())?;
+    eprintln!(
+        "python {}, torch {}, triton {}, numpy {}",
+        info.python, info.torch, info.triton, info.numpy
+    );
+    Ok(EXIT_CORRECT)
+}
+
+/// `path` relative to the current directory when it is inside it, for shorter output.
+pub fn short(path: &Path) -> String {
+    let cwd = std::env::current_dir().ok();
+    match cwd.as_deref().and_then(|c| path.strip_prefix(c).ok()) {
+        Some(rel) => rel.display().to_string(),
+        None => path.display().to_string(),
+    }
+}

@@ -1,0 +1,268 @@
+//! Human-readable and JSON output of evaluations.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tritonforge_eval::{EvalError, Evaluation};
+use tritonforge_protocol::{DeviceKind, EnvInfo, Status};
+
+pub fn env_line(env: &EnvInfo) -> String {
+    match env.device {
+        DeviceKind::Cpu => format!(
+            "CPU mode: Triton interpreter (torch {}, triton {}); timing unavailable",
+            env.torch, env.triton
+        ),
+        DeviceKind::Cuda => {
+            let gpus: Vec<&str> = env.gpus.iter().map(|g| g.name.as_str()).collect();
+            format!(
+                "GPU mode: {} (torch {}, triton {}, CUDA {})",
+                gpus.join(", "),
+                env.torch,
+                env.triton,
+                env.cuda.as_deref().unwrap_or("?")
+            )
+        }
+    }
+}
+
+/// The record as one JSON object, with `cached` added.
+pub fn json_line(ev: &Evaluation) -> String {
+    let mut v = serde_json::to_value(&ev.record).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("cached".into(), serde_json::Value::Bool(ev.cached));
+    }
+    v.to_string()
+}
+
+fn fmt_err(x: Option<f64>) -> String {
+    match x {
+        Some(v) if v == 0.0 => "0".into(),
+        Some(v) if (1e-3..1e4).contains(&v.abs()) => format!("{v:.4}"),
+        Some(v) => format!("{v:.2e}"),
+        None => "-".into(),
+    }
+}
+
+pub fn verdict_text(ev: &Evaluation) -> String {
+    let r = &ev.record;
+    let mut s = String::new();
+    let passed = r.trials.iter().filter(|t| t.passed).count();
+    let _ = writeln!(s, "verdict:   {} (decided at stage {})", r.status, r.stage);
+    let variant = r
+        .config
+        .variant
+        .as_deref()
+        .map(|v| format!(" (variant {v})"))
+        .unwrap_or_default();
+    let _ = writeln!(s, "problem:   {}{variant}", r.problem.path);
+    let _ = writeln!(s, "candidate: {}", r.candidate.path);
+    let _ = writeln!(s, "message:   {}", r.message);
+    if let Some(e) = &r.error {
+        let _ = writeln!(s, "error:     {}: {}", e.exc_type, first_line(&e.message));
+        for f in &e.frames {
+            let _ = writeln!(
+                s,
+                "  at {}:{} in {}: {}",
+                f.file, f.line, f.function, f.code
+            );
+        }
+    }
+    if let Some(m) = &r.mismatch {
+        let _ = writeln!(
+            s,
+            "mismatch:  trial {}, output {}: {:?}; expected {}, got {}; max abs err {}, max rel err {}; {} of {} elements at fault",
+            m.trial,
+            m.output,
+            m.kind,
+            m.expected,
+            m.got,
+            fmt_err(m.max_abs_err),
+            fmt_err(m.max_rel_err),
+            m.mismatched,
+            m.total
+        );
+    }
+    let _ = writeln!(
+        s,
+        "trials:    {passed}/{} passed, max abs err {}",
+        r.config.trials,
+        fmt_err(
+            r.trials
+                .iter()
+                .filter_map(|t| t.max_abs_err)
+                .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))))
+        )
+    );
+    match (&r.timing, &r.timing_note) {
+        (Some(t), _) => {
+            let _ = writeln!(
+                s,
+                "timing:    reference {:.4} ms, candidate {:.4} ms, speedup {:.2}x [{:.2}, {:.2}]",
+                t.reference.median_ms,
+                t.candidate.median_ms,
+                t.speedup,
+                t.speedup_low,
+                t.speedup_high
+            );
+        }
+        (None, Some(note)) => {
+            let _ = writeln!(s, "timing:    {note}");
+        }
+        (None, None) => {}
+    }
+    if let Some(tail) = &r.stderr_tail {
+        let _ = writeln!(s, "stderr (last lines):");
+        for line in tail
+            .lines()
+            .rev()
+            .take(12)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            let _ = writeln!(s, "  | {line}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "record:    {} ({}, {:.2}s)",
+        &r.key[..12.min(r.key.len())],
+        if ev.cached { "cache hit" } else { "evaluated" },
+        r.wall_ms / 1000.0
+    );
+    s
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+/// One line of a batch summary.
+pub struct Row {
+    pub name: String,
+    pub status: Option<Status>,
+    pub stage: String,
+    pub trials: String,
+    pub max_err: String,
+    pub wall_s: f64,
+    pub cached: bool,
+    pub message: String,
+    pub problem_error: bool,
+    pub env_error: bool,
+}
+
+impl Row {
+    pub fn from_result(result: &Result<Evaluation, EvalError>) -> Row {
+        match result {
+            Ok(ev) => {
+                let r = &ev.record;
+                let passed = r.trials.iter().filter(|t| t.passed).count();
+                Row {
+                    name: r.problem.name.clone(),
+                    status: Some(r.status),
+                    stage: r.stage.to_string(),
+                    trials: format!("{passed}/{}", r.config.trials),
+                    max_err: fmt_err(r.mismatch.as_ref().and_then(|m| m.max_abs_err).or_else(
+                        || {
+                            r.trials
+                                .iter()
+                                .filter_map(|t| t.max_abs_err)
+                                .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))))
+                        },
+                    )),
+                    wall_s: r.wall_ms / 1000.0,
+                    cached: ev.cached,
+                    message: r.message.clone(),
+                    problem_error: false,
+                    env_error: false,
+                }
+            }
+            Err(e) => {
+                let (name, problem_error) = match e {
+                    EvalError::Problem { path, .. } => (
+                        path.file_stem()
+                            .map(|s| s.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                        true,
+                    ),
+                    EvalError::Bench(_) => (String::from("?"), true),
+                    _ => (String::from("?"), false),
+                };
+                Row {
+                    name,
+                    status: None,
+                    stage: "-".into(),
+                    trials: "-".into(),
+                    max_err: "-".into(),
+                    wall_s: 0.0,
+                    cached: false,
+                    message: e.to_string(),
+                    problem_error,
+                    env_error: !problem_error,
+                }
+            }
+        }
+    }
+
+    pub fn status_str(&self) -> &str {
+        match (self.status, self.problem_error) {
+            (Some(s), _) => s.as_str(),
+            (None, true) => "problem_error",
+            (None, false) => "error",
+        }
+    }
+
+    pub fn progress_line(&self) -> String {
+        format!(
+            "{:<14} {:<24} {}{}",
+            self.status_str(),
+            self.name,
+            first_line(&self.message),
+            if self.cached { " (cache hit)" } else { "" }
+        )
+    }
+}
+
+pub fn table(rows: &[Row]) -> String {
+    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(7).max(7);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<width$}  {:<14} {:<12} {:>6} {:>11} {:>8}  cache",
+        "problem", "status", "stage", "trials", "max_abs_err", "wall_s"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:<width$}  {:<14} {:<12} {:>6} {:>11} {:>8.2}  {}",
+            r.name,
+            r.status_str(),
+            r.stage,
+            r.trials,
+            r.max_err,
+            r.wall_s,
+            if r.cached { "hit" } else { "-" }
+        );
+    }
+    s
+}
+
+pub fn summary(rows: &[Row], elapsed: Duration) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for r in rows {
+        let k = r.status_str().to_string();
+        match counts.iter_mut().find(|(n, _)| *n == k) {
+            Some((_, c)) => *c += 1,
+            None => counts.push((k, 1)),
+        }
+    }
+    counts.sort();
+    let hits = rows.iter().filter(|r| r.cached).count();
+    let parts: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    format!(
+        "{} evaluations: {} ({hits} cache hits) in {:.1}s",
+        rows.len(),
+        parts.join(", "),
+        elapsed.as_secs_f64()
+    )
+}

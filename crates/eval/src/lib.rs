@@ -1,0 +1,293 @@
+//! Evaluate candidates against problems: each in a fresh, pre-started Python
+//! process; verdicts decided by the executor or, for hangs and crashes, by the
+//! host; every record keyed by content and written to the store as it finishes.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tritonforge_bench::{BenchError, Candidate, Problem};
+use tritonforge_protocol::record::RECORD_SCHEMA;
+use tritonforge_protocol::{
+    EnvInfo, EvalConfig, EvalJob, EvalRecord, Outcome, ProtocolError, SourceFile, SourceRef, Stage,
+    Status, PROTOCOL_VERSION,
+};
+use tritonforge_store::{Store, StoreError};
+
+pub mod pool;
+
+pub use pool::{Execution, Pool, PoolConfig, WorkerSpec};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// The problem, not the candidate, is broken.
+    #[error("problem {path}: {message}")]
+    Problem { path: PathBuf, message: String },
+    #[error("could not start an executor process: {reason}{}", tail(stderr))]
+    WorkerStart { reason: String, stderr: String },
+    #[error("executor refused the job: {0}")]
+    WorkerRefused(String),
+    #[error("talking to an executor process: {0}")]
+    WorkerIo(#[source] std::io::Error),
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Bench(#[from] BenchError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the pool is shut down")]
+    PoolClosed,
+}
+
+fn tail(stderr: &str) -> String {
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!("\n--- worker stderr ---\n{stderr}")
+    }
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Everything that determines a record; its hash is the record's key.
+#[derive(Serialize)]
+struct KeyParts<'a> {
+    schema: u32,
+    protocol: u32,
+    worker: &'a str,
+    problem: (&'a str, String),
+    candidate: (&'a str, String),
+    config: &'a EvalConfig,
+    env: &'a EnvInfo,
+}
+
+/// The content hash of an evaluation: same inputs, same key, same verdict.
+pub fn cache_key(
+    worker_fingerprint: &str,
+    problem: &Problem,
+    candidate: &Candidate,
+    config: &EvalConfig,
+    env: &EnvInfo,
+) -> String {
+    let parts = KeyParts {
+        schema: RECORD_SCHEMA,
+        protocol: PROTOCOL_VERSION,
+        worker: worker_fingerprint,
+        problem: (&problem.name, sha256_hex(problem.source.as_bytes())),
+        candidate: (&candidate.name, sha256_hex(candidate.source.as_bytes())),
+        config,
+        env,
+    };
+    sha256_hex(serde_json::to_string(&parts).unwrap_or_default().as_bytes())
+}
+
+/// A finished evaluation and whether it came from the cache.
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    pub record: EvalRecord,
+    pub cached: bool,
+}
+
+/// The pool plus the store: what `tritonforge eval` and, later, the agent call.
+pub struct Evaluator {
+    pool: Pool,
+    store: Option<Mutex<Store>>,
+    /// Identifies the executor code (hash of the embedded worker package).
+    worker_fingerprint: String,
+    /// Re-evaluate even when a record exists (the new one replaces it).
+    pub refresh: bool,
+}
+
+impl Evaluator {
+    pub fn new(pool: Pool, store: Option<Store>, worker_fingerprint: String) -> Evaluator {
+        Evaluator {
+            pool,
+            store: store.map(Mutex::new),
+            worker_fingerprint,
+            refresh: false,
+        }
+    }
+
+    pub fn environment(&self) -> &EnvInfo {
+        self.pool.environment()
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub fn key(&self, problem: &Problem, candidate: &Candidate, config: &EvalConfig) -> String {
+        cache_key(
+            &self.worker_fingerprint,
+            problem,
+            candidate,
+            config,
+            self.pool.environment(),
+        )
+    }
+
+    fn cached(&self, key: &str) -> Result<Option<EvalRecord>, EvalError> {
+        match &self.store {
+            Some(s) if !self.refresh => {
+                let store = s.lock().map_err(|_| EvalError::PoolClosed)?;
+                Ok(store.get(key)?)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Evaluate one pair (or return the stored verdict); the record is stored before this returns.
+    pub async fn evaluate(
+        &self,
+        problem: &Problem,
+        candidate: &Candidate,
+        config: &EvalConfig,
+    ) -> Result<Evaluation, EvalError> {
+        let key = self.key(problem, candidate, config);
+        if let Some(record) = self.cached(&key)? {
+            return Ok(Evaluation {
+                record,
+                cached: true,
+            });
+        }
+        let job = EvalJob {
+            problem: SourceFile {
+                name: file_name(&problem.path),
+                source: problem.source.clone(),
+            },
+            candidate: SourceFile {
+                name: file_name(&candidate.path),
+                source: candidate.source.clone(),
+            },
+            trials: config.trials,
+            seed: config.seed,
+            tolerance: config.tolerance,
+            overrides: config.overrides.clone(),
+            device: config.device,
+            timing: config.timing,
+        };
+        let budget = Duration::from_millis(config.budget_ms);
+        let execution = self.pool.run(&job, budget).await?;
+        let mut record = EvalRecord {
+            schema: RECORD_SCHEMA,
+            key,
+            problem: SourceRef {
+                name: problem.name.clone(),
+                path: problem.path.display().to_string(),
+                sha256: sha256_hex(problem.source.as_bytes()),
+            },
+            candidate: SourceRef {
+                name: candidate.name.clone(),
+                path: candidate.path.display().to_string(),
+                sha256: sha256_hex(candidate.source.as_bytes()),
+            },
+            config: config.clone(),
+            status: Status::RuntimeError,
+            stage: Stage::Process,
+            message: String::new(),
+            error: None,
+            mismatch: None,
+            trials: vec![],
+            tolerance: None,
+            timing: None,
+            timing_note: None,
+            environment: self.pool.environment().clone(),
+            worker_version: self.pool.worker_version().to_string(),
+            stderr_tail: None,
+            wall_ms: 0.0,
+            executor_ms: None,
+            created_at: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            tritonforge_version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        match execution {
+            Execution::Answered {
+                outcome: Outcome::ProblemError(p),
+                ..
+            } => {
+                return Err(EvalError::Problem {
+                    path: problem.path.clone(),
+                    message: p.message,
+                })
+            }
+            Execution::Answered {
+                outcome: Outcome::Verdict(v),
+                executor_ms,
+                wall_ms,
+            } => {
+                record.status = v.status;
+                record.stage = v.stage;
+                record.message = v.message;
+                record.error = v.error;
+                record.mismatch = v.mismatch;
+                record.trials = v.trials;
+                record.tolerance = Some(v.tolerance);
+                record.timing = v.timing;
+                record.timing_note = v.timing_note;
+                record.executor_ms = Some(executor_ms);
+                record.wall_ms = wall_ms;
+            }
+            Execution::TimedOut {
+                stderr_tail,
+                wall_ms,
+            } => {
+                record.status = Status::Timeout;
+                record.message = format!(
+                    "the candidate did not finish within its wall-clock budget of {:.1}s; its process group was killed (an infinite loop, or far too slow)",
+                    budget.as_secs_f64()
+                );
+                record.stderr_tail = Some(stderr_tail).filter(|s| !s.is_empty());
+                record.wall_ms = wall_ms;
+            }
+            Execution::Crashed {
+                exit,
+                stderr_tail,
+                wall_ms,
+            } => {
+                let last = stderr_tail
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("")
+                    .trim()
+                    .to_string();
+                record.status = Status::RuntimeError;
+                record.message = if last.is_empty() {
+                    format!("the candidate's process {exit} before answering")
+                } else {
+                    format!(
+                        "the candidate's process {exit} before answering; last stderr line: {last}"
+                    )
+                };
+                record.stderr_tail = Some(stderr_tail).filter(|s| !s.is_empty());
+                record.wall_ms = wall_ms;
+            }
+        }
+        if let Some(s) = &self.store {
+            let store = s.lock().map_err(|_| EvalError::PoolClosed)?;
+            store.put(&record)?;
+        }
+        Ok(Evaluation {
+            record,
+            cached: false,
+        })
+    }
+}
+
+fn file_name(p: &std::path::Path) -> String {
+    p.file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file.py".into())
+}

@@ -1,0 +1,550 @@
+//! The seam between `tritonforge` and its Python children.
+//!
+//! Messages are newline-delimited JSON objects tagged by `type`, each carrying the
+//! protocol version. These definitions are the source of truth;
+//! `python/tritonforge_worker/protocol.py` mirrors them and the crate's tests
+//! round-trip every message through it. Tensors never cross: only numbers and text.
+//!
+//! The evaluation record ([`EvalRecord`]) lives here too, because the executor's
+//! verdict is a part of it and every other crate (store, eval, cli) reads it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub mod record;
+
+pub use record::{EvalConfig, EvalRecord, SourceRef};
+
+/// Bumped whenever a message's shape changes; both sides refuse a mismatch.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Errors decoding a protocol line.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("worker sent a line that is not a protocol message ({source}): {line}")]
+    Malformed {
+        line: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "protocol version mismatch: the worker speaks version {found}, this tritonforge speaks \
+         {expected}; the worker package and the binary come from different releases"
+    )]
+    VersionMismatch { expected: u32, found: u32 },
+}
+
+/// The closed set of verdicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Rejected,
+    CompileError,
+    RuntimeError,
+    Timeout,
+    Incorrect,
+    Correct,
+}
+
+impl Status {
+    pub const ALL: [Status; 6] = [
+        Status::Rejected,
+        Status::CompileError,
+        Status::RuntimeError,
+        Status::Timeout,
+        Status::Incorrect,
+        Status::Correct,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Rejected => "rejected",
+            Status::CompileError => "compile_error",
+            Status::RuntimeError => "runtime_error",
+            Status::Timeout => "timeout",
+            Status::Incorrect => "incorrect",
+            Status::Correct => "correct",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which stage decided the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Static analysis before anything runs.
+    Guard,
+    /// Importing the candidate file.
+    Import,
+    /// Building `ModelNew`.
+    Init,
+    /// Correctness trials.
+    Correctness,
+    /// Timing.
+    Timing,
+    /// Decided by the host from the process itself: budget expiry, a crash.
+    Process,
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        f.write_str(&s)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+/// The host's wish for where candidates run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceRequest {
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub name: String,
+    pub memory_bytes: u64,
+    pub capability: String,
+}
+
+/// The environment fingerprint: part of every cache key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvInfo {
+    pub python: String,
+    pub platform: String,
+    pub torch: String,
+    pub triton: String,
+    pub numpy: String,
+    pub device: DeviceKind,
+    /// True when Triton kernels run under `TRITON_INTERPRET=1`.
+    pub interpret: bool,
+    pub cuda: Option<String>,
+    pub driver: Option<String>,
+    pub gpus: Vec<GpuInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceFile {
+    /// File name as the model should see it in diagnostics, e.g. `relu.py`.
+    pub name: String,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tolerance {
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+/// One evaluation request, as the executor sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalJob {
+    pub problem: SourceFile,
+    pub candidate: SourceFile,
+    pub trials: u32,
+    pub seed: u64,
+    /// `None`: the executor's per-dtype defaults.
+    pub tolerance: Option<Tolerance>,
+    /// Module-level constants of the problem replaced before import (shape variants).
+    pub overrides: BTreeMap<String, serde_json::Value>,
+    pub device: DeviceRequest,
+    pub timing: bool,
+}
+
+/// One traceback frame of the candidate's own file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Frame {
+    pub file: String,
+    pub line: u32,
+    pub function: String,
+    pub code: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorInfo {
+    pub exc_type: String,
+    pub message: String,
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MismatchKind {
+    Value,
+    Nonfinite,
+    Shape,
+    Dtype,
+    Count,
+    Type,
+    Device,
+    InputMutated,
+}
+
+/// Where a candidate's output first went wrong.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mismatch {
+    pub trial: u32,
+    /// Index into the flattened outputs (or inputs, for `input_mutated`).
+    pub output: u32,
+    pub kind: MismatchKind,
+    pub expected: String,
+    pub got: String,
+    /// `None` when not finite or not applicable.
+    pub max_abs_err: Option<f64>,
+    pub max_rel_err: Option<f64>,
+    pub worst_index: Vec<u64>,
+    pub mismatched: u64,
+    pub total: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialStat {
+    pub trial: u32,
+    pub seed: u64,
+    pub outputs: u32,
+    pub max_abs_err: Option<f64>,
+    pub max_rel_err: Option<f64>,
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimingStats {
+    pub median_ms: f64,
+    pub iqr_ms: f64,
+    pub samples: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timing {
+    pub reference: TimingStats,
+    pub candidate: TimingStats,
+    pub speedup: f64,
+    pub speedup_low: f64,
+    pub speedup_high: f64,
+}
+
+/// The executor's verdict on a candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Verdict {
+    pub status: Status,
+    pub stage: Stage,
+    /// One line a model can act on.
+    pub message: String,
+    pub error: Option<ErrorInfo>,
+    pub mismatch: Option<Mismatch>,
+    pub trials: Vec<TrialStat>,
+    pub timing: Option<Timing>,
+    /// Why `timing` is absent, when it is.
+    pub timing_note: Option<String>,
+    pub tolerance: Tolerance,
+}
+
+/// The problem file itself is broken; no verdict on the candidate is possible.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProblemError {
+    pub message: String,
+    pub error: Option<ErrorInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    Verdict(Verdict),
+    ProblemError(ProblemError),
+}
+
+/// Every message of the protocol, in both directions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Message {
+    /// Worker → host, once, when torch and triton are imported and the device is up.
+    Hello {
+        protocol: u32,
+        worker_version: String,
+        pid: u32,
+        env: EnvInfo,
+    },
+    /// Host → worker: the one job this process will ever run.
+    Evaluate {
+        protocol: u32,
+        id: String,
+        job: EvalJob,
+    },
+    /// Worker → host: the answer to `evaluate`.
+    Result {
+        protocol: u32,
+        id: String,
+        outcome: Outcome,
+        elapsed_ms: f64,
+    },
+    /// Either way: a message could not be understood.
+    Error {
+        protocol: u32,
+        id: Option<String>,
+        message: String,
+    },
+    /// Host → worker: exit without running anything.
+    Shutdown { protocol: u32 },
+}
+
+impl Message {
+    /// The `type` tags of every message, for the mirror test.
+    pub const TYPES: [&'static str; 5] = ["hello", "evaluate", "result", "error", "shutdown"];
+
+    pub fn protocol(&self) -> u32 {
+        match self {
+            Message::Hello { protocol, .. }
+            | Message::Evaluate { protocol, .. }
+            | Message::Result { protocol, .. }
+            | Message::Error { protocol, .. }
+            | Message::Shutdown { protocol } => *protocol,
+        }
+    }
+
+    /// One line of the wire format, without the newline.
+    pub fn to_line(&self) -> String {
+        // Serialising these types cannot fail: no maps with non-string keys.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Parse one line, checking the version before the shape so a mismatch is named as such.
+    pub fn from_line(line: &str) -> Result<Message, ProtocolError> {
+        let trimmed = line.trim_end();
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(trimmed) {
+            if let Some(found) = value.get("protocol").and_then(|p| p.as_u64()) {
+                if found != u64::from(PROTOCOL_VERSION) {
+                    return Err(ProtocolError::VersionMismatch {
+                        expected: PROTOCOL_VERSION,
+                        found: u32::try_from(found).unwrap_or(u32::MAX),
+                    });
+                }
+            }
+        }
+        serde_json::from_str(trimmed).map_err(|source| ProtocolError::Malformed {
+            line: truncate(trimmed, 300),
+            source,
+        })
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// One example of every message type, with every optional field both set and unset
+/// somewhere: what the mirror test sends through Python.
+pub fn sample_messages() -> Vec<Message> {
+    let env = EnvInfo {
+        python: "3.11.7".into(),
+        platform: "Linux-x86_64".into(),
+        torch: "2.11.0".into(),
+        triton: "3.6.0".into(),
+        numpy: "2.4.6".into(),
+        device: DeviceKind::Cuda,
+        interpret: false,
+        cuda: Some("13.0".into()),
+        driver: None,
+        gpus: vec![GpuInfo {
+            index: 0,
+            name: "NVIDIA H100".into(),
+            memory_bytes: 80 << 30,
+            capability: "9.0".into(),
+        }],
+    };
+    let job = EvalJob {
+        problem: SourceFile {
+            name: "relu.py".into(),
+            source: "import torch\n# ünïcode\n".into(),
+        },
+        candidate: SourceFile {
+            name: "relu.py".into(),
+            source: "class ModelNew: pass\n".into(),
+        },
+        trials: 5,
+        seed: 42,
+        tolerance: Some(Tolerance {
+            atol: 1e-4,
+            rtol: 0.5,
+        }),
+        overrides: BTreeMap::from([
+            ("N".to_string(), serde_json::json!(64)),
+            ("EPS".to_string(), serde_json::json!(1e-5)),
+        ]),
+        device: DeviceRequest::Auto,
+        timing: true,
+    };
+    let frame = Frame {
+        file: "relu.py".into(),
+        line: 12,
+        function: "forward".into(),
+        code: "y = x / 0".into(),
+    };
+    let verdict = Verdict {
+        status: Status::Incorrect,
+        stage: Stage::Correctness,
+        message: "trial 1, output 0: mismatch".into(),
+        error: Some(ErrorInfo {
+            exc_type: "ValueError".into(),
+            message: "boom".into(),
+            frames: vec![frame],
+        }),
+        mismatch: Some(Mismatch {
+            trial: 1,
+            output: 0,
+            kind: MismatchKind::Value,
+            expected: "1.0".into(),
+            got: "2.5".into(),
+            max_abs_err: Some(1.5),
+            max_rel_err: None,
+            worst_index: vec![3, 7],
+            mismatched: 2,
+            total: 1024,
+        }),
+        trials: vec![TrialStat {
+            trial: 0,
+            seed: 43,
+            outputs: 1,
+            max_abs_err: Some(0.0),
+            max_rel_err: Some(0.0),
+            passed: true,
+        }],
+        timing: Some(Timing {
+            reference: TimingStats {
+                median_ms: 1.25,
+                iqr_ms: 0.01,
+                samples: 100,
+            },
+            candidate: TimingStats {
+                median_ms: 0.5,
+                iqr_ms: 0.02,
+                samples: 100,
+            },
+            speedup: 2.5,
+            speedup_low: 2.4,
+            speedup_high: 2.6,
+        }),
+        timing_note: None,
+        tolerance: Tolerance {
+            atol: 1e-4,
+            rtol: 1e-4,
+        },
+    };
+    vec![
+        Message::Hello {
+            protocol: PROTOCOL_VERSION,
+            worker_version: "0.1.0".into(),
+            pid: 1234,
+            env: env.clone(),
+        },
+        Message::Hello {
+            protocol: PROTOCOL_VERSION,
+            worker_version: "0.1.0".into(),
+            pid: 1,
+            env: EnvInfo {
+                device: DeviceKind::Cpu,
+                interpret: true,
+                cuda: None,
+                gpus: vec![],
+                ..env
+            },
+        },
+        Message::Evaluate {
+            protocol: PROTOCOL_VERSION,
+            id: "job-1".into(),
+            job: job.clone(),
+        },
+        Message::Evaluate {
+            protocol: PROTOCOL_VERSION,
+            id: "job-2".into(),
+            job: EvalJob {
+                tolerance: None,
+                overrides: BTreeMap::new(),
+                device: DeviceRequest::Cpu,
+                timing: false,
+                ..job
+            },
+        },
+        Message::Result {
+            protocol: PROTOCOL_VERSION,
+            id: "job-1".into(),
+            outcome: Outcome::Verdict(verdict.clone()),
+            elapsed_ms: 12.5,
+        },
+        Message::Result {
+            protocol: PROTOCOL_VERSION,
+            id: "job-2".into(),
+            outcome: Outcome::Verdict(Verdict {
+                status: Status::Correct,
+                error: None,
+                mismatch: None,
+                timing: None,
+                timing_note: Some("timing unavailable in CPU mode".into()),
+                ..verdict
+            }),
+            elapsed_ms: 3.0,
+        },
+        Message::Result {
+            protocol: PROTOCOL_VERSION,
+            id: "job-3".into(),
+            outcome: Outcome::ProblemError(ProblemError {
+                message: "relu.py: problem file defines no `get_inputs`".into(),
+                error: None,
+            }),
+            elapsed_ms: 1.0,
+        },
+        Message::Error {
+            protocol: PROTOCOL_VERSION,
+            id: None,
+            message: "not JSON".into(),
+        },
+        Message::Error {
+            protocol: PROTOCOL_VERSION,
+            id: Some("job-9".into()),
+            message: "bad".into(),
+        },
+        Message::Shutdown {
+            protocol: PROTOCOL_VERSION,
+        },
+    ]
+}

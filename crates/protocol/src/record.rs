@@ -1,0 +1,90 @@
+//! The evaluation record: one per (problem, candidate, config, environment).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    DeviceRequest, EnvInfo, ErrorInfo, Mismatch, Stage, Status, Timing, Tolerance, TrialStat,
+};
+
+/// Bumped when the record's shape changes; part of the cache key.
+pub const RECORD_SCHEMA: u32 = 1;
+
+/// A file that took part in an evaluation, identified by content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceRef {
+    pub name: String,
+    pub path: String,
+    pub sha256: String,
+}
+
+/// Everything about *how* a candidate is evaluated that can change the verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalConfig {
+    pub trials: u32,
+    pub seed: u64,
+    pub tolerance: Option<Tolerance>,
+    /// The shape variant's name, when one was chosen.
+    pub variant: Option<String>,
+    pub overrides: BTreeMap<String, serde_json::Value>,
+    pub device: DeviceRequest,
+    pub timing: bool,
+    /// Wall-clock budget for the candidate's whole process, in milliseconds.
+    pub budget_ms: u64,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        EvalConfig {
+            trials: 5,
+            seed: 42,
+            tolerance: None,
+            variant: None,
+            overrides: BTreeMap::new(),
+            device: DeviceRequest::Auto,
+            timing: true,
+            budget_ms: 120_000,
+        }
+    }
+}
+
+/// The verdict plus its full context; what the store keeps and `--json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalRecord {
+    pub schema: u32,
+    /// Content hash of everything that determines the record.
+    pub key: String,
+    pub problem: SourceRef,
+    pub candidate: SourceRef,
+    pub config: EvalConfig,
+    pub status: Status,
+    pub stage: Stage,
+    pub message: String,
+    pub error: Option<ErrorInfo>,
+    pub mismatch: Option<Mismatch>,
+    pub trials: Vec<TrialStat>,
+    pub tolerance: Option<Tolerance>,
+    pub timing: Option<Timing>,
+    pub timing_note: Option<String>,
+    pub environment: EnvInfo,
+    pub worker_version: String,
+    /// The last lines the candidate's process wrote to stderr, when it died or hung.
+    pub stderr_tail: Option<String>,
+    /// Host-side wall time from sending the job to the verdict.
+    pub wall_ms: f64,
+    /// Executor-side time, when the executor answered.
+    pub executor_ms: Option<f64>,
+    /// Seconds since the Unix epoch.
+    pub created_at: u64,
+    pub tritonforge_version: String,
+}
+
+impl EvalRecord {
+    pub fn is_correct(&self) -> bool {
+        self.status == Status::Correct
+    }
+}

@@ -1,0 +1,295 @@
+//! The workspace's SQLite file. Each evaluation is written the moment it finishes,
+//! so an interrupted batch loses nothing; its content-hash key makes a repeat a
+//! cache hit. WAL mode lets a reader (a dashboard, `doctor`) look while a batch writes.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use tritonforge_protocol::EvalRecord;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {path}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("store {path}: record {key} is unreadable ({source}); delete the row or the file")]
+    Corrupt {
+        path: PathBuf,
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("store {path}: schema version {found} is newer than this tritonforge ({supported})")]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    #[error("store {path}: cannot create its directory: {source}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+const SCHEMA_VERSION: i64 = 1;
+
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+/// Counts of stored verdicts, by status.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StoreStats {
+    pub evaluations: u64,
+    pub by_status: Vec<(String, u64)>,
+}
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::Dir {
+                path: parent.to_owned(),
+                source,
+            })?;
+        }
+        let sql = |source| StoreError::Sqlite {
+            path: path.to_owned(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(sql)?;
+        conn.busy_timeout(Duration::from_secs(30)).map_err(sql)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sql)?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(sql)?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: path.to_owned(),
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if version < 1 {
+            conn.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS evaluations (
+                     key TEXT PRIMARY KEY,
+                     problem TEXT NOT NULL,
+                     candidate TEXT NOT NULL,
+                     candidate_sha256 TEXT NOT NULL,
+                     status TEXT NOT NULL,
+                     created_at INTEGER NOT NULL,
+                     record TEXT NOT NULL
+                 );
+                 CREATE INDEX IF NOT EXISTS evaluations_problem ON evaluations(problem);
+                 CREATE INDEX IF NOT EXISTS evaluations_status ON evaluations(status);
+                 PRAGMA user_version = 1;
+                 COMMIT;",
+            )
+            .map_err(sql)?;
+        }
+        Ok(Store {
+            conn,
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sql(&self) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+        |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// The stored record for `key`, if any.
+    pub fn get(&self, key: &str) -> Result<Option<EvalRecord>, StoreError> {
+        let text: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT record FROM evaluations WHERE key = ?1",
+                params![key],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.sql())?;
+        text.map(|t| {
+            serde_json::from_str(&t).map_err(|source| StoreError::Corrupt {
+                path: self.path.clone(),
+                key: key.to_owned(),
+                source,
+            })
+        })
+        .transpose()
+    }
+
+    /// Write (or replace) a record; durable when this returns.
+    pub fn put(&self, record: &EvalRecord) -> Result<(), StoreError> {
+        let text = serde_json::to_string(record).map_err(|source| StoreError::Corrupt {
+            path: self.path.clone(),
+            key: record.key.clone(),
+            source,
+        })?;
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO evaluations
+                 (key, problem, candidate, candidate_sha256, status, created_at, record)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    record.key,
+                    record.problem.name,
+                    record.candidate.name,
+                    record.candidate.sha256,
+                    record.status.as_str(),
+                    i64::try_from(record.created_at).unwrap_or(i64::MAX),
+                    text
+                ],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
+    pub fn stats(&self) -> Result<StoreStats, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT status, COUNT(*) FROM evaluations GROUP BY status ORDER BY status")
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .map_err(self.sql())?;
+        let mut stats = StoreStats::default();
+        for row in rows {
+            let (status, n) = row.map_err(self.sql())?;
+            let n = u64::try_from(n).unwrap_or(0);
+            stats.evaluations += n;
+            stats.by_status.push((status, n));
+        }
+        Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use tritonforge_protocol::*;
+
+    fn record(key: &str, status: Status) -> EvalRecord {
+        EvalRecord {
+            schema: record::RECORD_SCHEMA,
+            key: key.into(),
+            problem: SourceRef {
+                name: "relu".into(),
+                path: "bench/level1/relu.py".into(),
+                sha256: "aa".into(),
+            },
+            candidate: SourceRef {
+                name: "relu".into(),
+                path: "c/relu.py".into(),
+                sha256: "bb".into(),
+            },
+            config: EvalConfig {
+                overrides: BTreeMap::from([("N".into(), serde_json::json!(4))]),
+                ..EvalConfig::default()
+            },
+            status,
+            stage: Stage::Correctness,
+            message: "ok".into(),
+            error: None,
+            mismatch: None,
+            trials: vec![],
+            tolerance: None,
+            timing: None,
+            timing_note: Some("cpu".into()),
+            environment: EnvInfo {
+                python: "3.11".into(),
+                platform: "linux".into(),
+                torch: "2.11.0".into(),
+                triton: "3.6.0".into(),
+                numpy: "2".into(),
+                device: DeviceKind::Cpu,
+                interpret: true,
+                cuda: None,
+                driver: None,
+                gpus: vec![],
+            },
+            worker_version: "0.1.0".into(),
+            stderr_tail: None,
+            wall_ms: 1.0,
+            executor_ms: Some(0.5),
+            created_at: 1,
+            tritonforge_version: "0.1.0".into(),
+        }
+    }
+
+    #[test]
+    fn records_survive_reopening_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/store.sqlite");
+        {
+            let store = Store::open(&path).unwrap();
+            assert!(store.get("k1").unwrap().is_none());
+            store.put(&record("k1", Status::Correct)).unwrap();
+            store.put(&record("k2", Status::Incorrect)).unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(
+            store.get("k1").unwrap().unwrap(),
+            record("k1", Status::Correct)
+        );
+        let stats = store.stats().unwrap();
+        assert_eq!(stats.evaluations, 2);
+        assert_eq!(
+            stats.by_status,
+            vec![("correct".into(), 1), ("incorrect".into(), 1)]
+        );
+        let mode: String = store
+            .conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn a_corrupt_row_is_named_not_panicked_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        let store = Store::open(&path).unwrap();
+        store
+            .conn
+            .execute(
+                "INSERT INTO evaluations VALUES ('bad','p','c','x','correct',0,'{not json')",
+                [],
+            )
+            .unwrap();
+        let err = store.get("bad").unwrap_err();
+        assert!(err.to_string().contains("bad"), "{err}");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.pragma_update(None, "user_version", 99).unwrap();
+        }
+        assert!(matches!(
+            Store::open(&path),
+            Err(StoreError::TooNew { found: 99, .. })
+        ));
+    }
+}

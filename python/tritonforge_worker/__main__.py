@@ -1,0 +1,107 @@
+"""Entry point: `python -m tritonforge_worker {serve|probe|roundtrip}`.
+
+`serve` is one candidate's whole life: say hello once torch and triton are
+imported (so the host can start us ahead of need), take exactly one `evaluate`,
+answer it, exit. A process never sees a second candidate.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+import time
+from typing import IO
+
+from . import __version__
+from .protocol import (
+    PROTOCOL_VERSION,
+    Error,
+    EvalResult,
+    Evaluate,
+    Hello,
+    ProtocolError,
+    Shutdown,
+    decode,
+    encode,
+)
+
+
+def _send(out: IO[str], message: object) -> None:
+    out.write(encode(message) + "\n")
+    out.flush()
+
+
+def serve() -> int:
+    # The protocol gets a private copy of stdout; fd 1 then points at stderr so a
+    # candidate's print() can never corrupt (or forge) a protocol line by accident.
+    proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    faulthandler.enable()
+
+    from .envinfo import choose_device_mode, collect
+
+    mode = choose_device_mode()
+    import torch  # noqa: F401  - warm imports, off the critical path
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
+
+    _send(proto_out, Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version=__version__, pid=os.getpid(), env=collect(mode)))
+    line = sys.stdin.readline()
+    if not line:
+        return 0
+    try:
+        msg = decode(line)
+    except ProtocolError as exc:
+        _send(proto_out, Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=str(exc)))
+        return 2
+    if isinstance(msg, Shutdown):
+        return 0
+    if not isinstance(msg, Evaluate):
+        _send(proto_out, Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=f"a worker accepts evaluate or shutdown, not {msg.type}"))
+        return 2
+    sys.stdin.close()
+
+    from .executor import Executor
+
+    start = time.perf_counter()
+    outcome = Executor(msg.job, os.getcwd()).run()
+    elapsed = (time.perf_counter() - start) * 1000.0
+    _send(proto_out, EvalResult(type="result", protocol=PROTOCOL_VERSION, id=msg.id, outcome=outcome, elapsed_ms=elapsed))
+    return 0
+
+
+def probe() -> int:
+    from .envinfo import choose_device_mode, collect
+
+    mode = choose_device_mode()
+    print(encode(collect(mode)))
+    return 0
+
+
+def roundtrip() -> int:
+    """Protocol test hook: decode each stdin line strictly, print it re-encoded (or `!error`)."""
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            print(encode(decode(line)))
+        except ProtocolError as exc:
+            print(f"!{exc}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    commands = {"serve": serve, "probe": probe, "roundtrip": roundtrip}
+    if len(argv) != 2 or argv[1] not in commands:
+        print(f"usage: python -m tritonforge_worker {{{'|'.join(commands)}}}", file=sys.stderr)
+        return 2
+    code = commands[argv[1]]()
+    sys.stderr.flush()
+    # os._exit: a candidate's threads or atexit hooks must not keep the process alive.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

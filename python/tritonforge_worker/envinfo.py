@@ -1,0 +1,62 @@
+"""What this interpreter can do: versions, device, GPUs."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import List, Optional
+
+from .protocol import EnvInfo, GpuInfo
+
+
+def choose_device_mode() -> str:
+    """Decide CPU or CUDA before triton is imported, since the interpreter flag is read early.
+
+    `TRITONFORGE_DEVICE` (auto|cpu|cuda) is the host's wish; `auto` means CUDA when a GPU is visible.
+    """
+    import torch
+
+    wish = os.environ.get("TRITONFORGE_DEVICE", "auto")
+    if wish == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("TRITONFORGE_DEVICE=cuda but torch sees no CUDA device")
+    mode = "cuda" if wish == "cuda" or (wish == "auto" and torch.cuda.is_available()) else "cpu"
+    if mode == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+        torch.set_num_threads(max(1, int(os.environ.get("TRITONFORGE_THREADS", "1"))))
+    return mode
+
+
+def _driver() -> Optional[str]:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:  # noqa: BLE001 - optional dependency
+        return None
+
+
+def collect(mode: str) -> EnvInfo:
+    import numpy
+    import torch
+    import triton
+
+    gpus: List[GpuInfo] = []
+    if mode == "cuda":
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            gpus.append(GpuInfo(index=i, name=p.name, memory_bytes=int(p.total_memory), capability=f"{p.major}.{p.minor}"))
+    return EnvInfo(
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        torch=str(torch.__version__),
+        triton=str(triton.__version__),
+        numpy=str(numpy.__version__),
+        device="cuda" if mode == "cuda" else "cpu",
+        interpret=os.environ.get("TRITON_INTERPRET") == "1",
+        cuda=torch.version.cuda if mode == "cuda" else None,
+        driver=_driver() if mode == "cuda" else None,
+        gpus=gpus,
+    )

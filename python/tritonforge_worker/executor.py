@@ -1,0 +1,406 @@
+"""Run one candidate against one problem: import, build, correctness trials, timing.
+
+The executor never decides anything the host could decide better: it returns
+numbers and text (a `Verdict`, or a `ProblemError` when the problem itself is
+broken), and the Rust side owns budgets, crashes and caching.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .protocol import (
+    ErrorInfo,
+    EvalJob,
+    Frame,
+    Mismatch,
+    ProblemError,
+    Stage,
+    Status,
+    Timing,
+    TimingStats,
+    Tolerance,
+    TrialStat,
+    Verdict,
+    finite_or_none,
+)
+
+# Default tolerances by dtype; a problem's manifest may override both.
+_DEFAULT_TOL = {
+    "float32": (1e-4, 1e-4),
+    "float64": (1e-7, 1e-7),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (1e-2, 1e-2),
+}
+
+
+class _Fail(Exception):
+    """Internal: carries a finished verdict out of nested code."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.message)
+        self.verdict = verdict
+
+
+def _frames(tb: Any, keep: str) -> List[Frame]:
+    frames = []
+    for fs in traceback.extract_tb(tb):
+        if fs.filename == keep:
+            frames.append(
+                Frame(file=Path(keep).name, line=fs.lineno or 0, function=fs.name, code=(fs.line or "").strip())
+            )
+    return frames
+
+
+def error_info(exc: BaseException, keep: str) -> ErrorInfo:
+    """Exception type, message and the traceback trimmed to `keep`'s own frames."""
+    frames = _frames(exc.__traceback__, keep)
+    if isinstance(exc, SyntaxError) and exc.filename == keep:
+        frames.append(
+            Frame(file=Path(keep).name, line=exc.lineno or 0, function="<module>", code=(exc.text or "").strip())
+        )
+    message = str(exc)
+    # Triton reports kernel-side errors chained under a launcher exception (or holding
+    # it, in the interpreter); the kernel line the model must fix is in the root cause.
+    cause = exc.__cause__ or exc.__context__ or getattr(exc, "error", None)
+    if isinstance(cause, BaseException):
+        for f in _frames(cause.__traceback__, keep):
+            if f not in frames:
+                frames.append(f)
+    else:
+        cause = None
+    if cause is not None and str(cause) and str(cause) not in message:
+        message = f"{message} (caused by {type(cause).__name__}: {cause})"
+    return ErrorInfo(exc_type=type(exc).__name__, message=message[:4000], frames=frames[-12:])
+
+
+def _describe(info: ErrorInfo) -> str:
+    where = ""
+    if info.frames:
+        f = info.frames[-1]
+        where = f" at {f.file}:{f.line} in {f.function}: {f.code}"
+    return f"{info.exc_type}: {info.message}{where}"
+
+
+def _apply_overrides(tree: ast.Module, overrides: Dict[str, Any], filename: str) -> None:
+    """Replace module-level `NAME = ...` assignments; a named constant that is absent is an error."""
+    seen = set()
+    for node in tree.body:
+        targets: List[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+        for t in targets:
+            if isinstance(t, ast.Name) and t.id in overrides:
+                new = ast.copy_location(ast.Constant(overrides[t.id]), node.value)  # type: ignore[arg-type]
+                node.value = new  # type: ignore[union-attr]
+                seen.add(t.id)
+    missing = sorted(set(overrides) - seen)
+    if missing:
+        raise LookupError(f"{filename}: shape override names unknown module constant(s) {missing}")
+
+
+def load_module(name: str, path: str, overrides: Dict[str, Any]) -> types.ModuleType:
+    """Import a file as its own module, with module-level constants overridden.
+
+    The file stays on disk under its own name so that tracebacks and Triton's
+    `inspect.getsource` see the real source and line numbers.
+    """
+    source = Path(path).read_text(encoding="utf-8")
+    tree = ast.parse(source, filename=path)
+    if overrides:
+        _apply_overrides(tree, overrides, Path(path).name)
+        ast.fix_missing_locations(tree)
+    code = compile(tree, path, "exec")
+    module = types.ModuleType(name)
+    module.__file__ = path
+    sys.modules[name] = module
+    exec(code, module.__dict__)
+    return module
+
+
+def _flatten(out: Any) -> List[Any]:
+    if isinstance(out, (tuple, list)):
+        items: List[Any] = []
+        for o in out:
+            items.extend(_flatten(o))
+        return items
+    return [out]
+
+
+def _tolerance_for(dtype_name: str, override: Optional[Tolerance]) -> Tuple[float, float]:
+    if override is not None:
+        return override.atol, override.rtol
+    return _DEFAULT_TOL.get(dtype_name, (0.0, 0.0))
+
+
+class Executor:
+    def __init__(self, job: EvalJob, workdir: str) -> None:
+        import torch
+
+        self.torch = torch
+        self.job = job
+        self.workdir = Path(workdir)
+        # Separate directories: both files keep their own names in diagnostics.
+        (self.workdir / "problem").mkdir(exist_ok=True)
+        self.problem_path = str(self.workdir / "problem" / _safe_name(job.problem.name, "problem.py"))
+        self.candidate_path = str(self.workdir / _safe_name(job.candidate.name, "candidate.py"))
+        if job.device == "cuda" or (job.device == "auto" and torch.cuda.is_available()):
+            self.device = torch.device("cuda")
+        else:
+            self.device = torch.device("cpu")
+        self.tolerance_used = Tolerance(atol=1e-4, rtol=1e-4)
+
+    # -- verdict helpers -------------------------------------------------
+    def _verdict(
+        self,
+        status: Status,
+        stage: Stage,
+        message: str,
+        trials: List[TrialStat],
+        error: Optional[ErrorInfo] = None,
+        mismatch: Optional[Mismatch] = None,
+        timing: Optional[Timing] = None,
+        timing_note: Optional[str] = None,
+    ) -> Verdict:
+        return Verdict(
+            kind="verdict",
+            status=status,
+            stage=stage,
+            message=message,
+            error=error,
+            mismatch=mismatch,
+            trials=trials,
+            timing=timing,
+            timing_note=timing_note,
+            tolerance=self.tolerance_used,
+        )
+
+    def _to_device(self, values: Sequence[Any]) -> List[Any]:
+        torch = self.torch
+        return [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values]
+
+    def _clone(self, values: Sequence[Any]) -> List[Any]:
+        torch = self.torch
+        return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+    # -- the pipeline ----------------------------------------------------
+    def run(self) -> Any:
+        torch = self.torch
+        job = self.job
+        Path(self.problem_path).write_text(job.problem.source, encoding="utf-8")
+        Path(self.candidate_path).write_text(job.candidate.source, encoding="utf-8")
+
+        # The problem: any failure here is the problem's fault, not the candidate's.
+        try:
+            problem = load_module("tf_problem", self.problem_path, job.overrides)
+            for attr in ("Model", "get_inputs", "get_init_inputs"):
+                if not hasattr(problem, attr):
+                    raise AttributeError(f"problem file defines no `{attr}`")
+            torch.manual_seed(job.seed)
+            init_inputs = list(problem.get_init_inputs())
+        except BaseException as exc:  # noqa: BLE001 - reported, never swallowed
+            info = error_info(exc, self.problem_path)
+            return ProblemError(kind="problem_error", message=f"{job.problem.name}: {_describe(info)}", error=info)
+
+        # The candidate's import: syntax errors, missing names, bad imports.
+        try:
+            candidate = load_module("tf_candidate", self.candidate_path, {})
+            if not isinstance(getattr(candidate, "ModelNew", None), type):
+                raise AttributeError("candidate defines no class `ModelNew`")
+        except BaseException as exc:  # noqa: BLE001
+            info = error_info(exc, self.candidate_path)
+            return self._verdict("compile_error", "import", _describe(info), [], error=info)
+
+        try:
+            torch.manual_seed(job.seed)
+            reference = problem.Model(*self._to_device(self._clone(init_inputs)))
+            if isinstance(reference, torch.nn.Module):
+                reference = reference.to(self.device)
+        except BaseException as exc:  # noqa: BLE001
+            info = error_info(exc, self.problem_path)
+            return ProblemError(kind="problem_error", message=f"{job.problem.name}: {_describe(info)}", error=info)
+        try:
+            torch.manual_seed(job.seed)
+            model = candidate.ModelNew(*self._to_device(self._clone(init_inputs)))
+            if isinstance(model, torch.nn.Module):
+                model = model.to(self.device)
+        except BaseException as exc:  # noqa: BLE001
+            info = error_info(exc, self.candidate_path)
+            return self._verdict("runtime_error", "init", f"building ModelNew failed: {_describe(info)}", [], error=info)
+
+        trials: List[TrialStat] = []
+        try:
+            for t in range(job.trials):
+                trials.append(self._trial(t, problem, reference, model, trials))
+        except _Fail as fail:
+            return fail.verdict
+
+        note = None
+        timing = None
+        if not job.timing:
+            note = "timing not requested"
+        elif self.device.type != "cuda":
+            note = "timing unavailable in CPU mode (Triton interpreter)"
+        else:
+            note = "timing on GPU is not implemented by this executor version"
+        worst = max((s.max_abs_err or 0.0 for s in trials), default=0.0)
+        msg = f"all {len(trials)} trials match (max abs err {worst:.3g})"
+        return self._verdict("correct", "correctness", msg, trials, timing=timing, timing_note=note)
+
+    def _trial(self, t: int, problem: Any, reference: Any, model: Any, done: List[TrialStat]) -> TrialStat:
+        torch = self.torch
+        seed = self.job.seed + 1 + t * 7919
+        try:
+            torch.manual_seed(seed)
+            inputs = self._to_device(list(problem.get_inputs()))
+        except BaseException as exc:  # noqa: BLE001
+            info = error_info(exc, self.problem_path)
+            raise _Fail(self._verdict("runtime_error", "correctness", f"problem get_inputs failed: {_describe(info)}", done, error=info))
+        cand_inputs = self._clone(inputs)
+        before = self._clone(cand_inputs)
+        # The candidate runs first, so its output buffers can never be memory the
+        # reference just freed with the right answer in it.
+        try:
+            with torch.no_grad():
+                got = model(*cand_inputs)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+        except BaseException as exc:  # noqa: BLE001
+            info = error_info(exc, self.candidate_path)
+            status: Status = "compile_error" if _is_compile_error(exc) else "runtime_error"
+            raise _Fail(self._verdict(status, "correctness", f"trial {t}: {_describe(info)}", done, error=info))
+        with torch.no_grad():
+            torch.manual_seed(seed)
+            expected = reference(*inputs)
+
+        for i, (b, a) in enumerate(zip(before, cand_inputs)):
+            if isinstance(b, torch.Tensor) and not _same_bits(torch, b, a):
+                raise _Fail(
+                    self._verdict(
+                        "incorrect",
+                        "correctness",
+                        f"trial {t}: the candidate wrote into input {i}; inputs must be left unchanged",
+                        done,
+                        mismatch=Mismatch(
+                            trial=t, output=i, kind="input_mutated", expected="unchanged input", got="modified input",
+                            max_abs_err=None, max_rel_err=None, worst_index=[], mismatched=0, total=int(b.numel()),
+                        ),
+                    )
+                )
+        exp = _flatten(expected)
+        out = _flatten(got)
+        if len(exp) != len(out):
+            raise _Fail(self._mismatch(t, 0, "count", f"{len(exp)} outputs", f"{len(out)} outputs", done))
+        worst_abs = 0.0
+        worst_rel = 0.0
+        for i, (e, o) in enumerate(zip(exp, out)):
+            a, r = self._compare(t, i, e, o, done)
+            worst_abs = max(worst_abs, a)
+            worst_rel = max(worst_rel, r)
+        return TrialStat(trial=t, seed=seed, outputs=len(exp), max_abs_err=finite_or_none(worst_abs), max_rel_err=finite_or_none(worst_rel), passed=True)
+
+    def _mismatch(self, t: int, i: int, kind: Any, expected: str, got: str, done: List[TrialStat], **kw: Any) -> _Fail:
+        m = Mismatch(
+            trial=t, output=i, kind=kind, expected=expected, got=got,
+            max_abs_err=kw.get("max_abs_err"), max_rel_err=kw.get("max_rel_err"),
+            worst_index=kw.get("worst_index", []), mismatched=kw.get("mismatched", 0), total=kw.get("total", 0),
+        )
+        detail = kw.get("detail") or f"expected {expected}, got {got}"
+        return _Fail(self._verdict("incorrect", "correctness", f"trial {t}, output {i}: {detail}", done, mismatch=m))
+
+    def _compare(self, t: int, i: int, e: Any, o: Any, done: List[TrialStat]) -> Tuple[float, float]:
+        torch = self.torch
+        if not isinstance(e, torch.Tensor):
+            if e != o:
+                raise self._mismatch(t, i, "value", repr(e)[:80], repr(o)[:80], done)
+            return 0.0, 0.0
+        # Exactly a Tensor: a subclass could lie about its values when compared.
+        if type(o) is not torch.Tensor:
+            raise self._mismatch(t, i, "type", "torch.Tensor", type(o).__name__, done)
+        if o.device.type != e.device.type:
+            raise self._mismatch(t, i, "device", str(e.device), str(o.device), done)
+        if tuple(o.shape) != tuple(e.shape):
+            raise self._mismatch(t, i, "shape", str(tuple(e.shape)), str(tuple(o.shape)), done)
+        if o.dtype != e.dtype:
+            raise self._mismatch(t, i, "dtype", str(e.dtype), str(o.dtype), done)
+        atol, rtol = _tolerance_for(str(e.dtype).replace("torch.", ""), self.job.tolerance)
+        self.tolerance_used = Tolerance(atol=atol, rtol=rtol)
+        total = int(e.numel())
+        if total == 0:
+            return 0.0, 0.0
+        if not (e.is_floating_point() or e.is_complex()):
+            diff = o != e
+            n = int(diff.sum())
+            if n:
+                idx = _unravel(int(diff.flatten().nonzero()[0]), e.shape)
+                raise self._mismatch(t, i, "value", str(e[tuple(idx)].item()), str(o[tuple(idx)].item()), done,
+                                     worst_index=idx, mismatched=n, total=total,
+                                     detail=f"{n}/{total} elements differ, first at {idx}")
+            return 0.0, 0.0
+        of = o.detach().double()
+        ef = e.detach().double()
+        nonfinite = ~torch.isfinite(of)
+        if bool(nonfinite.any()):
+            n = int(nonfinite.sum())
+            idx = _unravel(int(nonfinite.flatten().nonzero()[0]), e.shape)
+            raise self._mismatch(t, i, "nonfinite", f"{ef[tuple(idx)].item():.6g}", str(of[tuple(idx)].item()), done,
+                                 worst_index=idx, mismatched=n, total=total,
+                                 detail=f"{n}/{total} elements are NaN or Inf (first at {idx}); NaN/Inf never pass")
+        abs_err = (of - ef).abs()
+        rel_err = abs_err / ef.abs().clamp_min(1e-12)
+        bad = abs_err > (atol + rtol * ef.abs())
+        bad |= ~torch.isfinite(ef)
+        max_abs = float(abs_err.max())
+        max_rel = float(rel_err.max())
+        n = int(bad.sum())
+        if n:
+            flat = int(torch.argmax(torch.where(bad, abs_err, torch.zeros_like(abs_err))))
+            idx = _unravel(flat, e.shape)
+            raise self._mismatch(
+                t, i, "value", f"{ef[tuple(idx)].item():.6g}", f"{of[tuple(idx)].item():.6g}", done,
+                max_abs_err=finite_or_none(max_abs), max_rel_err=finite_or_none(max_rel), worst_index=idx,
+                mismatched=n, total=total,
+                detail=(f"{n}/{total} elements outside atol={atol:g} rtol={rtol:g}; max abs err {max_abs:.4g}, "
+                        f"max rel err {max_rel:.4g}; worst at {idx}: expected {ef[tuple(idx)].item():.6g}, "
+                        f"got {of[tuple(idx)].item():.6g}"),
+            )
+        return max_abs, max_rel
+
+
+def _same_bits(torch: Any, a: Any, b: Any) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        # NaN-aware exact comparison: a NaN input left in place is unchanged.
+        return bool(torch.equal(a.isnan(), b.isnan())) and bool(torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
+    return bool(torch.equal(a, b))
+
+
+def _unravel(flat: int, shape: Sequence[int]) -> List[int]:
+    idx = []
+    for dim in reversed(list(shape)):
+        idx.append(flat % dim)
+        flat //= dim
+    return list(reversed(idx))
+
+
+def _is_compile_error(exc: BaseException) -> bool:
+    for e in (exc, exc.__cause__, exc.__context__):
+        if e is not None and type(e).__module__.startswith("triton.compiler"):
+            return True
+    return False
+
+
+def _safe_name(name: str, default: str) -> str:
+    base = os.path.basename(name)
+    if not base.endswith(".py") or not base[:-3].replace("_", "a").replace("-", "a").isalnum():
+        return default
+    return base

@@ -1,0 +1,315 @@
+"""Mirror of the Rust protocol crate (`crates/protocol`).
+
+Every message is one JSON object on one line. The Rust definitions are the
+source of truth; `cargo test -p tritonforge-protocol` round-trips every message
+type through this module, so a field added on one side only fails CI.
+
+Decoding is strict: unknown keys, missing keys and wrong types are errors, so a
+drift between the two sides is loud rather than silently lossy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Union
+
+PROTOCOL_VERSION = 1
+
+Status = Literal["rejected", "compile_error", "runtime_error", "timeout", "incorrect", "correct"]
+Stage = Literal["guard", "import", "init", "correctness", "timing", "process"]
+DeviceRequest = Literal["auto", "cpu", "cuda"]
+MismatchKind = Literal[
+    "value", "nonfinite", "shape", "dtype", "count", "type", "device", "input_mutated"
+]
+
+
+class ProtocolError(ValueError):
+    """A message that does not match the protocol."""
+
+
+@dataclass
+class GpuInfo:
+    index: int
+    name: str
+    memory_bytes: int
+    capability: str
+
+
+@dataclass
+class EnvInfo:
+    python: str
+    platform: str
+    torch: str
+    triton: str
+    numpy: str
+    device: Literal["cpu", "cuda"]
+    interpret: bool
+    cuda: Optional[str]
+    driver: Optional[str]
+    gpus: List[GpuInfo]
+
+
+@dataclass
+class SourceFile:
+    name: str
+    source: str
+
+
+@dataclass
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+@dataclass
+class EvalJob:
+    problem: SourceFile
+    candidate: SourceFile
+    trials: int
+    seed: int
+    tolerance: Optional[Tolerance]
+    overrides: Dict[str, Any]
+    device: DeviceRequest
+    timing: bool
+
+
+@dataclass
+class Frame:
+    file: str
+    line: int
+    function: str
+    code: str
+
+
+@dataclass
+class ErrorInfo:
+    exc_type: str
+    message: str
+    frames: List[Frame]
+
+
+@dataclass
+class Mismatch:
+    trial: int
+    output: int
+    kind: MismatchKind
+    expected: str
+    got: str
+    max_abs_err: Optional[float]
+    max_rel_err: Optional[float]
+    worst_index: List[int]
+    mismatched: int
+    total: int
+
+
+@dataclass
+class TrialStat:
+    trial: int
+    seed: int
+    outputs: int
+    max_abs_err: Optional[float]
+    max_rel_err: Optional[float]
+    passed: bool
+
+
+@dataclass
+class TimingStats:
+    median_ms: float
+    iqr_ms: float
+    samples: int
+
+
+@dataclass
+class Timing:
+    reference: TimingStats
+    candidate: TimingStats
+    speedup: float
+    speedup_low: float
+    speedup_high: float
+
+
+@dataclass
+class Verdict:
+    KIND: ClassVar[str] = "verdict"
+    kind: Literal["verdict"]
+    status: Status
+    stage: Stage
+    message: str
+    error: Optional[ErrorInfo]
+    mismatch: Optional[Mismatch]
+    trials: List[TrialStat]
+    timing: Optional[Timing]
+    timing_note: Optional[str]
+    tolerance: Tolerance
+
+
+@dataclass
+class ProblemError:
+    """The problem file itself is broken: not a verdict on the candidate."""
+
+    KIND: ClassVar[str] = "problem_error"
+    kind: Literal["problem_error"]
+    message: str
+    error: Optional[ErrorInfo]
+
+
+Outcome = Union[Verdict, ProblemError]
+
+
+@dataclass
+class Hello:
+    TYPE: ClassVar[str] = "hello"
+    type: Literal["hello"]
+    protocol: int
+    worker_version: str
+    pid: int
+    env: EnvInfo
+
+
+@dataclass
+class Evaluate:
+    TYPE: ClassVar[str] = "evaluate"
+    type: Literal["evaluate"]
+    protocol: int
+    id: str
+    job: EvalJob
+
+
+@dataclass
+class EvalResult:
+    TYPE: ClassVar[str] = "result"
+    type: Literal["result"]
+    protocol: int
+    id: str
+    outcome: Outcome
+    elapsed_ms: float
+
+
+@dataclass
+class Error:
+    TYPE: ClassVar[str] = "error"
+    type: Literal["error"]
+    protocol: int
+    id: Optional[str]
+    message: str
+
+
+@dataclass
+class Shutdown:
+    TYPE: ClassVar[str] = "shutdown"
+    type: Literal["shutdown"]
+    protocol: int
+
+
+MESSAGE_TYPES: Dict[str, type] = {
+    cls.TYPE: cls for cls in (Hello, Evaluate, EvalResult, Error, Shutdown)  # type: ignore[attr-defined]
+}
+
+
+def _decode(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin is Union:
+        if type(None) in args and value is None:
+            return None
+        options = [a for a in args if a is not type(None)]
+        if all(dataclasses.is_dataclass(a) for a in options) and len(options) > 1:
+            if not isinstance(value, dict) or "kind" not in value:
+                raise ProtocolError(f"{path}: expected a tagged object")
+            for opt in options:
+                if getattr(opt, "KIND", None) == value["kind"]:
+                    return _decode(opt, value, path)
+            raise ProtocolError(f"{path}: unknown kind {value['kind']!r}")
+        if len(options) == 1:
+            return _decode(options[0], value, path)
+        raise ProtocolError(f"{path}: unsupported union")
+    if origin is Literal:
+        if value not in args:
+            raise ProtocolError(f"{path}: {value!r} is not one of {list(args)}")
+        return value
+    if origin in (list, List):
+        if not isinstance(value, list):
+            raise ProtocolError(f"{path}: expected a list")
+        return [_decode(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin in (dict, Dict):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{path}: expected an object")
+        return {str(k): _decode(args[1], v, f"{path}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{path}: expected an object for {tp.__name__}")
+        hints = typing.get_type_hints(tp)
+        names = [f.name for f in dataclasses.fields(tp)]
+        unknown = set(value) - set(names)
+        if unknown:
+            raise ProtocolError(f"{path}: unknown field(s) {sorted(unknown)} in {tp.__name__}")
+        kwargs = {}
+        for name in names:
+            if name not in value:
+                raise ProtocolError(f"{path}: missing field {name!r} in {tp.__name__}")
+            kwargs[name] = _decode(hints[name], value[name], f"{path}.{name}")
+        return tp(**kwargs)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProtocolError(f"{path}: expected a number")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ProtocolError(f"{path}: expected an integer")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ProtocolError(f"{path}: expected a boolean")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ProtocolError(f"{path}: expected a string")
+        return value
+    raise ProtocolError(f"{path}: unsupported type {tp!r}")
+
+
+def decode(line: str) -> Any:
+    """Parse one protocol line into its message dataclass."""
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or "type" not in data:
+        raise ProtocolError("a message is an object with a 'type' field")
+    cls = MESSAGE_TYPES.get(data["type"])
+    if cls is None:
+        raise ProtocolError(f"unknown message type {data['type']!r}")
+    proto = data.get("protocol")
+    if proto != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"protocol version mismatch: message speaks {proto!r}, this worker speaks {PROTOCOL_VERSION}"
+        )
+    return _decode(cls, data, data["type"])
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ProtocolError("non-finite floats cannot cross the protocol; send null")
+    return value
+
+
+def encode(message: Any) -> str:
+    """Serialise a message dataclass to one line (no trailing newline)."""
+    return json.dumps(_plain(message), allow_nan=False, separators=(",", ":"))
+
+
+def finite_or_none(x: float) -> Optional[float]:
+    return float(x) if math.isfinite(x) else None
+
