@@ -36,7 +36,7 @@ pub fn json_line(ev: &Evaluation) -> String {
 
 fn fmt_err(x: Option<f64>) -> String {
     match x {
-        Some(v) if v == 0.0 => "0".into(),
+        Some(0.0) => "0".into(),
         Some(v) if (1e-3..1e4).contains(&v.abs()) => format!("{v:.4}"),
         Some(v) => format!("{v:.2e}"),
         None => "-".into(),
@@ -70,10 +70,13 @@ pub fn verdict_text(ev: &Evaluation) -> String {
     if let Some(m) = &r.mismatch {
         let _ = writeln!(
             s,
-            "mismatch:  trial {}, output {}: {:?}; expected {}, got {}; max abs err {}, max rel err {}; {} of {} elements at fault",
+            "mismatch:  trial {}, output {}: {}; expected {}, got {}; max abs err {}, max rel err {}; {} of {} elements at fault",
             m.trial,
             m.output,
-            m.kind,
+            serde_json::to_value(m.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
             m.expected,
             m.got,
             fmt_err(m.max_abs_err),

@@ -256,21 +256,8 @@ impl Evaluator {
                 stderr_tail,
                 wall_ms,
             } => {
-                let last = stderr_tail
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("")
-                    .trim()
-                    .to_string();
                 record.status = Status::RuntimeError;
-                record.message = if last.is_empty() {
-                    format!("the candidate's process {exit} before answering")
-                } else {
-                    format!(
-                        "the candidate's process {exit} before answering; last stderr line: {last}"
-                    )
-                };
+                record.message = crash_message(&exit, &stderr_tail, &job.candidate.name);
                 record.stderr_tail = Some(stderr_tail).filter(|s| !s.is_empty());
                 record.wall_ms = wall_ms;
             }
@@ -284,6 +271,30 @@ impl Evaluator {
             cached: false,
         })
     }
+}
+
+/// Say how the process died and, from Python's fault handler dump, where in the candidate.
+fn crash_message(exit: &str, stderr_tail: &str, candidate_file: &str) -> String {
+    let mut msg = format!("the candidate's process {exit} before answering");
+    if let Some(fatal) = stderr_tail
+        .lines()
+        .find(|l| l.starts_with("Fatal Python error"))
+    {
+        msg.push_str(&format!(" ({})", fatal.trim()));
+    }
+    // faulthandler prints `File "/scratch/.../cand.py", line 11 in forward`, innermost first.
+    let needle = format!("/{candidate_file}\", line ");
+    if let Some(at) = stderr_tail.lines().find_map(|l| {
+        let i = l.find(&needle)?;
+        let rest = &l[i + needle.len()..];
+        let (line, func) = rest.split_once(" in ")?;
+        Some(format!(" at {candidate_file}:{line} in {}", func.trim()))
+    }) {
+        msg.push_str(&at);
+    } else if let Some(last) = stderr_tail.lines().rev().find(|l| !l.trim().is_empty()) {
+        msg.push_str(&format!("; last stderr line: {}", last.trim()));
+    }
+    msg
 }
 
 fn file_name(p: &std::path::Path) -> String {

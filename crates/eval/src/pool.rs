@@ -59,6 +59,7 @@ impl Default for PoolConfig {
 
 /// What became of one job, as far as the process is concerned.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per evaluation, moved once
 pub enum Execution {
     /// The executor answered.
     Answered {
@@ -351,7 +352,7 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
         let name = Signal::try_from(sig)
             .map(|s| s.as_str().to_string())
             .unwrap_or_else(|_| format!("signal {sig}"));
-        return format!("killed by {name}");
+        return format!("was killed by {name}");
     }
     match status.code() {
         Some(c) => format!("exited with status {c}"),

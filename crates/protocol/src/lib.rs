@@ -282,6 +282,7 @@ pub struct ProblemError {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // built once per evaluation; boxing buys nothing
 pub enum Outcome {
     Verdict(Verdict),
     ProblemError(ProblemError),

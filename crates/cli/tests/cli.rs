@@ -1,0 +1,419 @@
+//! End-to-end tests of the real `tritonforge` binary driving the real Python worker
+//! (CPU mode: Triton's interpreter) and a real SQLite store.
+//!
+//! The managed environment is shared by every test (`<repo>/.tritonforge/venv`, the
+//! same one the README's main command creates); the first test to need it creates it
+//! under a file lock. Each test has its own state directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn venv() -> PathBuf {
+    std::env::var_os("TRITONFORGE_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".tritonforge/venv"))
+}
+
+fn fixture(rel: &str) -> PathBuf {
+    repo().join("crates/cli/tests/fixtures").join(rel)
+}
+
+fn tf(state: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tritonforge"));
+    c.arg("--state-dir")
+        .arg(state)
+        .arg("--venv")
+        .arg(venv())
+        .env_remove("TRITONFORGE_PYTHON")
+        .env_remove("TRITONFORGE_HOME")
+        .stdin(Stdio::null());
+    c
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("run tritonforge")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// One evaluation with `--json`: (exit code, record, stderr).
+fn eval_one(state: &Path, problem: &Path, candidate: &Path, extra: &[&str]) -> (i32, Value, String) {
+    let out = run(tf(state)
+        .args(["eval", "--json", "--problem"])
+        .arg(problem)
+        .arg("--candidate")
+        .arg(candidate)
+        .args(extra));
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    let record: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\nstderr: {stderr}"));
+    (out.status.code().unwrap_or(-1), record, stderr)
+}
+
+fn relu_problem() -> PathBuf {
+    fixture("problems/relu_small.py")
+}
+
+#[test]
+fn a_correct_candidate_is_correct_and_a_repeat_is_a_cache_hit() {
+    let state = tempfile::tempdir().unwrap();
+    let cand = repo().join("bench/solutions/level1/relu.py");
+    let problem = repo().join("bench/level1/relu.py");
+    let (code, rec, err) = eval_one(state.path(), &problem, &cand, &[]);
+    assert_eq!(code, 0, "stderr: {err}");
+    assert_eq!(rec["status"], "correct");
+    assert_eq!(rec["cached"], false);
+    assert_eq!(rec["trials"].as_array().unwrap().len(), 5);
+    // CPU mode picks the manifest's `small` variant and never invents a timing.
+    assert_eq!(rec["config"]["variant"], "small");
+    assert_eq!(rec["config"]["overrides"]["DIM"], 1000);
+    assert!(rec["timing"].is_null());
+    assert!(rec["timing_note"].as_str().unwrap().contains("CPU mode"));
+    assert_eq!(rec["environment"]["device"], "cpu");
+    assert_eq!(rec["environment"]["interpret"], true);
+    assert_eq!(rec["key"].as_str().unwrap().len(), 64);
+
+    let (code2, rec2, _) = eval_one(state.path(), &problem, &cand, &[]);
+    assert_eq!(code2, 0);
+    assert_eq!(rec2["cached"], true);
+    assert_eq!(rec2["key"], rec["key"]);
+
+    // A different config is a different evaluation, not a hit.
+    let (_, rec3, _) = eval_one(state.path(), &problem, &cand, &["--trials", "2"]);
+    assert_eq!(rec3["cached"], false);
+    assert_ne!(rec3["key"], rec["key"]);
+
+    // The human-readable form says it was a hit too, and the store file holds the records.
+    let out = run(tf(state.path())
+        .args(["eval", "--problem"])
+        .arg(&problem)
+        .arg("--candidate")
+        .arg(&cand));
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("verdict:   correct"), "{stdout}");
+    assert!(stdout.contains("cache hit"), "{stdout}");
+    let db = rusqlite::Connection::open(state.path().join("tritonforge.sqlite")).unwrap();
+    let n: i64 = db
+        .query_row("SELECT COUNT(*) FROM evaluations", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 2);
+}
+
+#[test]
+fn wrong_values_are_incorrect_with_the_max_error_and_where() {
+    let state = tempfile::tempdir().unwrap();
+    let (code, rec, _) = eval_one(
+        state.path(),
+        &relu_problem(),
+        &fixture("candidates/wrong_values.py"),
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(rec["status"], "incorrect");
+    assert_eq!(rec["stage"], "correctness");
+    let m = &rec["mismatch"];
+    assert_eq!(m["kind"], "value");
+    assert_eq!(m["trial"], 0);
+    assert_eq!(m["output"], 0);
+    let max_abs = m["max_abs_err"].as_f64().unwrap();
+    assert!(max_abs > 1e-3 && max_abs < 0.1, "leaky slope 0.01 on randn: {max_abs}");
+    assert_eq!(m["worst_index"].as_array().unwrap().len(), 2);
+    assert!(m["mismatched"].as_u64().unwrap() > 0);
+    let msg = rec["message"].as_str().unwrap();
+    assert!(msg.contains("max abs err") && msg.contains("worst at"), "{msg}");
+}
+
+#[test]
+fn nan_never_passes() {
+    let state = tempfile::tempdir().unwrap();
+    let (code, rec, _) = eval_one(
+        state.path(),
+        &relu_problem(),
+        &fixture("candidates/nan_output.py"),
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(rec["status"], "incorrect");
+    assert_eq!(rec["mismatch"]["kind"], "nonfinite");
+}
+
+#[test]
+fn a_syntax_error_is_a_compile_error_at_the_candidates_line() {
+    let state = tempfile::tempdir().unwrap();
+    let (code, rec, _) = eval_one(
+        state.path(),
+        &relu_problem(),
+        &fixture("candidates/syntax_error.py"),
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(rec["status"], "compile_error");
+    assert_eq!(rec["stage"], "import");
+    assert_eq!(rec["error"]["exc_type"], "SyntaxError");
+    let frames = rec["error"]["frames"].as_array().unwrap();
+    let last = frames.last().expect("a frame in the candidate");
+    assert_eq!(last["file"], "syntax_error.py");
+    assert_eq!(last["line"], 9);
+}
+
+#[test]
+fn an_exception_in_forward_is_a_runtime_error_with_the_candidates_frames() {
+    let state = tempfile::tempdir().unwrap();
+    let (code, rec, _) = eval_one(
+        state.path(),
+        &relu_problem(),
+        &fixture("candidates/raises.py"),
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(rec["status"], "runtime_error");
+    assert_eq!(rec["error"]["exc_type"], "ValueError");
+    let frames = rec["error"]["frames"].as_array().unwrap();
+    // Only the candidate's own frames, innermost last, with its line numbers.
+    assert!(frames.iter().all(|f| f["file"] == "raises.py"), "{frames:?}");
+    assert_eq!(frames.last().unwrap()["line"], 13);
+    assert_eq!(frames.last().unwrap()["function"], "compute_scale");
+    assert!(rec["message"].as_str().unwrap().contains("scale table is empty"));
+}
+
+#[test]
+fn writing_into_inputs_is_incorrect() {
+    let state = tempfile::tempdir().unwrap();
+    let (code, rec, _) = eval_one(
+        state.path(),
+        &relu_problem(),
+        &fixture("candidates/writes_inputs.py"),
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(rec["status"], "incorrect");
+    assert_eq!(rec["mismatch"]["kind"], "input_mutated");
+    assert!(rec["message"].as_str().unwrap().contains("wrote into input 0"));
+}
+
+#[test]
+fn broken_problem_files_get_a_clear_error_naming_the_file() {
+    let state = tempfile::tempdir().unwrap();
+    let cand = fixture("candidates/relu_ok.py");
+    for (problem, needle) in [
+        ("problems/bad_syntax.py", "SyntaxError"),
+        ("problems/no_inputs.py", "get_inputs"),
+    ] {
+        let p = fixture(problem);
+        let out = run(tf(state.path())
+            .args(["eval", "--problem"])
+            .arg(&p)
+            .arg("--candidate")
+            .arg(&cand));
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{problem}: {err}");
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(err.contains(&name) && err.contains(needle), "{problem}: {err}");
+    }
+    // A problem file that does not exist is named before anything starts.
+    let out = run(tf(state.path())
+        .args(["eval", "--problem", "/nonexistent/p.py", "--candidate"])
+        .arg(&cand));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("/nonexistent/p.py"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let state = tempfile::tempdir().unwrap();
+    let out = run(tf(state.path()).args(["eval", "--problem", "x.py"]));
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(tf(state.path()).args(["eval", "--bogus"]));
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(tf(state.path()).args(["frobnicate"]));
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Build a problems/candidates pair of directories: every candidate gets a copy of
+/// the small ReLU problem under its own name.
+fn batch_dirs(root: &Path, candidates: &[(&str, &str)]) -> (PathBuf, PathBuf) {
+    let probs = root.join("problems");
+    let cands = root.join("candidates");
+    std::fs::create_dir_all(&probs).unwrap();
+    std::fs::create_dir_all(&cands).unwrap();
+    for (name, fixture_name) in candidates {
+        std::fs::copy(relu_problem(), probs.join(format!("{name}.py"))).unwrap();
+        std::fs::copy(
+            fixture(&format!("candidates/{fixture_name}.py")),
+            cands.join(format!("{name}.py")),
+        )
+        .unwrap();
+    }
+    (probs, cands)
+}
+
+fn json_lines(stdout: &[u8]) -> Vec<Value> {
+    text(stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn by_name(records: &[Value], name: &str) -> Value {
+    records
+        .iter()
+        .find(|r| r["problem"]["name"] == name)
+        .unwrap_or_else(|| panic!("no record for {name}"))
+        .clone()
+}
+
+#[test]
+fn a_batch_survives_hangs_and_aborts_and_every_process_is_fresh() {
+    let root = tempfile::tempdir().unwrap();
+    let (probs, cands) = batch_dirs(
+        root.path(),
+        &[
+            ("a_hang", "hangs"),
+            ("b_abort", "aborts"),
+            ("c_fresh", "fresh_process"),
+            ("d_fresh", "fresh_process"),
+            ("e_fresh", "fresh_process"),
+            ("f_prints", "prints"),
+        ],
+    );
+    let state = root.path().join("state");
+    let started = Instant::now();
+    let out = run(tf(&state)
+        .args(["eval", "--json", "--jobs", "2", "--budget", "10", "--problems"])
+        .arg(&probs)
+        .arg("--candidates")
+        .arg(&cands));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let recs = json_lines(&out.stdout);
+    assert_eq!(recs.len(), 6, "{err}");
+
+    let hang = by_name(&recs, "a_hang");
+    assert_eq!(hang["status"], "timeout");
+    assert_eq!(hang["stage"], "process");
+    let abort = by_name(&recs, "b_abort");
+    assert_eq!(abort["status"], "runtime_error");
+    assert_eq!(abort["stage"], "process");
+    let msg = abort["message"].as_str().unwrap();
+    assert!(msg.contains("SIGABRT") && msg.contains("b_abort.py:11 in forward"), "{abort}");
+    // faulthandler's dump names the candidate's line.
+    assert!(abort["stderr_tail"].as_str().unwrap().contains("b_abort.py"), "{abort}");
+    for name in ["c_fresh", "d_fresh", "e_fresh"] {
+        assert_eq!(by_name(&recs, name)["status"], "correct", "{name}");
+    }
+    // Candidate stdout is diverted to stderr: no forged or corrupted protocol line.
+    assert_eq!(by_name(&recs, "f_prints")["status"], "correct");
+    // The hang cost its budget once, in parallel with the others, not the whole batch.
+    assert!(started.elapsed() < Duration::from_secs(90), "{:?}", started.elapsed());
+    assert!(err.contains("6 evaluations"), "{err}");
+
+    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
+    let n: i64 = db
+        .query_row("SELECT COUNT(*) FROM evaluations", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 6);
+}
+
+fn stored(state: &Path) -> i64 {
+    let path = state.join("tritonforge.sqlite");
+    if !path.exists() {
+        return 0;
+    }
+    rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|db| db.query_row("SELECT COUNT(*) FROM evaluations", [], |r| r.get(0)))
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_interrupted_batch_loses_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let names: Vec<(String, &str)> = (0..8)
+        .map(|i| (format!("slow_{i}"), "slow_correct"))
+        .collect();
+    let refs: Vec<(&str, &str)> = names.iter().map(|(n, f)| (n.as_str(), *f)).collect();
+    let (probs, cands) = batch_dirs(root.path(), &refs);
+    let state = root.path().join("state");
+    let mut child = tf(&state)
+        .args(["eval", "--jobs", "1", "--problems"])
+        .arg(&probs)
+        .arg("--candidates")
+        .arg(&cands)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while stored(&state) < 2 {
+        assert!(Instant::now() < deadline, "no progress");
+        assert!(child.try_wait().unwrap().is_none(), "batch ended early");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    let before = stored(&state);
+    assert!((2..8).contains(&before), "stored {before}");
+
+    let out = run(tf(&state)
+        .args(["eval", "--json", "--jobs", "2", "--problems"])
+        .arg(&probs)
+        .arg("--candidates")
+        .arg(&cands));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let recs = json_lines(&out.stdout);
+    assert_eq!(recs.len(), 8);
+    assert!(recs.iter().all(|r| r["status"] == "correct"));
+    let hits = recs.iter().filter(|r| r["cached"] == true).count() as i64;
+    assert_eq!(hits, before, "everything stored before the interrupt is a cache hit");
+    assert_eq!(stored(&state), 8);
+}
+
+#[test]
+fn doctor_reports_interpreter_versions_device_and_store() {
+    let state = tempfile::tempdir().unwrap();
+    // Make sure the environment exists (first test to get here creates it).
+    let out = run(tf(state.path()).arg("setup"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = run(tf(state.path()).arg("doctor"));
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("torch 2.11.0"), "{stdout}");
+    assert!(stdout.contains("triton 3.6.0"), "{stdout}");
+    assert!(stdout.contains("CPU mode: Triton interpreter"), "{stdout}");
+    assert!(stdout.contains(&venv().join("bin/python").display().to_string()), "{stdout}");
+    assert!(stdout.contains("tritonforge.sqlite"), "{stdout}");
+
+    let out = run(tf(state.path()).args(["doctor", "--json"]));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["env"]["device"], "cpu");
+    assert_eq!(v["protocol"], 1);
+
+    // A named interpreter that lacks torch is reported as unusable, not crashed on.
+    let out = run(tf(state.path()).args(["--python", "python3", "doctor"]));
+    let stdout = text(&out.stdout);
+    if !stdout.contains("torch 2.11.0") {
+        assert_eq!(out.status.code(), Some(3), "{stdout}");
+        assert!(stdout.contains("unusable"), "{stdout}");
+    }
+}
