@@ -49,7 +49,12 @@ fn text(b: &[u8]) -> String {
 }
 
 /// One evaluation with `--json`: (exit code, record, stderr).
-fn eval_one(state: &Path, problem: &Path, candidate: &Path, extra: &[&str]) -> (i32, Value, String) {
+fn eval_one(
+    state: &Path,
+    problem: &Path,
+    candidate: &Path,
+    extra: &[&str],
+) -> (i32, Value, String) {
     let out = run(tf(state)
         .args(["eval", "--json", "--problem"])
         .arg(problem)
@@ -130,11 +135,17 @@ fn wrong_values_are_incorrect_with_the_max_error_and_where() {
     assert_eq!(m["trial"], 0);
     assert_eq!(m["output"], 0);
     let max_abs = m["max_abs_err"].as_f64().unwrap();
-    assert!(max_abs > 1e-3 && max_abs < 0.1, "leaky slope 0.01 on randn: {max_abs}");
+    assert!(
+        max_abs > 1e-3 && max_abs < 0.1,
+        "leaky slope 0.01 on randn: {max_abs}"
+    );
     assert_eq!(m["worst_index"].as_array().unwrap().len(), 2);
     assert!(m["mismatched"].as_u64().unwrap() > 0);
     let msg = rec["message"].as_str().unwrap();
-    assert!(msg.contains("max abs err") && msg.contains("worst at"), "{msg}");
+    assert!(
+        msg.contains("max abs err") && msg.contains("worst at"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -184,10 +195,16 @@ fn an_exception_in_forward_is_a_runtime_error_with_the_candidates_frames() {
     assert_eq!(rec["error"]["exc_type"], "ValueError");
     let frames = rec["error"]["frames"].as_array().unwrap();
     // Only the candidate's own frames, innermost last, with its line numbers.
-    assert!(frames.iter().all(|f| f["file"] == "raises.py"), "{frames:?}");
+    assert!(
+        frames.iter().all(|f| f["file"] == "raises.py"),
+        "{frames:?}"
+    );
     assert_eq!(frames.last().unwrap()["line"], 13);
     assert_eq!(frames.last().unwrap()["function"], "compute_scale");
-    assert!(rec["message"].as_str().unwrap().contains("scale table is empty"));
+    assert!(rec["message"]
+        .as_str()
+        .unwrap()
+        .contains("scale table is empty"));
 }
 
 #[test]
@@ -202,7 +219,10 @@ fn writing_into_inputs_is_incorrect() {
     assert_eq!(code, 1);
     assert_eq!(rec["status"], "incorrect");
     assert_eq!(rec["mismatch"]["kind"], "input_mutated");
-    assert!(rec["message"].as_str().unwrap().contains("wrote into input 0"));
+    assert!(rec["message"]
+        .as_str()
+        .unwrap()
+        .contains("wrote into input 0"));
 }
 
 #[test]
@@ -222,7 +242,10 @@ fn broken_problem_files_get_a_clear_error_naming_the_file() {
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{problem}: {err}");
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        assert!(err.contains(&name) && err.contains(needle), "{problem}: {err}");
+        assert!(
+            err.contains(&name) && err.contains(needle),
+            "{problem}: {err}"
+        );
     }
     // A problem file that does not exist is named before anything starts.
     let out = run(tf(state.path())
@@ -294,7 +317,15 @@ fn a_batch_survives_hangs_and_aborts_and_every_process_is_fresh() {
     let state = root.path().join("state");
     let started = Instant::now();
     let out = run(tf(&state)
-        .args(["eval", "--json", "--jobs", "2", "--budget", "10", "--problems"])
+        .args([
+            "eval",
+            "--json",
+            "--jobs",
+            "2",
+            "--budget",
+            "10",
+            "--problems",
+        ])
         .arg(&probs)
         .arg("--candidates")
         .arg(&cands));
@@ -310,16 +341,29 @@ fn a_batch_survives_hangs_and_aborts_and_every_process_is_fresh() {
     assert_eq!(abort["status"], "runtime_error");
     assert_eq!(abort["stage"], "process");
     let msg = abort["message"].as_str().unwrap();
-    assert!(msg.contains("SIGABRT") && msg.contains("b_abort.py:11 in forward"), "{abort}");
+    assert!(
+        msg.contains("SIGABRT") && msg.contains("b_abort.py:11 in forward"),
+        "{abort}"
+    );
     // faulthandler's dump names the candidate's line.
-    assert!(abort["stderr_tail"].as_str().unwrap().contains("b_abort.py"), "{abort}");
+    assert!(
+        abort["stderr_tail"]
+            .as_str()
+            .unwrap()
+            .contains("b_abort.py"),
+        "{abort}"
+    );
     for name in ["c_fresh", "d_fresh", "e_fresh"] {
         assert_eq!(by_name(&recs, name)["status"], "correct", "{name}");
     }
     // Candidate stdout is diverted to stderr: no forged or corrupted protocol line.
     assert_eq!(by_name(&recs, "f_prints")["status"], "correct");
     // The hang cost its budget once, in parallel with the others, not the whole batch.
-    assert!(started.elapsed() < Duration::from_secs(90), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(90),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(err.contains("6 evaluations"), "{err}");
 
     let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
@@ -385,7 +429,10 @@ fn an_interrupted_batch_loses_nothing() {
     assert_eq!(recs.len(), 8);
     assert!(recs.iter().all(|r| r["status"] == "correct"));
     let hits = recs.iter().filter(|r| r["cached"] == true).count() as i64;
-    assert_eq!(hits, before, "everything stored before the interrupt is a cache hit");
+    assert_eq!(
+        hits, before,
+        "everything stored before the interrupt is a cache hit"
+    );
     assert_eq!(stored(&state), 8);
 }
 
@@ -401,7 +448,10 @@ fn doctor_reports_interpreter_versions_device_and_store() {
     assert!(stdout.contains("torch 2.11.0"), "{stdout}");
     assert!(stdout.contains("triton 3.6.0"), "{stdout}");
     assert!(stdout.contains("CPU mode: Triton interpreter"), "{stdout}");
-    assert!(stdout.contains(&venv().join("bin/python").display().to_string()), "{stdout}");
+    assert!(
+        stdout.contains(&venv().join("bin/python").display().to_string()),
+        "{stdout}"
+    );
     assert!(stdout.contains("tritonforge.sqlite"), "{stdout}");
 
     let out = run(tf(state.path()).args(["doctor", "--json"]));

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Measure evaluation latency in CPU mode and the pool's per-candidate overhead.
+
+What it runs (all on a trivial, correct ReLU candidate over a 4x1000 input, 5 trials):
+  cold CLI      `tritonforge eval` once per process: pool start (torch import) + one evaluation
+  pool          a batch of N distinct candidates through `tritonforge eval --problems/--candidates`;
+                per candidate: host wall time from job sent to verdict (`wall_ms`) and the
+                executor's own time (`executor_ms`)
+  direct        the executor called in-process, no isolation: the floor
+  naive spawn   a fresh `python -m tritonforge_worker serve` per candidate, started on demand
+Prints a markdown table; docs/evaluator-cpu.md records what it printed.
+
+usage: python3 scripts/bench_eval_overhead.py [--binary target/release/tritonforge]
+           [--venv .tritonforge/venv] [--n 20] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROBLEM = REPO / "crates/cli/tests/fixtures/problems/relu_small.py"
+CANDIDATE = REPO / "bench/solutions/level1/relu.py"
+
+DIRECT = r"""
+import json, sys, tempfile, time
+sys.path.insert(0, sys.argv[1])
+import os
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+torch.set_num_threads(1)
+import triton
+from tritonforge_worker.executor import Executor
+from tritonforge_worker.protocol import EvalJob, SourceFile
+problem, cands = sys.argv[2], sys.argv[3:]
+times = []
+for c in cands:
+    job = EvalJob(problem=SourceFile(name="p.py", source=open(problem).read()),
+                  candidate=SourceFile(name="c.py", source=open(c).read()),
+                  trials=5, seed=42, tolerance=None, overrides={}, device="cpu", timing=True)
+    d = tempfile.mkdtemp()
+    t = time.perf_counter()
+    v = Executor(job, d).run()
+    times.append((time.perf_counter() - t) * 1000)
+    assert v.status == "correct", v.message
+print(json.dumps(times))
+"""
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", default=str(REPO / "target/release/tritonforge"))
+    ap.add_argument("--venv", default=str(REPO / ".tritonforge/venv"))
+    ap.add_argument("--n", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    binary = args.binary
+    py = str(Path(args.venv) / "bin/python")
+    work = Path(tempfile.mkdtemp(prefix="tf-bench-"))
+    state = work / "state"
+    base = [binary, "--state-dir", str(state), "--venv", args.venv]
+
+    # Distinct candidates (a comment differs) so nothing is a cache hit.
+    probs, cands = work / "problems", work / "candidates"
+    probs.mkdir()
+    cands.mkdir()
+    src = CANDIDATE.read_text()
+    for i in range(args.n):
+        shutil.copy(PROBLEM, probs / f"c{i:03d}.py")
+        (cands / f"c{i:03d}.py").write_text(f"# variant {i}\n" + src)
+
+    subprocess.run(base + ["setup"], check=True, capture_output=True)
+
+    cold = []
+    for _ in range(args.reps):
+        t = time.perf_counter()
+        r = subprocess.run(base + ["eval", "--no-store", "--jobs", "1", "--spares", "0", "--problem", str(PROBLEM),
+                                   "--candidate", str(CANDIDATE)], capture_output=True, text=True)
+        cold.append((time.perf_counter() - t) * 1000)
+        assert r.returncode == 0, r.stderr
+
+    pool = {}
+    for jobs in (1, 2):
+        t = time.perf_counter()
+        r = subprocess.run(base + ["eval", "--no-store", "--json", "--jobs", str(jobs), "--problems", str(probs),
+                                   "--candidates", str(cands)], capture_output=True, text=True)
+        total = (time.perf_counter() - t) * 1000
+        assert r.returncode == 0, r.stderr
+        recs = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+        assert len(recs) == args.n and all(x["status"] == "correct" for x in recs)
+        pool[jobs] = {
+            "wall": med([x["wall_ms"] for x in recs]),
+            "exec": med([x["executor_ms"] for x in recs]),
+            "overhead": med([x["wall_ms"] - x["executor_ms"] for x in recs]),
+            "total": total,
+            "per_cand": total / args.n,
+        }
+
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+    r = subprocess.run([py, "-c", DIRECT, str(REPO / "python"), str(PROBLEM)] + [str(p) for p in sorted(cands.iterdir())],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    direct = json.loads(r.stdout)
+
+    naive = []
+    for c in sorted(cands.iterdir())[: args.reps * 2]:
+        job = {"type": "evaluate", "protocol": 1, "id": "x", "job": {
+            "problem": {"name": "p.py", "source": PROBLEM.read_text()},
+            "candidate": {"name": "c.py", "source": c.read_text()},
+            "trials": 5, "seed": 42, "tolerance": None, "overrides": {}, "device": "cpu", "timing": True}}
+        d = tempfile.mkdtemp(dir=work)
+        t = time.perf_counter()
+        p = subprocess.run([py, "-m", "tritonforge_worker", "serve"], input=json.dumps(job) + "\n",
+                           capture_output=True, text=True, cwd=d, env=dict(env, TRITONFORGE_DEVICE="cpu"))
+        naive.append((time.perf_counter() - t) * 1000)
+        assert '"status":"correct"' in p.stdout, p.stderr[-2000:]
+
+    print(f"CPU mode, {os.cpu_count()} cores; trivial correct candidate (ReLU 4x1000, 5 trials); N={args.n}\n")
+    print("| measurement | median ms |")
+    print("| --- | ---: |")
+    print(f"| cold CLI: one `tritonforge eval` process (pool start + 1 evaluation), {args.reps} runs | {med(cold):.0f} |")
+    print(f"| direct: executor in-process, no isolation (floor) | {med(direct):.1f} |")
+    print(f"| naive: fresh worker started per candidate, {len(naive)} runs | {med(naive):.0f} |")
+    for jobs, s in pool.items():
+        print(f"| pool --jobs {jobs}: per-candidate wall (job sent to verdict) | {s['wall']:.1f} |")
+        print(f"| pool --jobs {jobs}: executor time inside it | {s['exec']:.1f} |")
+        print(f"| pool --jobs {jobs}: overhead (wall - executor) | {s['overhead']:.1f} |")
+        print(f"| pool --jobs {jobs}: whole batch / N (incl. process start, CLI start) | {s['per_cand']:.0f} |")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
