@@ -39,6 +39,13 @@ def serve() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     faulthandler.enable()
+    # No core files from a candidate's abort; no runaway file writes.
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    fsize = 4 << 30 if hard == resource.RLIM_INFINITY else min(4 << 30, hard)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     from .envinfo import choose_device_mode, collect
 

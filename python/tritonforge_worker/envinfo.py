@@ -24,6 +24,10 @@ def choose_device_mode() -> str:
     if mode == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
         torch.set_num_threads(max(1, int(os.environ.get("TRITONFORGE_THREADS", "1"))))
+    # Reference and candidate share this process; pin precision flags so neither
+    # side silently gets TF32 (torch's cuDNN default) while the other does not.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     return mode
 
 
