@@ -10,8 +10,11 @@ What it runs (all on a trivial, correct ReLU candidate over a 4x1000 input, 5 tr
   naive spawn   a fresh `python -m tritonforge_worker serve` per candidate, started on demand
 Prints a markdown table; docs/evaluator-cpu.md records what it printed.
 
+  cold env      with --cold: the very first `tritonforge eval` on a machine, creating the
+                managed venv from PyPI into a fresh directory with pip's cache disabled
+
 usage: python3 scripts/bench_eval_overhead.py [--binary target/release/tritonforge]
-           [--venv .tritonforge/venv] [--n 20] [--reps 5]
+           [--venv .tritonforge/venv] [--n 20] [--reps 5] [--cold]
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ def main() -> int:
     ap.add_argument("--venv", default=str(REPO / ".tritonforge/venv"))
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--cold", action="store_true", help="also time a first run that creates the venv")
     args = ap.parse_args()
     binary = args.binary
     py = str(Path(args.venv) / "bin/python")
@@ -81,6 +85,17 @@ def main() -> int:
     for i in range(args.n):
         shutil.copy(PROBLEM, probs / f"c{i:03d}.py")
         (cands / f"c{i:03d}.py").write_text(f"# variant {i}\n" + src)
+
+    cold_env = None
+    if args.cold:
+        fresh = work / "fresh-venv"
+        t = time.perf_counter()
+        r = subprocess.run([binary, "--state-dir", str(work / "cold-state"), "--venv", str(fresh), "eval", "--no-store",
+                            "--problem", str(PROBLEM), "--candidate", str(CANDIDATE)],
+                           capture_output=True, text=True, env=dict(os.environ, PIP_NO_CACHE_DIR="1"))
+        cold_env = (time.perf_counter() - t) * 1000
+        assert r.returncode == 0, r.stderr[-3000:]
+        shutil.rmtree(fresh, ignore_errors=True)
 
     subprocess.run(base + ["setup"], check=True, capture_output=True)
 
@@ -131,6 +146,8 @@ def main() -> int:
     print(f"CPU mode, {os.cpu_count()} cores; trivial correct candidate (ReLU 4x1000, 5 trials); N={args.n}\n")
     print("| measurement | median ms |")
     print("| --- | ---: |")
+    if cold_env is not None:
+        print(f"| first run on a fresh machine: venv created from PyPI (no pip cache) + 1 evaluation | {cold_env:.0f} |")
     print(f"| cold CLI: one `tritonforge eval` process (pool start + 1 evaluation), {args.reps} runs | {med(cold):.0f} |")
     print(f"| direct: executor in-process, no isolation (floor) | {med(direct):.1f} |")
     print(f"| naive: fresh worker started per candidate, {len(naive)} runs | {med(naive):.0f} |")

@@ -54,6 +54,7 @@ def serve() -> int:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
+    _warm_up(mode)
     _send(proto_out, Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version=__version__, pid=os.getpid(), env=collect(mode)))
     line = sys.stdin.readline()
     if not line:
@@ -77,6 +78,70 @@ def serve() -> int:
     elapsed = (time.perf_counter() - start) * 1000.0
     _send(proto_out, EvalResult(type="result", protocol=PROTOCOL_VERSION, id=msg.id, outcome=outcome, elapsed_ms=elapsed))
     return 0
+
+
+_WARMUP_PROBLEM = """
+import torch
+import torch.nn as nn
+
+N = 1000
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+_WARMUP_CANDIDATE = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tf_warmup_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        tf_warmup_kernel[(4,)](x, y, x.numel(), BLOCK=256)
+        return y
+"""
+
+
+def _warm_up(mode: str) -> None:
+    """Run a built-in trivial evaluation before saying hello, so first-use costs (torch
+    op dispatch, Triton's launcher or interpreter, every executor code path) are paid
+    off the critical path. A wrong answer here means the installation is broken."""
+    from .executor import Executor
+    from .protocol import EvalJob, SourceFile
+
+    warm_dir = os.path.join(os.getcwd(), "_warmup")
+    os.makedirs(warm_dir, exist_ok=True)
+    job = EvalJob(
+        problem=SourceFile(name="warmup_problem.py", source=_WARMUP_PROBLEM),
+        candidate=SourceFile(name="warmup_candidate.py", source=_WARMUP_CANDIDATE),
+        trials=1, seed=0, tolerance=None, overrides={},
+        device="cuda" if mode == "cuda" else "cpu", timing=False,
+    )
+    verdict = Executor(job, warm_dir).run()
+    if getattr(verdict, "status", None) != "correct":
+        raise RuntimeError(f"warm-up evaluation failed, this torch/triton installation is broken: {verdict}")
+    for name in ("tf_problem", "tf_candidate"):
+        sys.modules.pop(name, None)
 
 
 def probe() -> int:
