@@ -16,10 +16,12 @@ from typing import IO
 from . import __version__
 from .protocol import (
     PROTOCOL_VERSION,
+    CheckProblem,
     Error,
     EvalResult,
     Evaluate,
     Hello,
+    ProblemReportMessage,
     ProtocolError,
     Shutdown,
     decode,
@@ -66,8 +68,17 @@ def serve() -> int:
         return 2
     if isinstance(msg, Shutdown):
         return 0
+    if isinstance(msg, CheckProblem):
+        sys.stdin.close()
+        from .executor import check_problem
+
+        start = time.perf_counter()
+        report = check_problem(msg.job, os.getcwd())
+        elapsed = (time.perf_counter() - start) * 1000.0
+        _send(proto_out, ProblemReportMessage(type="problem_report", protocol=PROTOCOL_VERSION, id=msg.id, report=report, elapsed_ms=elapsed))
+        return 0
     if not isinstance(msg, Evaluate):
-        _send(proto_out, Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=f"a worker accepts evaluate or shutdown, not {msg.type}"))
+        _send(proto_out, Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=f"a worker accepts evaluate, check_problem or shutdown, not {msg.type}"))
         return 2
     sys.stdin.close()
 

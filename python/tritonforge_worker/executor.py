@@ -463,3 +463,106 @@ def _safe_name(name: str, default: str) -> str:
     if not base.endswith(".py") or not base[:-3].replace("_", "a").replace("-", "a").isalnum():
         return default
     return base
+
+
+def check_problem(job: Any, workdir: str) -> Any:
+    """Suite validation of one problem at one shape variant.
+
+    Sound means: it imports; `Model` builds; the same seeds give bit-identical outputs;
+    no output holds NaN or Inf; every output varies (over elements and input seeds) by
+    well over the comparison tolerance, so a constant or all-zero answer can never
+    pass; and the output depends on the inputs.
+    """
+    import time as _time
+
+    import torch
+
+    from .protocol import OutputSummary, ProblemReport
+
+    findings: List[str] = []
+    outputs: List[OutputSummary] = []
+    (Path(workdir) / "problem").mkdir(exist_ok=True)
+    path = str(Path(workdir) / "problem" / _safe_name(job.problem.name, "problem.py"))
+    Path(path).write_text(job.problem.source, encoding="utf-8")
+    device = torch.device("cuda" if job.device != "cpu" and torch.cuda.is_available() else "cpu")
+
+    def report(max_ms: float, error: Optional[ErrorInfo] = None) -> ProblemReport:
+        return ProblemReport(findings=findings, error=error, outputs=outputs, max_forward_ms=max_ms)
+
+    try:
+        problem = load_module("tf_problem", path, job.overrides)
+        for attr in ("Model", "get_inputs", "get_init_inputs"):
+            if not hasattr(problem, attr):
+                raise AttributeError(f"problem file defines no `{attr}`")
+    except BaseException as exc:  # noqa: BLE001
+        info = error_info(exc, path)
+        findings.append(f"does not import: {_describe(info)}")
+        return report(0.0, info)
+
+    def run(input_seed: int) -> Tuple[List[Any], float]:
+        torch.manual_seed(job.seed)
+        init = [v.to(device) if isinstance(v, torch.Tensor) else v for v in problem.get_init_inputs()]
+        model = problem.Model(*init)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(device)
+        torch.manual_seed(input_seed)
+        inputs = [v.to(device) if isinstance(v, torch.Tensor) else v for v in problem.get_inputs()]
+        start = _time.perf_counter()
+        with torch.no_grad():
+            out = model(*inputs)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return _flatten(out), (_time.perf_counter() - start) * 1000.0
+
+    max_ms = 0.0
+    try:
+        runs = []
+        for k in range(max(2, job.seeds)):
+            out, ms = run(job.seed + 1 + k * 7919)
+            runs.append(out)
+            max_ms = max(max_ms, ms)
+        again, ms = run(job.seed + 1)
+        max_ms = max(max_ms, ms)
+    except BaseException as exc:  # noqa: BLE001
+        info = error_info(exc, path)
+        findings.append(f"reference forward fails: {_describe(info)}")
+        return report(max_ms, info)
+
+    first = runs[0]
+    if len(again) != len(first) or any(
+        isinstance(a, torch.Tensor) and not _same_bits(torch, a, b) for a, b in zip(first, again)
+    ):
+        findings.append("not deterministic: the same seeds gave different outputs")
+    for i, o in enumerate(first):
+        if not isinstance(o, torch.Tensor):
+            findings.append(f"output {i} is a {type(o).__name__}, not a tensor")
+            continue
+        stacked = [r[i] for r in runs if i < len(r) and isinstance(r[i], torch.Tensor)]
+        summary = OutputSummary(shape=[int(d) for d in o.shape], dtype=str(o.dtype).replace("torch.", ""),
+                                std=None, tolerance_scale=None)
+        outputs.append(summary)
+        if o.numel() == 0:
+            findings.append(f"output {i} is empty")
+            continue
+        if o.is_floating_point():
+            allv = torch.cat([s.detach().double().flatten() for s in stacked])
+            if not bool(torch.isfinite(allv).all()):
+                findings.append(f"output {i} holds NaN or Inf")
+                continue
+            atol, rtol = _tolerance_for(summary.dtype, job.tolerance)
+            scale = atol + rtol * float(allv.abs().mean())
+            std = float(allv.std()) if allv.numel() > 1 else 0.0
+            summary.std = finite_or_none(std)
+            summary.tolerance_scale = finite_or_none(scale)
+            if std <= 10.0 * scale:
+                findings.append(
+                    f"output {i} is degenerate: its spread (std {std:.3g}) is not well above the "
+                    f"tolerance scale {scale:.3g}, so a constant answer could pass"
+                )
+        else:
+            allv = torch.cat([s.flatten() for s in stacked])
+            if int(torch.unique(allv).numel()) < 2:
+                findings.append(f"output {i} is constant")
+        if len(stacked) > 1 and all(_same_bits(torch, stacked[0], s) for s in stacked[1:]):
+            findings.append(f"output {i} does not depend on the inputs (identical for every input seed)")
+    return report(max_ms)

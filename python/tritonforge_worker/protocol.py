@@ -205,8 +205,54 @@ class Shutdown:
     protocol: int
 
 
+@dataclass
+class ProblemCheckJob:
+    problem: SourceFile
+    overrides: Dict[str, Any]
+    seed: int
+    seeds: int
+    tolerance: Optional[Tolerance]
+    device: DeviceRequest
+
+
+@dataclass
+class OutputSummary:
+    shape: List[int]
+    dtype: str
+    std: Optional[float]
+    tolerance_scale: Optional[float]
+
+
+@dataclass
+class ProblemReport:
+    findings: List[str]
+    error: Optional[ErrorInfo]
+    outputs: List[OutputSummary]
+    max_forward_ms: float
+
+
+@dataclass
+class CheckProblem:
+    TYPE: ClassVar[str] = "check_problem"
+    type: Literal["check_problem"]
+    protocol: int
+    id: str
+    job: ProblemCheckJob
+
+
+@dataclass
+class ProblemReportMessage:
+    TYPE: ClassVar[str] = "problem_report"
+    type: Literal["problem_report"]
+    protocol: int
+    id: str
+    report: ProblemReport
+    elapsed_ms: float
+
+
 MESSAGE_TYPES: Dict[str, type] = {
-    cls.TYPE: cls for cls in (Hello, Evaluate, EvalResult, Error, Shutdown)  # type: ignore[attr-defined]
+    cls.TYPE: cls  # type: ignore[attr-defined]
+    for cls in (Hello, Evaluate, EvalResult, Error, Shutdown, CheckProblem, ProblemReportMessage)
 }
 
 

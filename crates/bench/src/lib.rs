@@ -344,3 +344,256 @@ mod tests {
         assert!(err.contains("x.py") && err.contains("UTF-8"), "{err}");
     }
 }
+
+/// One problem of the suite: its manifest entry, file and reference solution.
+#[derive(Debug, Clone)]
+pub struct SuiteEntry {
+    /// Path relative to the suite root without `.py`, e.g. `level1/relu`.
+    pub key: String,
+    pub meta: ProblemMeta,
+    pub problem_path: PathBuf,
+    /// `solutions/<key>.py`, when it exists.
+    pub solution_path: Option<PathBuf>,
+}
+
+impl SuiteEntry {
+    pub fn name(&self) -> &str {
+        self.key.rsplit('/').next().unwrap_or(&self.key)
+    }
+    pub fn id(&self) -> &str {
+        self.meta.id.as_deref().unwrap_or("")
+    }
+}
+
+/// The problem suite: `levelN/` directories of problems, `solutions/levelN/` of reference
+/// solutions, and the `manifest.toml` that describes them.
+#[derive(Debug, Clone)]
+pub struct Suite {
+    pub root: PathBuf,
+    pub manifest: Manifest,
+    pub entries: Vec<SuiteEntry>,
+    /// Problem files with no manifest entry (a lint finding, still listed).
+    pub unlisted: Vec<PathBuf>,
+}
+
+/// Splits a problem can belong to.
+pub const SPLITS: [&str; 2] = ["train", "heldout"];
+
+impl Suite {
+    pub fn load(root: &Path) -> Result<Suite, BenchError> {
+        let manifest = Manifest::load(&root.join(MANIFEST_FILE))?;
+        let mut entries = Vec::new();
+        for (key, meta) in &manifest.problems {
+            let problem_path = root.join(format!("{key}.py"));
+            let solution = root.join("solutions").join(format!("{key}.py"));
+            entries.push(SuiteEntry {
+                key: key.clone(),
+                meta: meta.clone(),
+                problem_path,
+                solution_path: solution.is_file().then_some(solution),
+            });
+        }
+        let mut unlisted = Vec::new();
+        for level in 1..=4 {
+            let dir = root.join(format!("level{level}"));
+            if !dir.is_dir() {
+                continue;
+            }
+            for f in python_files(&dir)? {
+                let key = format!("level{level}/{}", stem(&f));
+                if !manifest.problems.contains_key(&key) {
+                    unlisted.push(f);
+                }
+            }
+        }
+        Ok(Suite {
+            root: root.to_owned(),
+            manifest,
+            entries,
+            unlisted,
+        })
+    }
+
+    /// Find by id (`L1-001`), key (`level1/relu`) or bare name (`relu`, when unique).
+    pub fn find(&self, what: &str) -> Option<&SuiteEntry> {
+        self.entries
+            .iter()
+            .find(|e| e.id() == what || e.key == what)
+            .or_else(|| {
+                let mut named = self.entries.iter().filter(|e| e.name() == what);
+                match (named.next(), named.next()) {
+                    (Some(e), None) => Some(e),
+                    _ => None,
+                }
+            })
+    }
+
+    /// Static checks that the manifest and the files agree; one sentence per finding.
+    pub fn lint(&self) -> Vec<String> {
+        let mut findings = Vec::new();
+        let manifest = self.manifest.path.display();
+        for f in &self.unlisted {
+            findings.push(format!(
+                "{}: problem file has no entry in {manifest}",
+                f.display()
+            ));
+        }
+        let mut ids: BTreeMap<&str, &str> = BTreeMap::new();
+        for e in &self.entries {
+            let k = &e.key;
+            let dir_level = k
+                .strip_prefix("level")
+                .and_then(|r| r.split('/').next())
+                .and_then(|n| n.parse::<u32>().ok());
+            let source = match fs::read_to_string(&e.problem_path) {
+                Ok(s) => s,
+                Err(_) => {
+                    findings.push(format!(
+                        "{k}: manifest entry has no problem file {}",
+                        e.problem_path.display()
+                    ));
+                    continue;
+                }
+            };
+            match e.meta.id.as_deref() {
+                None | Some("") => findings.push(format!("{k}: no id")),
+                Some(id) => {
+                    if let Some(other) = ids.insert(id, k) {
+                        findings.push(format!("{k}: id {id} is also used by {other}"));
+                    }
+                }
+            }
+            match (e.meta.level, dir_level) {
+                (None, _) => findings.push(format!("{k}: no level")),
+                (Some(l), Some(d)) if l != d => {
+                    findings.push(format!("{k}: level {l} but the file is in level{d}/"))
+                }
+                (Some(_), None) => findings.push(format!("{k}: not inside a levelN/ directory")),
+                _ => {}
+            }
+            if e.meta.family.as_deref().unwrap_or("").is_empty() {
+                findings.push(format!("{k}: no family"));
+            }
+            match e.meta.split.as_deref() {
+                Some(s) if SPLITS.contains(&s) => {}
+                other => findings.push(format!(
+                    "{k}: split must be train or heldout, not {other:?}"
+                )),
+            }
+            for required in ["small", "heldout"] {
+                if !e.meta.variants.contains_key(required) {
+                    findings.push(format!("{k}: no `{required}` shape variant"));
+                }
+            }
+            for (variant, overrides) in &e.meta.variants {
+                for name in overrides.keys() {
+                    if !defines_constant(&source, name) {
+                        findings.push(format!(
+                            "{k}: variant `{variant}` overrides {name}, which the file does not define at module level"
+                        ));
+                    }
+                }
+            }
+            if dir_level == Some(1) && e.solution_path.is_none() {
+                findings.push(format!(
+                    "{k}: level-1 problem has no reference solution solutions/{k}.py"
+                ));
+            }
+        }
+        let solutions = self.root.join("solutions");
+        for level in 1..=4 {
+            let dir = solutions.join(format!("level{level}"));
+            if let Ok(files) = python_files(&dir) {
+                for f in files {
+                    let key = format!("level{level}/{}", stem(&f));
+                    if !self.manifest.problems.contains_key(&key) {
+                        findings.push(format!("{}: solution for no listed problem", f.display()));
+                    }
+                }
+            }
+        }
+        findings
+    }
+}
+
+/// Does the source assign `name` at module level (`NAME = ...` or `NAME: int = ...`)?
+fn defines_constant(source: &str, name: &str) -> bool {
+    source.lines().any(|l| {
+        l.strip_prefix(name)
+            .map(|rest| {
+                let rest = rest.trim_start();
+                rest.starts_with('=') && !rest.starts_with("==") || rest.starts_with(':')
+            })
+            .unwrap_or(false)
+    })
+}
+
+#[cfg(test)]
+mod suite_tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
+    }
+
+    #[test]
+    fn lint_reports_every_disagreement_between_manifest_and_files() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        write(
+            r,
+            MANIFEST_FILE,
+            r#"
+[problems."level1/a"]
+id = "L1-001"
+level = 1
+family = "activation"
+split = "train"
+variants.small = { N = 4 }
+variants.heldout = { N = 7, M = 3 }
+
+[problems."level1/b"]
+id = "L1-001"
+level = 2
+split = "dev"
+variants.small = { N = 4 }
+
+[problems."level1/ghost"]
+id = "L1-003"
+level = 1
+family = "x"
+split = "train"
+"#,
+        );
+        write(r, "level1/a.py", "N = 16\n");
+        write(r, "level1/b.py", "N: int = 16\n");
+        write(r, "level1/stray.py", "N = 1\n");
+        write(r, "solutions/level1/a.py", "");
+        write(r, "solutions/level1/zzz.py", "");
+        let suite = Suite::load(r).unwrap();
+        let f = suite.lint().join("\n");
+        for needle in [
+            "stray.py: problem file has no entry",
+            "level1/b: id L1-001 is also used by level1/a",
+            "level1/b: level 2 but the file is in level1/",
+            "level1/b: no family",
+            "level1/b: split must be train or heldout",
+            "level1/b: no `heldout` shape variant",
+            "level1/a: variant `heldout` overrides M",
+            "level1/b: level-1 problem has no reference solution",
+            "level1/ghost: manifest entry has no problem file",
+            "zzz.py: solution for no listed problem",
+        ] {
+            assert!(f.contains(needle), "missing {needle:?} in:\n{f}");
+        }
+        assert!(
+            !f.contains("level1/a: level-1 problem has no reference"),
+            "{f}"
+        );
+        assert_eq!(suite.find("L1-001").unwrap().key, "level1/a");
+        assert_eq!(suite.find("a").unwrap().key, "level1/a");
+        assert!(suite.find("nope").is_none());
+    }
+}

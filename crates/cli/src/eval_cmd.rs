@@ -9,7 +9,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::task::JoinSet;
 use tritonforge_bench::{pair_dirs, Candidate, Problem};
-use tritonforge_eval::{EvalError, Evaluation, Evaluator, Pool, PoolConfig, WorkerSpec};
+use tritonforge_eval::{EvalError, Evaluation, Evaluator};
 use tritonforge_protocol::{DeviceKind, EvalConfig, Status};
 use tritonforge_store::Store;
 
@@ -135,24 +135,7 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
         })
         .clamp(1, 64)
         .min(pairs.len());
-    let env = global.python_env()?;
-    let spec = WorkerSpec {
-        python: env.interpreter.clone(),
-        worker_path: env.worker_path.clone(),
-        scratch_root: global.state_dir.join("scratch"),
-        device: global.device.into(),
-        threads: 1,
-    };
-    let pool = Pool::start(
-        spec,
-        PoolConfig {
-            workers: jobs,
-            spares: args.spares.unwrap_or(jobs),
-            ..PoolConfig::default()
-        },
-    )
-    .await
-    .context("starting the executor pool")?;
+    let pool = global.start_pool(jobs, args.spares.unwrap_or(jobs)).await?;
     let store = if args.no_store {
         None
     } else {

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use tritonforge_protocol::DeviceRequest;
 use tritonforge_pyenv::{PythonEnv, PythonSource};
 
+mod bench_cmd;
 mod doctor;
 mod eval_cmd;
 mod report;
@@ -74,6 +75,9 @@ impl From<Device> for DeviceRequest {
 enum Cmd {
     /// Evaluate candidates against problems: compile, correctness, timing.
     Eval(eval_cmd::EvalArgs),
+    /// The problem suite: list, show, validate.
+    #[command(subcommand)]
+    Bench(bench_cmd::BenchCmd),
     /// Report the interpreter, versions, device, state directory and store.
     Doctor {
         /// Print JSON instead of text.
@@ -85,6 +89,20 @@ enum Cmd {
 }
 
 impl Global {
+    fn absolutize(&mut self) {
+        let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+        self.state_dir = abs(&self.state_dir);
+        self.venv = self.venv.as_deref().map(abs);
+        // A bare name (`python3`) is looked up on PATH; anything with a slash is a path.
+        self.python = self.python.as_deref().map(|p| {
+            if p.components().count() > 1 {
+                abs(p)
+            } else {
+                p.to_owned()
+            }
+        });
+    }
+
     pub fn store_path(&self) -> PathBuf {
         self.state_dir.join("tritonforge.sqlite")
     }
@@ -103,14 +121,45 @@ impl Global {
     }
 }
 
+impl Global {
+    /// Resolve Python (creating the managed venv on first use) and start the executor pool.
+    pub async fn start_pool(
+        &self,
+        workers: usize,
+        spares: usize,
+    ) -> anyhow::Result<tritonforge_eval::Pool> {
+        use anyhow::Context;
+        let env = self.python_env()?;
+        let spec = tritonforge_eval::WorkerSpec {
+            python: env.interpreter.clone(),
+            worker_path: env.worker_path.clone(),
+            scratch_root: self.state_dir.join("scratch"),
+            device: self.device.into(),
+            threads: 1,
+        };
+        tritonforge_eval::Pool::start(
+            spec,
+            tritonforge_eval::PoolConfig {
+                workers,
+                spares,
+                ..tritonforge_eval::PoolConfig::default()
+            },
+        )
+        .await
+        .context("starting the executor pool")
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let mut cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
         }
     };
+    // Workers run in their own scratch directories: every path we hand them must be absolute.
+    cli.global.absolutize();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -124,6 +173,7 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async {
         match cli.command {
             Cmd::Eval(args) => eval_cmd::run(&cli.global, args).await,
+            Cmd::Bench(cmd) => bench_cmd::run(&cli.global, cmd).await,
             Cmd::Doctor { json } => doctor::run(&cli.global, json),
             Cmd::Setup => setup(&cli.global),
         }

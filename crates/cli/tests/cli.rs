@@ -256,6 +256,26 @@ fn broken_problem_files_get_a_clear_error_naming_the_file() {
 }
 
 #[test]
+fn relative_paths_work_from_any_directory() {
+    // Workers run in their own scratch directories; relative paths must not break them.
+    let venv = venv();
+    let parent = venv.parent().unwrap();
+    let state = tempfile::tempdir_in(parent).unwrap();
+    let out = run(Command::new(env!("CARGO_BIN_EXE_tritonforge"))
+        .current_dir(parent)
+        .arg("--state-dir")
+        .arg(state.path().file_name().unwrap())
+        .arg("--venv")
+        .arg(venv.file_name().unwrap())
+        .env_remove("TRITONFORGE_PYTHON")
+        .args(["eval", "--json", "--problem"])
+        .arg(relu_problem())
+        .arg("--candidate")
+        .arg(fixture("candidates/relu_ok.py")));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let state = tempfile::tempdir().unwrap();
     let out = run(tf(state.path()).args(["eval", "--problem", "x.py"]));

@@ -11,8 +11,8 @@ use sha2::{Digest, Sha256};
 use tritonforge_bench::{BenchError, Candidate, Problem};
 use tritonforge_protocol::record::RECORD_SCHEMA;
 use tritonforge_protocol::{
-    EnvInfo, EvalConfig, EvalJob, EvalRecord, Outcome, ProtocolError, SourceFile, SourceRef, Stage,
-    Status, PROTOCOL_VERSION,
+    EnvInfo, EvalConfig, EvalJob, EvalRecord, Message, Outcome, ProblemCheckJob, ProblemReport,
+    ProtocolError, SourceFile, SourceRef, Stage, Status, PROTOCOL_VERSION,
 };
 use tritonforge_store::{Store, StoreError};
 
@@ -239,6 +239,12 @@ impl Evaluator {
                 record.executor_ms = Some(executor_ms);
                 record.wall_ms = wall_ms;
             }
+            Execution::Reply { message, .. } => {
+                return Err(EvalError::WorkerRefused(format!(
+                    "unexpected reply {}",
+                    message.to_line()
+                )))
+            }
             Execution::TimedOut {
                 stderr_tail,
                 wall_ms,
@@ -269,6 +275,57 @@ impl Evaluator {
         Ok(Evaluation {
             record,
             cached: false,
+        })
+    }
+}
+
+impl Evaluator {
+    /// Validate a problem at one shape variant in a fresh process (suite validation).
+    /// A hang or crash becomes a finding, so validation can report every problem.
+    pub async fn check_problem(
+        &self,
+        problem: &Problem,
+        overrides: std::collections::BTreeMap<String, serde_json::Value>,
+        budget: Duration,
+    ) -> Result<ProblemReport, EvalError> {
+        let job = ProblemCheckJob {
+            problem: SourceFile {
+                name: file_name(&problem.path),
+                source: problem.source.clone(),
+            },
+            overrides,
+            seed: 42,
+            seeds: 3,
+            tolerance: problem.meta.tolerance(),
+            device: tritonforge_protocol::DeviceRequest::Auto,
+        };
+        let finding = |f: String| ProblemReport {
+            findings: vec![f],
+            error: None,
+            outputs: vec![],
+            max_forward_ms: 0.0,
+        };
+        Ok(match self.pool.check_problem(&job, budget).await? {
+            Execution::Reply {
+                message: Message::ProblemReport { report, .. },
+                ..
+            } => report,
+            Execution::Reply { message, .. } => {
+                return Err(EvalError::WorkerRefused(format!(
+                    "unexpected reply {}",
+                    message.to_line()
+                )))
+            }
+            Execution::Answered { .. } => {
+                return Err(EvalError::WorkerRefused("unexpected verdict".into()))
+            }
+            Execution::TimedOut { .. } => finding(format!(
+                "checking it took longer than {:.0}s",
+                budget.as_secs_f64()
+            )),
+            Execution::Crashed {
+                exit, stderr_tail, ..
+            } => finding(crash_message(&exit, &stderr_tail, &job.problem.name)),
         })
     }
 }

@@ -15,7 +15,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
-use tritonforge_protocol::{DeviceRequest, EnvInfo, EvalJob, Message, Outcome, PROTOCOL_VERSION};
+use tritonforge_protocol::{
+    DeviceRequest, EnvInfo, EvalJob, Message, Outcome, ProblemCheckJob, PROTOCOL_VERSION,
+};
 
 use crate::EvalError;
 
@@ -67,6 +69,8 @@ pub enum Execution {
         executor_ms: f64,
         wall_ms: f64,
     },
+    /// The process answered with this message (before it is interpreted).
+    Reply { message: Message, wall_ms: f64 },
     /// The budget ran out; the process group was killed.
     TimedOut { stderr_tail: String, wall_ms: f64 },
     /// The process died without answering.
@@ -248,8 +252,65 @@ impl Pool {
         }
     }
 
-    /// Run one job in a fresh process, within `budget` from the moment the job is sent.
+    /// Run one evaluation in a fresh process, within `budget` from the moment the job is sent.
     pub async fn run(&self, job: &EvalJob, budget: Duration) -> Result<Execution, EvalError> {
+        let job = job.clone();
+        let exec = self
+            .run_message(
+                move |id| Message::Evaluate {
+                    protocol: PROTOCOL_VERSION,
+                    id,
+                    job,
+                },
+                budget,
+            )
+            .await?;
+        Ok(match exec {
+            Execution::Reply { message, wall_ms } => match message {
+                Message::Result {
+                    outcome,
+                    elapsed_ms,
+                    ..
+                } => Execution::Answered {
+                    outcome,
+                    executor_ms: elapsed_ms,
+                    wall_ms,
+                },
+                other => {
+                    return Err(EvalError::WorkerRefused(format!(
+                        "expected a result, got {}",
+                        truncate(&other.to_line(), 200)
+                    )))
+                }
+            },
+            other => other,
+        })
+    }
+
+    /// Run one problem check in a fresh process.
+    pub async fn check_problem(
+        &self,
+        job: &ProblemCheckJob,
+        budget: Duration,
+    ) -> Result<Execution, EvalError> {
+        let job = job.clone();
+        self.run_message(
+            move |id| Message::CheckProblem {
+                protocol: PROTOCOL_VERSION,
+                id,
+                job,
+            },
+            budget,
+        )
+        .await
+    }
+
+    /// Send the message `build(id)` to a fresh process and wait for its reply with that id.
+    async fn run_message(
+        &self,
+        build: impl FnOnce(String) -> Message,
+        budget: Duration,
+    ) -> Result<Execution, EvalError> {
         let _permit = self
             .slots
             .acquire()
@@ -258,12 +319,7 @@ impl Pool {
         let ready = self.take_ready().await?;
         let mut worker = ready.worker;
         let id = format!("job-{}", self.counter.fetch_add(1, Ordering::Relaxed));
-        let line = Message::Evaluate {
-            protocol: PROTOCOL_VERSION,
-            id: id.clone(),
-            job: job.clone(),
-        }
-        .to_line();
+        let line = build(id.clone()).to_line();
         let started = Instant::now();
         let wall = |s: Instant| s.elapsed().as_secs_f64() * 1000.0;
         if let Some(mut stdin) = worker.stdin.take() {
@@ -282,16 +338,14 @@ impl Pool {
                     wall_ms: wall(started),
                 })
             }
-            Ok(Ok(Some(Message::Result {
-                id: got,
-                outcome,
-                elapsed_ms,
-                ..
-            }))) if got == id => Ok(Execution::Answered {
-                outcome,
-                executor_ms: elapsed_ms,
-                wall_ms: wall(started),
-            }),
+            Ok(Ok(Some(message @ (Message::Result { .. } | Message::ProblemReport { .. }))))
+                if reply_id(&message) == Some(id.as_str()) =>
+            {
+                Ok(Execution::Reply {
+                    message,
+                    wall_ms: wall(started),
+                })
+            }
             Ok(Ok(Some(Message::Error { message, .. }))) => Err(EvalError::WorkerRefused(message)),
             Ok(Ok(Some(other))) => Err(EvalError::WorkerRefused(format!(
                 "expected the result of {id}, got {}",
@@ -335,6 +389,13 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         self.live.kill_all();
+    }
+}
+
+fn reply_id(m: &Message) -> Option<&str> {
+    match m {
+        Message::Result { id, .. } | Message::ProblemReport { id, .. } => Some(id),
+        _ => None,
     }
 }
 

@@ -288,6 +288,43 @@ pub enum Outcome {
     ProblemError(ProblemError),
 }
 
+/// Suite validation of one problem file at one shape variant (no candidate).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProblemCheckJob {
+    pub problem: SourceFile,
+    pub overrides: BTreeMap<String, serde_json::Value>,
+    pub seed: u64,
+    /// Distinct input seeds the output must differ across (at least 2).
+    pub seeds: u32,
+    /// `None`: the executor's per-dtype defaults.
+    pub tolerance: Option<Tolerance>,
+    pub device: DeviceRequest,
+}
+
+/// What the executor found about a problem: empty `findings` means it is sound.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProblemReport {
+    /// Each a sentence naming what is wrong (does not import, not deterministic, degenerate output, ...).
+    pub findings: Vec<String>,
+    pub error: Option<ErrorInfo>,
+    pub outputs: Vec<OutputSummary>,
+    /// Slowest reference forward, milliseconds.
+    pub max_forward_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSummary {
+    pub shape: Vec<u64>,
+    pub dtype: String,
+    /// Standard deviation over all elements and seeds (`None` if not finite).
+    pub std: Option<f64>,
+    /// The tolerance scale `atol + rtol·mean|x|` the spread is compared with.
+    pub tolerance_scale: Option<f64>,
+}
+
 /// Every message of the protocol, in both directions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -320,11 +357,32 @@ pub enum Message {
     },
     /// Host → worker: exit without running anything.
     Shutdown { protocol: u32 },
+    /// Host → worker: validate a problem (the one job of this process).
+    CheckProblem {
+        protocol: u32,
+        id: String,
+        job: ProblemCheckJob,
+    },
+    /// Worker → host: the answer to `check_problem`.
+    ProblemReport {
+        protocol: u32,
+        id: String,
+        report: ProblemReport,
+        elapsed_ms: f64,
+    },
 }
 
 impl Message {
     /// The `type` tags of every message, for the mirror test.
-    pub const TYPES: [&'static str; 5] = ["hello", "evaluate", "result", "error", "shutdown"];
+    pub const TYPES: [&'static str; 7] = [
+        "hello",
+        "evaluate",
+        "result",
+        "error",
+        "shutdown",
+        "check_problem",
+        "problem_report",
+    ];
 
     pub fn protocol(&self) -> u32 {
         match self {
@@ -332,7 +390,9 @@ impl Message {
             | Message::Evaluate { protocol, .. }
             | Message::Result { protocol, .. }
             | Message::Error { protocol, .. }
-            | Message::Shutdown { protocol } => *protocol,
+            | Message::Shutdown { protocol }
+            | Message::CheckProblem { protocol, .. }
+            | Message::ProblemReport { protocol, .. } => *protocol,
         }
     }
 
@@ -546,6 +606,45 @@ pub fn sample_messages() -> Vec<Message> {
         },
         Message::Shutdown {
             protocol: PROTOCOL_VERSION,
+        },
+        Message::CheckProblem {
+            protocol: PROTOCOL_VERSION,
+            id: "check-1".into(),
+            job: ProblemCheckJob {
+                problem: SourceFile {
+                    name: "relu.py".into(),
+                    source: "N = 4\n".into(),
+                },
+                overrides: BTreeMap::from([("N".to_string(), serde_json::json!(8))]),
+                seed: 7,
+                seeds: 3,
+                tolerance: None,
+                device: DeviceRequest::Cpu,
+            },
+        },
+        Message::ProblemReport {
+            protocol: PROTOCOL_VERSION,
+            id: "check-1".into(),
+            report: ProblemReport {
+                findings: vec!["output 0 is constant".into()],
+                error: None,
+                outputs: vec![
+                    OutputSummary {
+                        shape: vec![4, 8],
+                        dtype: "float32".into(),
+                        std: Some(0.99),
+                        tolerance_scale: Some(1.8e-4),
+                    },
+                    OutputSummary {
+                        shape: vec![],
+                        dtype: "int64".into(),
+                        std: None,
+                        tolerance_scale: None,
+                    },
+                ],
+                max_forward_ms: 1.5,
+            },
+            elapsed_ms: 30.0,
         },
     ]
 }
