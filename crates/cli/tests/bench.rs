@@ -1,0 +1,196 @@
+//! `tritonforge bench` against the real suite and a deliberately broken one,
+//! with the real worker in CPU mode.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn venv() -> PathBuf {
+    std::env::var_os("TRITONFORGE_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".tritonforge/venv"))
+}
+
+fn tf(state: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tritonforge"));
+    c.current_dir(repo())
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--venv")
+        .arg(venv())
+        .env_remove("TRITONFORGE_PYTHON")
+        .env_remove("TRITONFORGE_HOME")
+        .stdin(Stdio::null());
+    c
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("run tritonforge")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn the_bundled_suite_validates_in_cpu_mode() {
+    let state = tempfile::tempdir().unwrap();
+    let out = run(tf(state.path()).args(["bench", "validate", "--json"]));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["findings"].as_array().unwrap().len(), 0, "{v}");
+    let n = v["problems_checked"].as_u64().unwrap();
+    assert!(n >= 5, "{v}");
+    // Every level-1 problem has a solution, and every solution was evaluated.
+    assert_eq!(v["solutions_checked"].as_u64().unwrap(), n);
+}
+
+#[test]
+fn list_filters_and_show_finds_by_id() {
+    let state = tempfile::tempdir().unwrap();
+    let out = run(tf(state.path()).args(["bench", "list", "--level", "1", "--json"]));
+    assert_eq!(out.status.code(), Some(0));
+    let rows: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!rows.is_empty());
+    assert!(rows.iter().all(|r| r["level"] == 1));
+    let id = rows[0]["id"].as_str().unwrap().to_string();
+    let out = run(tf(state.path()).args(["bench", "show", &id]));
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout.contains("class Model"), "{stdout}");
+    assert!(stdout.contains("variant:  small"), "{stdout}");
+    let out = run(tf(state.path()).args(["bench", "show", "no-such-problem"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no-such-problem"));
+}
+
+const HEADER: &str = "import torch\nimport torch.nn as nn\n\nN = 64\n\n";
+const FOOTER: &str =
+    "\n\ndef get_inputs():\n    return [torch.randn(N)]\n\n\ndef get_init_inputs():\n    return []\n";
+
+fn problem(body: &str) -> String {
+    format!("{HEADER}{body}{FOOTER}")
+}
+
+#[test]
+fn validate_reports_every_broken_problem_and_solution() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    let write = |rel: &str, text: &str| {
+        let p = r.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    let mut manifest = String::new();
+    let cases: &[(&str, String)] = &[
+        (
+            "good",
+            problem("class Model(nn.Module):\n    def forward(self, x):\n        return x * 3.0\n"),
+        ),
+        (
+            "zeros",
+            problem("class Model(nn.Module):\n    def forward(self, x):\n        return x * 0.0\n"),
+        ),
+        (
+            "tiny",
+            problem("class Model(nn.Module):\n    def forward(self, x):\n        return 1.0 + x * 1e-7\n"),
+        ),
+        (
+            "random",
+            problem("import random\n\nclass Model(nn.Module):\n    def forward(self, x):\n        return x * random.random()\n"),
+        ),
+        (
+            "ignores_input",
+            problem("class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.w = nn.Parameter(torch.randn(N))\n\n    def forward(self, x):\n        return self.w * 2.0\n"),
+        ),
+        (
+            "nan",
+            problem("class Model(nn.Module):\n    def forward(self, x):\n        return torch.log(x)\n"),
+        ),
+        (
+            "broken",
+            "import torch\nN = 64\nclass Model(:\n".to_string(),
+        ),
+    ];
+    for (name, src) in cases {
+        write(&format!("level1/{name}.py"), src);
+        manifest.push_str(&format!(
+            "[problems.\"level1/{name}\"]\nid = \"T-{name}\"\nlevel = 1\nfamily = \"elementwise\"\nsplit = \"train\"\nvariants.small = {{ N = 32 }}\nvariants.heldout = {{ N = 37 }}\n\n"
+        ));
+    }
+    write("manifest.toml", &manifest);
+    // A wrong solution for `good` (x * 2 instead of x * 3); the others have none.
+    write(
+        "solutions/level1/good.py",
+        "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n\
+         @triton.jit\ndef k(x_ptr, y_ptr, n, B: tl.constexpr):\n    o = tl.program_id(0) * B + tl.arange(0, B)\n    \
+         m = o < n\n    tl.store(y_ptr + o, tl.load(x_ptr + o, mask=m) * 2.0, mask=m)\n\n\n\
+         class ModelNew(nn.Module):\n    def forward(self, x):\n        y = torch.empty_like(x)\n        \
+         k[(1,)](x, y, x.numel(), B=64)\n        return y\n",
+    );
+    let state = r.join("state");
+    let out = run(tf(&state)
+        .args(["bench", "validate", "--json", "--suite"])
+        .arg(r));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let findings: Vec<String> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    let all = findings.join("\n");
+    let expect = [
+        ("level1/zeros [small]", "degenerate"),
+        ("level1/tiny [small]", "degenerate"),
+        ("level1/random [small]", "not deterministic"),
+        (
+            "level1/ignores_input [small]",
+            "does not depend on the inputs",
+        ),
+        ("level1/nan [small]", "NaN or Inf"),
+        ("level1/broken [small]", "does not import"),
+        ("level1/good [small]", "reference solution is incorrect"),
+        ("level1/zeros", "no reference solution"),
+    ];
+    for (who, what) in expect {
+        assert!(
+            findings
+                .iter()
+                .any(|f| f.starts_with(who) && f.contains(what)),
+            "missing {who}: {what} in\n{all}"
+        );
+    }
+    // The sound problem itself has no finding other than its wrong solution.
+    assert!(
+        findings
+            .iter()
+            .filter(|f| f.starts_with("level1/good"))
+            .all(|f| f.contains("solution")),
+        "{all}"
+    );
+}
