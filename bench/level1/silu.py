@@ -1,0 +1,23 @@
+import torch
+import torch.nn as nn
+
+BATCH = 128
+DIM = 131072
+
+
+class Model(nn.Module):
+    """SiLU (swish): x times its sigmoid."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.silu(x)
+
+
+def get_inputs():
+    return [torch.randn(BATCH, DIM) * 3.0]
+
+
+def get_init_inputs():
+    return []
