@@ -45,6 +45,9 @@ pub enum BenchCmd {
         /// Problems or solutions checked at once [default: number of CPUs].
         #[arg(long)]
         jobs: Option<usize>,
+        /// Skip timing the solutions (correctness only; faster on a GPU).
+        #[arg(long)]
+        no_timing: bool,
         #[arg(long)]
         json: bool,
     },
@@ -128,8 +131,9 @@ pub async fn run(global: &Global, cmd: BenchCmd) -> anyhow::Result<u8> {
             filter,
             variant,
             jobs,
+            no_timing,
             json,
-        } => validate(global, filter, variant, jobs, json).await,
+        } => validate(global, filter, variant, jobs, !no_timing, json).await,
     }
 }
 
@@ -208,6 +212,7 @@ async fn validate(
     filter: Filter,
     variants: Vec<String>,
     jobs: Option<usize>,
+    timing: bool,
     json: bool,
 ) -> anyhow::Result<u8> {
     let suite = match load(&filter.suite) {
@@ -311,6 +316,7 @@ async fn validate(
                 variant: vname,
                 overrides,
                 device: DeviceRequest::Auto,
+                timing,
                 ..EvalConfig::default()
             };
             let ev = evaluator.clone();
