@@ -529,10 +529,30 @@ def check_problem(job: Any, workdir: str) -> Any:
         return report(max_ms, info)
 
     first = runs[0]
-    if len(again) != len(first) or any(
-        isinstance(a, torch.Tensor) and not _same_bits(torch, a, b) for a, b in zip(first, again)
-    ):
-        findings.append("not deterministic: the same seeds gave different outputs")
+    # Reproducible within 1% of the tolerance: GPU libraries may reorder floating-point
+    # sums between runs (cuDNN's transposed convolutions do), which is harmless far below
+    # the tolerance; anything larger would make verdicts flip between runs.
+    if len(again) != len(first):
+        findings.append("not deterministic: the same seeds gave a different number of outputs")
+    for i, (a, b) in enumerate(zip(first, again)):
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            continue
+        if a.shape != b.shape or a.dtype != b.dtype:
+            findings.append(f"not deterministic: output {i} changed shape or dtype between identical runs")
+        elif not a.is_floating_point():
+            if not torch.equal(a, b):
+                findings.append(f"not deterministic: output {i} differs between identical runs")
+        else:
+            atol, rtol = _tolerance_for(str(a.dtype).replace("torch.", ""), job.tolerance)
+            ad, bd = a.detach().double(), b.detach().double()
+            diff = (ad - bd).abs().nan_to_num(nan=float("inf"))
+            both_nan = ad.isnan() & bd.isnan()
+            limit = 0.01 * (atol + rtol * bd.abs())
+            if bool(((diff > limit) & ~both_nan).any()):
+                findings.append(
+                    f"not deterministic: output {i} differs between identical runs by up to "
+                    f"{float(diff[~both_nan].max()):.3g}, more than 1% of the tolerance"
+                )
     for i, o in enumerate(first):
         if not isinstance(o, torch.Tensor):
             findings.append(f"output {i} is a {type(o).__name__}, not a tensor")
