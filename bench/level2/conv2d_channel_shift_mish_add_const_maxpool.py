@@ -1,0 +1,33 @@
+import torch
+import torch.nn as nn
+
+BATCH = 16
+IN_CHANNELS = 32
+OUT_CHANNELS = 64
+HEIGHT = 128
+WIDTH = 128
+
+
+class Model(nn.Module):
+    """A 3x3 convolution (padding 1), then a learned per-channel shift, then Mish, then adding 0.25, then 2x2 max pooling."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1)
+        self.channel_shift = nn.Parameter(torch.randn(out_channels) * 0.3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        y = y + self.channel_shift.view(1, -1, 1, 1)
+        y = torch.nn.functional.mish(y)
+        y = y + 0.25
+        y = torch.nn.functional.max_pool2d(y, kernel_size=2)
+        return y
+
+
+def get_inputs():
+    return [torch.randn(BATCH, IN_CHANNELS, HEIGHT, WIDTH)]
+
+
+def get_init_inputs():
+    return [IN_CHANNELS, OUT_CHANNELS]

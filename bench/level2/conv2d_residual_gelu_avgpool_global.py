@@ -1,0 +1,31 @@
+import torch
+import torch.nn as nn
+
+BATCH = 16
+IN_CHANNELS = 32
+OUT_CHANNELS = 64
+HEIGHT = 128
+WIDTH = 128
+
+
+class Model(nn.Module):
+    """A 3x3 convolution (padding 1), then a residual add, then GELU, then global average pooling."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        y = y + residual
+        y = torch.nn.functional.gelu(y)
+        y = torch.mean(y, dim=(2, 3))
+        return y
+
+
+def get_inputs():
+    return [torch.randn(BATCH, IN_CHANNELS, HEIGHT, WIDTH), torch.randn(BATCH, OUT_CHANNELS, HEIGHT, WIDTH)]
+
+
+def get_init_inputs():
+    return [IN_CHANNELS, OUT_CHANNELS]

@@ -1,0 +1,31 @@
+import torch
+import torch.nn as nn
+
+BATCH = 16
+IN_CHANNELS = 32
+OUT_CHANNELS = 64
+HEIGHT = 128
+WIDTH = 128
+
+
+class Model(nn.Module):
+    """A 3x3 convolution (padding 1), then tanh, then a scale by 1.7, then halving."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        y = torch.tanh(y)
+        y = y * 1.7
+        y = y * 0.5
+        return y
+
+
+def get_inputs():
+    return [torch.randn(BATCH, IN_CHANNELS, HEIGHT, WIDTH)]
+
+
+def get_init_inputs():
+    return [IN_CHANNELS, OUT_CHANNELS]

@@ -1,0 +1,31 @@
+import torch
+import torch.nn as nn
+
+BATCH = 1024
+IN_FEATURES = 8192
+OUT_FEATURES = 2048
+
+
+class Model(nn.Module):
+    """A linear layer, then a clamp to [-0.8, 1.2], then a learned per-channel scale, then Mish, then a residual add."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.channel_scale = nn.Parameter(torch.rand(out_features) + 0.5)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        y = torch.clamp(y, min=-0.8, max=1.2)
+        y = y * self.channel_scale
+        y = torch.nn.functional.mish(y)
+        y = y + residual
+        return y
+
+
+def get_inputs():
+    return [torch.randn(BATCH, IN_FEATURES), torch.randn(BATCH, OUT_FEATURES)]
+
+
+def get_init_inputs():
+    return [IN_FEATURES, OUT_FEATURES]

@@ -1,0 +1,30 @@
+import torch
+import torch.nn as nn
+
+BATCH = 1024
+IN_FEATURES = 8192
+OUT_FEATURES = 2048
+
+
+class Model(nn.Module):
+    """A linear layer, then GELU, then a scale by 1.7, then a learned per-channel scale."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.channel_scale = nn.Parameter(torch.rand(out_features) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        y = torch.nn.functional.gelu(y)
+        y = y * 1.7
+        y = y * self.channel_scale
+        return y
+
+
+def get_inputs():
+    return [torch.randn(BATCH, IN_FEATURES)]
+
+
+def get_init_inputs():
+    return [IN_FEATURES, OUT_FEATURES]

@@ -1,0 +1,29 @@
+import torch
+import torch.nn as nn
+
+BATCH = 2048
+IN_FEATURES = 4096
+OUT_FEATURES = 4096
+
+
+class Model(nn.Module):
+    """A linear layer, then tanh-GELU, then adding 0.25, then tanh."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        y = torch.nn.functional.gelu(y, approximate="tanh")
+        y = y + 0.25
+        y = torch.tanh(y)
+        return y
+
+
+def get_inputs():
+    return [torch.randn(BATCH, IN_FEATURES)]
+
+
+def get_init_inputs():
+    return [IN_FEATURES, OUT_FEATURES]
