@@ -44,13 +44,17 @@ def fused_conv_kernel(
 
 
 @triton.jit
-def global_avg_kernel(y_ptr, out_ptr, HW, BLOCK: tl.constexpr):
+def max_pool2_kernel(y_ptr, out_ptr, H, W, OH, OW, BLOCK: tl.constexpr):
     plane = tl.program_id(0)
-    acc = tl.zeros([BLOCK], tl.float32)
-    for start in range(0, HW, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        acc += tl.load(y_ptr + plane * HW + offs, mask=offs < HW, other=0.0)
-    tl.store(out_ptr + plane, tl.sum(acc, axis=0) / HW)
+    oh = tl.program_id(1)
+    ow = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
+    mask = ow < OW
+    best = tl.full([BLOCK], float("-inf"), tl.float32)
+    for dh in tl.static_range(2):
+        for dw in tl.static_range(2):
+            v = tl.load(y_ptr + (plane * H + oh * 2 + dh) * W + ow * 2 + dw, mask=mask, other=float("-inf"))
+            best = tl.maximum(best, v)
+    tl.store(out_ptr + (plane * OH + oh) * OW + ow, best, mask=mask)
 
 
 class ModelNew(nn.Module):
@@ -68,6 +72,6 @@ class ModelNew(nn.Module):
         fused_conv_kernel[(triton.cdiv(n * h * w, BLOCK_P), triton.cdiv(oc, BLOCK_OC))](
             x, weight, self.conv.bias, self.conv.bias, self.conv.bias, residual.contiguous(), y, n, c, h, w, oc, h, w, 1,
             KH=3, KW=3, BLOCK_P=BLOCK_P, BLOCK_OC=BLOCK_OC, BLOCK_C=BLOCK_C)
-        out = torch.empty((n, oc), device=x.device, dtype=torch.float32)
-        global_avg_kernel[(n * oc,)](y, out, h * w, BLOCK=1024)
+        out = torch.empty((n, oc, h // 2, w // 2), device=x.device, dtype=torch.float32)
+        max_pool2_kernel[(n * oc, h // 2, triton.cdiv(w // 2, 64))](y, out, h, w, h // 2, w // 2, BLOCK=64)
         return out
