@@ -1,44 +1,10 @@
 //! `tritonforge bench` against the real suite and a deliberately broken one,
 //! with the real worker in CPU mode.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn venv() -> PathBuf {
-    std::env::var_os("TRITONFORGE_TEST_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".tritonforge/venv"))
-}
-
-fn tf(state: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tritonforge"));
-    c.current_dir(repo())
-        .arg("--state-dir")
-        .arg(state)
-        .arg("--venv")
-        .arg(venv())
-        .env_remove("TRITONFORGE_PYTHON")
-        .env_remove("TRITONFORGE_HOME")
-        .stdin(Stdio::null());
-    c
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.output().expect("run tritonforge")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::*;
 
 #[test]
 fn the_bundled_suite_validates_in_cpu_mode() {

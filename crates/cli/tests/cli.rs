@@ -6,47 +6,13 @@
 //! under a file lock. Each test has its own state directory.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn venv() -> PathBuf {
-    std::env::var_os("TRITONFORGE_TEST_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".tritonforge/venv"))
-}
-
-fn fixture(rel: &str) -> PathBuf {
-    repo().join("crates/cli/tests/fixtures").join(rel)
-}
-
-fn tf(state: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tritonforge"));
-    c.arg("--state-dir")
-        .arg(state)
-        .arg("--venv")
-        .arg(venv())
-        .env_remove("TRITONFORGE_PYTHON")
-        .env_remove("TRITONFORGE_HOME")
-        .stdin(Stdio::null());
-    c
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.output().expect("run tritonforge")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::*;
 
 /// One evaluation with `--json`: (exit code, record, stderr).
 fn eval_one(
