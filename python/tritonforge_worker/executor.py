@@ -127,6 +127,21 @@ def load_module(name: str, path: str, overrides: Dict[str, Any]) -> types.Module
     return module
 
 
+def _problem_file(workdir: Path, name: str) -> str:
+    """Where a problem file goes: its own directory, so a candidate of the same name keeps its name too."""
+    (workdir / "problem").mkdir(exist_ok=True)
+    return str(workdir / "problem" / _safe_name(name, "problem.py"))
+
+
+def load_problem(path: str, overrides: Dict[str, Any]) -> types.ModuleType:
+    """Import a problem file and check it defines what the format requires."""
+    problem = load_module("tf_problem", path, overrides)
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(problem, attr):
+            raise AttributeError(f"problem file defines no `{attr}`")
+    return problem
+
+
 def _flatten(out: Any) -> List[Any]:
     if isinstance(out, (tuple, list)):
         items: List[Any] = []
@@ -149,9 +164,7 @@ class Executor:
         self.torch = torch
         self.job = job
         self.workdir = Path(workdir)
-        # Separate directories: both files keep their own names in diagnostics.
-        (self.workdir / "problem").mkdir(exist_ok=True)
-        self.problem_path = str(self.workdir / "problem" / _safe_name(job.problem.name, "problem.py"))
+        self.problem_path = _problem_file(self.workdir, job.problem.name)
         self.candidate_path = str(self.workdir / _safe_name(job.candidate.name, "candidate.py"))
         if job.device == "cuda" or (job.device == "auto" and torch.cuda.is_available()):
             self.device = torch.device("cuda")
@@ -201,10 +214,7 @@ class Executor:
 
         # The problem: any failure here is the problem's fault, not the candidate's.
         try:
-            problem = load_module("tf_problem", self.problem_path, job.overrides)
-            for attr in ("Model", "get_inputs", "get_init_inputs"):
-                if not hasattr(problem, attr):
-                    raise AttributeError(f"problem file defines no `{attr}`")
+            problem = load_problem(self.problem_path, job.overrides)
             torch.manual_seed(job.seed)
             init_inputs = list(problem.get_init_inputs())
         except BaseException as exc:  # noqa: BLE001 - reported, never swallowed
@@ -481,8 +491,7 @@ def check_problem(job: Any, workdir: str) -> Any:
 
     findings: List[str] = []
     outputs: List[OutputSummary] = []
-    (Path(workdir) / "problem").mkdir(exist_ok=True)
-    path = str(Path(workdir) / "problem" / _safe_name(job.problem.name, "problem.py"))
+    path = _problem_file(Path(workdir), job.problem.name)
     Path(path).write_text(job.problem.source, encoding="utf-8")
     device = torch.device("cuda" if job.device != "cpu" and torch.cuda.is_available() else "cpu")
 
@@ -490,10 +499,7 @@ def check_problem(job: Any, workdir: str) -> Any:
         return ProblemReport(findings=findings, error=error, outputs=outputs, max_forward_ms=max_ms)
 
     try:
-        problem = load_module("tf_problem", path, job.overrides)
-        for attr in ("Model", "get_inputs", "get_init_inputs"):
-            if not hasattr(problem, attr):
-                raise AttributeError(f"problem file defines no `{attr}`")
+        problem = load_problem(path, job.overrides)
     except BaseException as exc:  # noqa: BLE001
         info = error_info(exc, path)
         findings.append(f"does not import: {_describe(info)}")

@@ -127,15 +127,18 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// Read a problem file and look up its metadata in the nearest manifest.
     pub fn load(path: &Path) -> Result<Problem, BenchError> {
+        Problem::load_with(path, Manifest::find_for(path)?.as_ref())
+    }
+
+    /// Read a problem file whose manifest the caller already has (a whole directory or
+    /// suite shares one; parsing it again per problem is wasted work).
+    pub fn load_with(path: &Path, manifest: Option<&Manifest>) -> Result<Problem, BenchError> {
         let source = read_text(path)?;
-        let meta = match Manifest::find_for(path)? {
-            Some(m) => m
-                .key_for(path)
-                .and_then(|k| m.problems.get(&k).cloned())
-                .unwrap_or_default(),
-            None => ProblemMeta::default(),
-        };
+        let meta = manifest
+            .and_then(|m| m.key_for(path).and_then(|k| m.problems.get(&k).cloned()))
+            .unwrap_or_default();
         Ok(Problem {
             name: stem(path),
             path: path.to_owned(),

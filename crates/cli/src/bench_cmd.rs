@@ -226,13 +226,7 @@ async fn validate(
         .filter(|e| filter.keep(e) && e.problem_path.is_file())
         .cloned()
         .collect();
-    let jobs = jobs
-        .unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2)
-        })
-        .clamp(1, 64);
+    let jobs = crate::jobs_or_default(jobs);
     let pool = global.start_pool(jobs, jobs).await?;
     let cpu_mode = pool.environment().device == DeviceKind::Cpu;
     let variants = if variants.is_empty() {
@@ -257,7 +251,7 @@ async fn validate(
     let mut set: JoinSet<(Task, Vec<String>)> = JoinSet::new();
     let (mut n_problems, mut n_solutions) = (0usize, 0usize);
     for e in &entries {
-        let problem = match Problem::load(&e.problem_path) {
+        let problem = match Problem::load_with(&e.problem_path, Some(&suite.manifest)) {
             Ok(p) => p,
             Err(err) => {
                 findings.push(format!("{}: {err}", e.key));

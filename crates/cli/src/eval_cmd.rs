@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::task::JoinSet;
-use tritonforge_bench::{pair_dirs, Candidate, Problem};
+use tritonforge_bench::{pair_dirs, Candidate, Manifest, Problem};
 use tritonforge_eval::{EvalError, Evaluation, Evaluator};
 use tritonforge_protocol::{DeviceKind, EvalConfig, Status};
 use tritonforge_store::Store;
@@ -126,15 +126,7 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
         return Ok(EXIT_USAGE);
     }
 
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2)
-        })
-        .clamp(1, 64)
-        .min(pairs.len());
+    let jobs = crate::jobs_or_default(args.jobs).min(pairs.len());
     let pool = global.start_pool(jobs, args.spares.unwrap_or(jobs)).await?;
     let store = if args.no_store {
         None
@@ -207,10 +199,18 @@ fn load_pairs(mode: &Mode) -> Result<Vec<Pair>, String> {
             pairing.pairs
         }
     };
+    // Every problem of a batch lives in one directory: read its manifest once.
+    let manifest = match paths.first() {
+        Some((p, _)) => Manifest::find_for(p).map_err(|e| e.to_string())?,
+        None => None,
+    };
     let mut errors = Vec::new();
     let mut pairs = Vec::new();
     for (p, c) in paths {
-        match (Problem::load(&p), Candidate::load(&c)) {
+        match (
+            Problem::load_with(&p, manifest.as_ref()),
+            Candidate::load(&c),
+        ) {
             (Ok(p), Ok(c)) => pairs.push((p, c)),
             (p, c) => {
                 if let Err(e) = p {

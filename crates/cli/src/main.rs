@@ -198,6 +198,16 @@ fn setup(global: &Global) -> anyhow::Result<u8> {
     Ok(EXIT_CORRECT)
 }
 
+/// `--jobs`, or one per CPU; clamped to a sane range.
+pub fn jobs_or_default(flag: Option<usize>) -> usize {
+    flag.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+    })
+    .clamp(1, 64)
+}
+
 /// `path` relative to the current directory when it is inside it, for shorter output.
 pub fn short(path: &Path) -> String {
     let cwd = std::env::current_dir().ok();

@@ -43,6 +43,14 @@ fn fmt_err(x: Option<f64>) -> String {
     }
 }
 
+/// The largest max-abs-error any trial reported.
+fn worst_trial_err(r: &tritonforge_protocol::EvalRecord) -> Option<f64> {
+    r.trials
+        .iter()
+        .filter_map(|t| t.max_abs_err)
+        .reduce(f64::max)
+}
+
 pub fn verdict_text(ev: &Evaluation) -> String {
     let r = &ev.record;
     let mut s = String::new();
@@ -89,12 +97,7 @@ pub fn verdict_text(ev: &Evaluation) -> String {
         s,
         "trials:    {passed}/{} passed, max abs err {}",
         r.config.trials,
-        fmt_err(
-            r.trials
-                .iter()
-                .filter_map(|t| t.max_abs_err)
-                .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))))
-        )
+        fmt_err(worst_trial_err(r))
     );
     match (&r.timing, &r.timing_note) {
         (Some(t), _) => {
@@ -165,14 +168,12 @@ impl Row {
                     status: Some(r.status),
                     stage: r.stage.to_string(),
                     trials: format!("{passed}/{}", r.config.trials),
-                    max_err: fmt_err(r.mismatch.as_ref().and_then(|m| m.max_abs_err).or_else(
-                        || {
-                            r.trials
-                                .iter()
-                                .filter_map(|t| t.max_abs_err)
-                                .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))))
-                        },
-                    )),
+                    max_err: fmt_err(
+                        r.mismatch
+                            .as_ref()
+                            .and_then(|m| m.max_abs_err)
+                            .or_else(|| worst_trial_err(r)),
+                    ),
                     wall_s: r.wall_ms / 1000.0,
                     cached: ev.cached,
                     message: r.message.clone(),

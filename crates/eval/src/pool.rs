@@ -491,10 +491,7 @@ async fn start_worker(
             env,
             worker_version,
         }),
-        Ok(Err(e)) => Err(match e {
-            EvalError::Protocol(p) => EvalError::Protocol(p),
-            other => other,
-        }),
+        Ok(Err(e)) => Err(e),
         Ok(Ok(Some(other))) => Err(EvalError::WorkerStart {
             reason: format!("expected hello, got {}", truncate(&other.to_line(), 200)),
             stderr: worker.stderr_tail(),
