@@ -41,13 +41,12 @@ def serve() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     faulthandler.enable()
-    # No core files from a candidate's abort; no runaway file writes.
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    fsize = 4 << 30 if hard == resource.RLIM_INFINITY else min(4 << 30, hard)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    reserved = os.environ.get("TRITONFORGE_RESERVED_CPUS")
+    if reserved:
+        # Cores kept for processes being timed: nothing else of ours (threads, compilers) runs there.
+        keep = os.sched_getaffinity(0) - {int(c) for c in reserved.split(",") if c.strip()}
+        if keep:
+            os.sched_setaffinity(0, keep)
 
     from .envinfo import choose_device_mode, collect
 
@@ -56,8 +55,13 @@ def serve() -> int:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    _warm_up(mode)
-    _send(proto_out, Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version=__version__, pid=os.getpid(), env=collect(mode)))
+    if os.environ.get("TRITONFORGE_WARMUP", "1") != "0":
+        _warm_up(mode)
+    from .sandbox import apply
+
+    sandbox = apply(os.getcwd(), mode)
+    _send(proto_out, Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version=__version__, pid=os.getpid(),
+                           env=collect(mode), sandbox=sandbox))
     line = sys.stdin.readline()
     if not line:
         return 0
@@ -69,8 +73,11 @@ def serve() -> int:
     if isinstance(msg, Shutdown):
         return 0
     if isinstance(msg, CheckProblem):
-        sys.stdin.close()
         from .executor import check_problem
+        from .lease import Lease
+
+        Lease(proto_out, sys.stdin, msg.id).hold("shared")
+        sys.stdin.close()
 
         start = time.perf_counter()
         report = check_problem(msg.job, os.getcwd())
@@ -80,12 +87,12 @@ def serve() -> int:
     if not isinstance(msg, Evaluate):
         _send(proto_out, Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=f"a worker accepts evaluate, check_problem or shutdown, not {msg.type}"))
         return 2
-    sys.stdin.close()
-
     from .executor import Executor
+    from .lease import Lease
 
     start = time.perf_counter()
-    outcome = Executor(msg.job, os.getcwd()).run()
+    # stdin stays open: lease grants arrive on it.
+    outcome = Executor(msg.job, os.getcwd(), Lease(proto_out, sys.stdin, msg.id)).run()
     elapsed = (time.perf_counter() - start) * 1000.0
     _send(proto_out, EvalResult(type="result", protocol=PROTOCOL_VERSION, id=msg.id, outcome=outcome, elapsed_ms=elapsed))
     return 0
@@ -146,9 +153,21 @@ def _warm_up(mode: str) -> None:
         problem=SourceFile(name="warmup_problem.py", source=_WARMUP_PROBLEM),
         candidate=SourceFile(name="warmup_candidate.py", source=_WARMUP_CANDIDATE),
         trials=1, seed=0, tolerance=None, overrides={},
-        device="cuda" if mode == "cuda" else "cpu", timing=False,
+        device="cuda" if mode == "cuda" else "cpu", timing=False, timing_budget_ms=0, speedup_cap=10.0,
+        profile=False, compile_baseline=False,
     )
-    verdict = Executor(job, warm_dir).run()
+    executor = Executor(job, warm_dir)
+    verdict = executor.run()
+    if executor.recorder is not None:
+        executor.recorder.uninstall()
+    if mode == "cuda":
+        # First use of cuBLAS and cuDNN costs a fraction of a second each: pay it here.
+        import torch
+
+        a = torch.randn(64, 64, device="cuda")
+        x = torch.randn(1, 3, 16, 16, device="cuda")
+        w = torch.randn(4, 3, 3, 3, device="cuda")
+        float((a @ a).sum() + torch.nn.functional.conv2d(x, w).sum())
     if getattr(verdict, "status", None) != "correct":
         raise RuntimeError(f"warm-up evaluation failed, this torch/triton installation is broken: {verdict}")
     for name in ("tf_problem", "tf_candidate"):

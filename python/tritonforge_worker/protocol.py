@@ -17,10 +17,12 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 Status = Literal["rejected", "compile_error", "runtime_error", "timeout", "incorrect", "correct"]
-Stage = Literal["guard", "import", "init", "correctness", "timing", "process"]
+Stage = Literal["guard", "import", "init", "correctness", "provenance", "timing", "process"]
+LeaseKind = Literal["shared", "exclusive"]
+TimingFlag = Literal["implausible_speedup", "clock_disagreement", "side_streams"]
 DeviceRequest = Literal["auto", "cpu", "cuda"]
 MismatchKind = Literal[
     "value", "nonfinite", "shape", "dtype", "count", "type", "device", "input_mutated"
@@ -75,6 +77,10 @@ class EvalJob:
     overrides: Dict[str, Any]
     device: DeviceRequest
     timing: bool
+    timing_budget_ms: int
+    speedup_cap: float
+    profile: bool
+    compile_baseline: bool
 
 
 @dataclass
@@ -121,6 +127,7 @@ class TimingStats:
     median_ms: float
     iqr_ms: float
     samples: int
+    host_median_ms: float
 
 
 @dataclass
@@ -130,6 +137,24 @@ class Timing:
     speedup: float
     speedup_low: float
     speedup_high: float
+    flags: List[TimingFlag]
+    checked_outputs: int
+    harness_ms: float
+    compiled: Optional[TimingStats]
+
+
+@dataclass
+class KernelLaunches:
+    name: str
+    launches: int
+
+
+@dataclass
+class Provenance:
+    kernels: List[KernelLaunches]
+    calls: int
+    calls_without_launch: int
+    gpu_share: Optional[float]
 
 
 @dataclass
@@ -145,6 +170,7 @@ class Verdict:
     timing: Optional[Timing]
     timing_note: Optional[str]
     tolerance: Tolerance
+    provenance: Optional[Provenance]
 
 
 @dataclass
@@ -161,6 +187,16 @@ Outcome = Union[Verdict, ProblemError]
 
 
 @dataclass
+class Sandbox:
+    landlock_abi: Optional[int]
+    filesystem: bool
+    network: bool
+    signals: bool
+    gpu_memory_fraction: Optional[float]
+    notes: List[str]
+
+
+@dataclass
 class Hello:
     TYPE: ClassVar[str] = "hello"
     type: Literal["hello"]
@@ -168,6 +204,7 @@ class Hello:
     worker_version: str
     pid: int
     env: EnvInfo
+    sandbox: Sandbox
 
 
 @dataclass
@@ -250,9 +287,38 @@ class ProblemReportMessage:
     elapsed_ms: float
 
 
+@dataclass
+class LeaseRequest:
+    TYPE: ClassVar[str] = "lease_request"
+    type: Literal["lease_request"]
+    protocol: int
+    id: str
+    kind: LeaseKind
+
+
+@dataclass
+class LeaseGrant:
+    TYPE: ClassVar[str] = "lease_grant"
+    type: Literal["lease_grant"]
+    protocol: int
+    id: str
+    kind: LeaseKind
+
+
+@dataclass
+class LeaseRelease:
+    TYPE: ClassVar[str] = "lease_release"
+    type: Literal["lease_release"]
+    protocol: int
+    id: str
+
+
 MESSAGE_TYPES: Dict[str, type] = {
     cls.TYPE: cls  # type: ignore[attr-defined]
-    for cls in (Hello, Evaluate, EvalResult, Error, Shutdown, CheckProblem, ProblemReportMessage)
+    for cls in (
+        Hello, Evaluate, EvalResult, Error, Shutdown, CheckProblem, ProblemReportMessage,
+        LeaseRequest, LeaseGrant, LeaseRelease,
+    )
 }
 
 

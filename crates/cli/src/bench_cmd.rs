@@ -42,12 +42,10 @@ pub enum BenchCmd {
         /// Variants to run [default: `small` in CPU mode, `full` and `heldout` on a GPU].
         #[arg(long)]
         variant: Vec<String>,
-        /// Problems or solutions checked at once [default: number of CPUs].
-        #[arg(long)]
-        jobs: Option<usize>,
-        /// Skip timing the solutions (correctness only; faster on a GPU).
-        #[arg(long)]
-        no_timing: bool,
+        #[command(flatten)]
+        pool: crate::PoolArgs,
+        #[command(flatten)]
+        timing: crate::eval_cmd::TimingArgs,
         #[arg(long)]
         json: bool,
     },
@@ -130,10 +128,10 @@ pub async fn run(global: &Global, cmd: BenchCmd) -> anyhow::Result<u8> {
         BenchCmd::Validate {
             filter,
             variant,
-            jobs,
-            no_timing,
+            pool,
+            timing,
             json,
-        } => validate(global, filter, variant, jobs, !no_timing, json).await,
+        } => validate(global, filter, variant, pool, timing, json).await,
     }
 }
 
@@ -211,8 +209,8 @@ async fn validate(
     global: &Global,
     filter: Filter,
     variants: Vec<String>,
-    jobs: Option<usize>,
-    timing: bool,
+    pool_args: crate::PoolArgs,
+    timing: crate::eval_cmd::TimingArgs,
     json: bool,
 ) -> anyhow::Result<u8> {
     let suite = match load(&filter.suite) {
@@ -226,8 +224,7 @@ async fn validate(
         .filter(|e| filter.keep(e) && e.problem_path.is_file())
         .cloned()
         .collect();
-    let jobs = crate::jobs_or_default(jobs);
-    let pool = global.start_pool(jobs, jobs).await?;
+    let pool = global.start_pool(pool_args.config(usize::MAX)).await?;
     let cpu_mode = pool.environment().device == DeviceKind::Cpu;
     let variants = if variants.is_empty() {
         if cpu_mode {
@@ -305,14 +302,13 @@ async fn validate(
                 }
             };
             n_solutions += 1;
-            let config = EvalConfig {
+            let config = timing.apply(EvalConfig {
                 tolerance: problem.meta.tolerance(),
                 variant: vname,
                 overrides,
                 device: DeviceRequest::Auto,
-                timing,
                 ..EvalConfig::default()
-            };
+            });
             let ev = evaluator.clone();
             let (p, key, l) = (problem.clone(), e.key.clone(), label);
             set.spawn(async move {

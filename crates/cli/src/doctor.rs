@@ -7,7 +7,7 @@ use tritonforge_store::Store;
 
 use crate::{Global, EXIT_CORRECT, EXIT_ENV};
 
-pub fn run(global: &Global, as_json: bool) -> anyhow::Result<u8> {
+pub async fn run(global: &Global, as_json: bool) -> anyhow::Result<u8> {
     let mut ok = true;
     let source = global.python_source();
     let worker_path = tritonforge_pyenv::extract_worker(&global.state_dir)?;
@@ -36,6 +36,25 @@ pub fn run(global: &Global, as_json: bool) -> anyhow::Result<u8> {
         ok = false;
         None
     };
+    // What confines a candidate is read from a real worker: it applies the sandbox itself.
+    let sandbox = match &probe {
+        Some(Ok(_)) => {
+            let cfg = tritonforge_eval::PoolConfig {
+                workers: 1,
+                spares: 0,
+                prestart: false,
+                ..tritonforge_eval::PoolConfig::default()
+            };
+            match global.start_pool(cfg).await {
+                Ok(pool) => Some(Ok(pool.sandbox().clone())),
+                Err(e) => {
+                    ok = false;
+                    Some(Err(format!("{e:#}")))
+                }
+            }
+        }
+        _ => None,
+    };
     let store_path = global.store_path();
     let store = if store_path.exists() {
         Store::open(&store_path)
@@ -57,6 +76,7 @@ pub fn run(global: &Global, as_json: bool) -> anyhow::Result<u8> {
             "worker_path": worker_path,
             "worker_hash": tritonforge_pyenv::worker_hash(),
             "env": probe.as_ref().and_then(|p| p.as_ref().ok()),
+            "sandbox": sandbox.as_ref().and_then(|p| p.as_ref().ok()),
             "error": probe.as_ref().and_then(|p| p.as_ref().err()),
         });
         println!("{v:#}");
@@ -118,6 +138,36 @@ pub fn run(global: &Global, as_json: bool) -> anyhow::Result<u8> {
                 }
             }
         }
+        match &sandbox {
+            None => {}
+            Some(Err(e)) => println!("sandbox:     could not start a worker: {e}"),
+            Some(Ok(s)) => println!("sandbox:     {}", sandbox_line(s)),
+        }
     }
     Ok(if ok { EXIT_CORRECT } else { EXIT_ENV })
+}
+
+/// One line on what confines candidate processes, and what does not.
+pub fn sandbox_line(s: &tritonforge_protocol::Sandbox) -> String {
+    let mut parts = Vec::new();
+    match s.landlock_abi {
+        Some(abi) => parts.push(format!("landlock ABI {abi}")),
+        None => parts.push("no landlock".to_string()),
+    }
+    let yes_no = |b: bool, yes: &str, no: &str| if b { yes.to_string() } else { no.to_string() };
+    parts.push(yes_no(
+        s.filesystem,
+        "writes confined to scratch",
+        "writes NOT confined",
+    ));
+    parts.push(yes_no(s.network, "TCP denied", "network NOT restricted"));
+    parts.push(yes_no(s.signals, "signals scoped", "signals NOT scoped"));
+    if let Some(f) = s.gpu_memory_fraction {
+        parts.push(format!("GPU memory cap {:.0}%", f * 100.0));
+    }
+    let mut line = parts.join(", ");
+    for n in &s.notes {
+        line.push_str(&format!("\n             note: {n}"));
+    }
+    line
 }

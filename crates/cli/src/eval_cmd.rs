@@ -42,24 +42,54 @@ pub struct EvalArgs {
     /// Shape variant from the manifest (`full`, `small`, `heldout`, ...). Default: `small` in CPU mode when defined.
     #[arg(long)]
     variant: Option<String>,
-    /// Wall-clock budget per candidate, seconds, from the moment its job is sent.
+    /// Wall-clock budget per candidate, seconds, from the moment its job is sent
+    /// (time spent waiting for its GPU is not counted).
     #[arg(long, default_value_t = 120.0)]
     budget: f64,
-    /// Candidates evaluated at once [default: number of CPUs, at most 8].
-    #[arg(long)]
-    jobs: Option<usize>,
-    /// Processes kept started ahead of need [default: --jobs].
-    #[arg(long)]
-    spares: Option<usize>,
+    #[command(flatten)]
+    pool: crate::PoolArgs,
+    #[command(flatten)]
+    timing: TimingArgs,
     /// Evaluate again even when the store has this exact evaluation.
     #[arg(long)]
     refresh: bool,
-    /// Skip timing.
-    #[arg(long)]
-    no_timing: bool,
     /// Do not use or write the store.
     #[arg(long)]
     no_store: bool,
+}
+
+/// How candidates are timed (GPU only).
+#[derive(Args, Clone)]
+pub struct TimingArgs {
+    /// Skip timing.
+    #[arg(long)]
+    pub no_timing: bool,
+    /// Wall-clock budget for the timed repetitions per candidate, milliseconds.
+    #[arg(long, default_value_t = 400)]
+    pub timing_budget_ms: u32,
+    /// Flag speedups above this as implausible.
+    #[arg(long, default_value_t = 10.0)]
+    pub speedup_cap: f64,
+    /// Measure the candidate kernels' share of GPU time with the profiler.
+    #[arg(long)]
+    pub profile: bool,
+    /// Also time `torch.compile` of the reference (cached per problem, variant and environment).
+    #[arg(long)]
+    pub compile_baseline: bool,
+}
+
+impl TimingArgs {
+    /// Fill the timing fields of `config`.
+    pub fn apply(&self, config: EvalConfig) -> EvalConfig {
+        EvalConfig {
+            timing: !self.no_timing,
+            timing_budget_ms: self.timing_budget_ms,
+            speedup_cap: self.speedup_cap,
+            profile: self.profile,
+            compile_baseline: self.compile_baseline,
+            ..config
+        }
+    }
 }
 
 enum Mode {
@@ -86,16 +116,16 @@ impl EvalArgs {
 
     fn config(&self, problem: &Problem, cpu_mode: bool) -> Result<EvalConfig, EvalError> {
         let (variant, overrides) = problem.variant(self.variant.as_deref(), cpu_mode)?;
-        Ok(EvalConfig {
+        Ok(self.timing.apply(EvalConfig {
             trials: self.trials,
             seed: self.seed,
             tolerance: problem.meta.tolerance(),
             variant,
             overrides,
             device: tritonforge_protocol::DeviceRequest::Auto,
-            timing: !self.no_timing,
             budget_ms: (self.budget * 1000.0) as u64,
-        })
+            ..EvalConfig::default()
+        }))
     }
 }
 
@@ -107,8 +137,13 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
             return Ok(EXIT_USAGE);
         }
     };
-    if args.trials == 0 || args.budget <= 0.0 {
-        eprintln!("error: --trials and --budget must be positive");
+    if args.trials == 0
+        || args.budget <= 0.0
+        || args.timing.timing_budget_ms == 0
+        || args.timing.speedup_cap.is_nan()
+        || args.timing.speedup_cap <= 1.0
+    {
+        eprintln!("error: --trials, --budget and --timing-budget-ms must be positive; --speedup-cap above 1");
         return Ok(EXIT_USAGE);
     }
     // Read every input before starting anything, so bad input fails fast and named.
@@ -126,8 +161,7 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
         return Ok(EXIT_USAGE);
     }
 
-    let jobs = crate::jobs_or_default(args.jobs).min(pairs.len());
-    let pool = global.start_pool(jobs, args.spares.unwrap_or(jobs)).await?;
+    let pool = global.start_pool(args.pool.config(pairs.len())).await?;
     let store = if args.no_store {
         None
     } else {

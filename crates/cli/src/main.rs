@@ -121,14 +121,80 @@ impl Global {
     }
 }
 
+/// How the executor pool runs candidates (shared by `eval` and `bench validate`).
+#[derive(Args, Clone, Default)]
+pub struct PoolArgs {
+    /// Candidates evaluated at once per device [default: number of CPUs].
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Processes kept started ahead of need, per device [default: --jobs].
+    #[arg(long)]
+    pub spares: Option<usize>,
+    /// One candidate per GPU at a time for all its phases, instead of sharing the GPU
+    /// except while timing.
+    #[arg(long)]
+    pub exclusive: bool,
+    /// GPU indices to spread candidates over, e.g. `0,1` [default: every visible GPU].
+    #[arg(long, value_delimiter = ',')]
+    pub gpus: Vec<u32>,
+    /// The naive baseline: a fresh interpreter started per candidate when its turn comes,
+    /// one candidate at a time, nothing pre-started.
+    #[arg(long)]
+    pub naive: bool,
+    /// Cap on each candidate process's share of GPU memory [default: 0.9 / --jobs, at least 0.25].
+    #[arg(long)]
+    pub gpu_mem_fraction: Option<f64>,
+    /// Do not apply landlock file-system/network rules to candidate processes.
+    #[arg(long)]
+    pub no_landlock: bool,
+}
+
+impl PoolArgs {
+    /// The pool for `items` pieces of work.
+    pub fn config(&self, items: usize) -> tritonforge_eval::PoolConfig {
+        let jobs = jobs_or_default(self.jobs).min(items.max(1));
+        let base = tritonforge_eval::PoolConfig::default();
+        if self.naive {
+            return tritonforge_eval::PoolConfig {
+                workers: 1,
+                spares: 0,
+                mode: tritonforge_eval::ShareMode::Exclusive,
+                prestart: false,
+                gpus: (!self.gpus.is_empty()).then(|| self.gpus[..1].to_vec()),
+                gpu_memory_fraction: self.gpu_mem_fraction,
+                landlock: !self.no_landlock,
+                ..base
+            };
+        }
+        tritonforge_eval::PoolConfig {
+            workers: jobs,
+            spares: self.spares.unwrap_or(jobs),
+            mode: if self.exclusive {
+                tritonforge_eval::ShareMode::Exclusive
+            } else {
+                tritonforge_eval::ShareMode::Pool
+            },
+            gpus: (!self.gpus.is_empty()).then(|| self.gpus.clone()),
+            prestart: true,
+            gpu_memory_fraction: self.gpu_mem_fraction,
+            landlock: !self.no_landlock,
+            ..base
+        }
+    }
+}
+
 impl Global {
     /// Resolve Python (creating the managed venv on first use) and start the executor pool.
     pub async fn start_pool(
         &self,
-        workers: usize,
-        spares: usize,
+        cfg: tritonforge_eval::PoolConfig,
     ) -> anyhow::Result<tritonforge_eval::Pool> {
         use anyhow::Context;
+        if let Some(f) = cfg.gpu_memory_fraction {
+            if !(f > 0.0 && f <= 1.0) {
+                anyhow::bail!("--gpu-mem-fraction must be in (0, 1], got {f}");
+            }
+        }
         let env = self.python_env()?;
         let spec = tritonforge_eval::WorkerSpec {
             python: env.interpreter.clone(),
@@ -137,16 +203,9 @@ impl Global {
             device: self.device.into(),
             threads: 1,
         };
-        tritonforge_eval::Pool::start(
-            spec,
-            tritonforge_eval::PoolConfig {
-                workers,
-                spares,
-                ..tritonforge_eval::PoolConfig::default()
-            },
-        )
-        .await
-        .context("starting the executor pool")
+        tritonforge_eval::Pool::start(spec, cfg)
+            .await
+            .context("starting the executor pool")
     }
 }
 
@@ -174,7 +233,7 @@ fn main() -> ExitCode {
         match cli.command {
             Cmd::Eval(args) => eval_cmd::run(&cli.global, args).await,
             Cmd::Bench(cmd) => bench_cmd::run(&cli.global, cmd).await,
-            Cmd::Doctor { json } => doctor::run(&cli.global, json),
+            Cmd::Doctor { json } => doctor::run(&cli.global, json).await,
             Cmd::Setup => setup(&cli.global),
         }
     });

@@ -99,17 +99,65 @@ pub fn verdict_text(ev: &Evaluation) -> String {
         r.config.trials,
         fmt_err(worst_trial_err(r))
     );
+    if let Some(p) = &r.provenance {
+        let kernels: Vec<String> = p
+            .kernels
+            .iter()
+            .map(|k| format!("{} x{}", k.name, k.launches))
+            .collect();
+        let share = p
+            .gpu_share
+            .map(|x| format!(", {:.0}% of GPU time", x * 100.0))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "kernels:   {} ({} of {} calls launched one{share})",
+            if kernels.is_empty() {
+                "none".to_string()
+            } else {
+                kernels.join(", ")
+            },
+            p.calls - p.calls_without_launch,
+            p.calls
+        );
+    }
     match (&r.timing, &r.timing_note) {
         (Some(t), _) => {
             let _ = writeln!(
                 s,
-                "timing:    reference {:.4} ms, candidate {:.4} ms, speedup {:.2}x [{:.2}, {:.2}]",
+                "timing:    reference {:.4} ms, candidate {:.4} ms, speedup {:.2}x [{:.2}, {:.2}] over {} interleaved samples",
                 t.reference.median_ms,
                 t.candidate.median_ms,
                 t.speedup,
                 t.speedup_low,
-                t.speedup_high
+                t.speedup_high,
+                t.candidate.samples
             );
+            if let Some(c) = &t.compiled {
+                let _ = writeln!(
+                    s,
+                    "           torch.compile {:.4} ms ({:.2}x of it)",
+                    c.median_ms,
+                    (c.median_ms - t.harness_ms).max(1e-9)
+                        / (t.candidate.median_ms - t.harness_ms).max(1e-9)
+                );
+            }
+            for f in &t.flags {
+                let why = match f {
+                    tritonforge_protocol::TimingFlag::ImplausibleSpeedup => {
+                        format!("speedup above the plausibility cap of {}x", r.config.speedup_cap)
+                    }
+                    tritonforge_protocol::TimingFlag::ClockDisagreement => {
+                        "host clock and device events disagree (work outside the timed stream?)"
+                            .to_string()
+                    }
+                    tritonforge_protocol::TimingFlag::SideStreams => {
+                        "kernels ran on other streams; timed with a device-wide sync in every window"
+                            .to_string()
+                    }
+                };
+                let _ = writeln!(s, "flag:      {why}");
+            }
         }
         (None, Some(note)) => {
             let _ = writeln!(s, "timing:    {note}");

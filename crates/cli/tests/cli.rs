@@ -446,7 +446,17 @@ fn doctor_reports_interpreter_versions_device_and_store() {
     let out = run(tf(state.path()).args(["doctor", "--json"]));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["env"]["device"], "cpu");
-    assert_eq!(v["protocol"], 1);
+    assert_eq!(v["protocol"], 2);
+    // The sandbox is read from a real worker; this kernel has landlock (CI's too), and
+    // the text report says what is enforced.
+    assert!(
+        v["sandbox"]["landlock_abi"].is_u64()
+            || v["sandbox"]["notes"]
+                .as_array()
+                .is_some_and(|n| !n.is_empty()),
+        "{v}"
+    );
+    assert!(stdout.contains("sandbox:"), "{stdout}");
 
     // A named interpreter that lacks torch is reported as unusable, not crashed on.
     let out = run(tf(state.path()).args(["--python", "python3", "doctor"]));
@@ -455,4 +465,91 @@ fn doctor_reports_interpreter_versions_device_and_store() {
         assert_eq!(out.status.code(), Some(3), "{stdout}");
         assert!(stdout.contains("unusable"), "{stdout}");
     }
+}
+
+#[test]
+fn pytorch_in_disguise_decoys_and_hook_tampering_are_rejected() {
+    let state = tempfile::tempdir().unwrap();
+    let cases = [
+        // (candidate, the line the verdict must carry)
+        ("torch_in_disguise.py", "trial 0: ModelNew.forward launched none of the candidate's own Triton kernels (it defines relu_kernel)"),
+        ("kernel_only_at_first.py", "trial 1: ModelNew.forward launched none"),
+        ("tampers_with_hooks.py", "tampered with the launch hooks"),
+    ];
+    for (name, expected) in cases {
+        let (code, rec, stderr) = eval_one(
+            state.path(),
+            &relu_problem(),
+            &fixture(&format!("candidates/{name}")),
+            &[],
+        );
+        assert_eq!(code, 1, "{name}: {stderr}");
+        assert_eq!(rec["status"], "rejected", "{name}: {rec}");
+        assert_eq!(rec["stage"], "provenance", "{name}: {rec}");
+        let msg = rec["message"].as_str().unwrap();
+        assert!(msg.contains(expected), "{name}: {msg}");
+    }
+    // An honest kernel's record says which kernel ran on every call.
+    let (code, rec, _) = eval_one(
+        state.path(),
+        &relu_problem(),
+        &fixture("candidates/relu_ok.py"),
+        &["--trials", "4"],
+    );
+    assert_eq!(code, 0, "{rec}");
+    assert_eq!(rec["provenance"]["calls"], 4, "{rec}");
+    assert_eq!(rec["provenance"]["calls_without_launch"], 0, "{rec}");
+    assert_eq!(rec["provenance"]["kernels"][0]["name"], "relu_kernel");
+    assert_eq!(rec["provenance"]["kernels"][0]["launches"], 4);
+}
+
+#[test]
+fn the_sandbox_stops_writes_outside_scratch_and_network_connections() {
+    let state = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("escaped.txt");
+    let out = run(tf(state.path())
+        .env("TF_TEST_ESCAPE_PATH", &target)
+        .args(["eval", "--json", "--problem"])
+        .arg(relu_problem())
+        .arg("--candidate")
+        .arg(fixture("candidates/writes_outside_scratch.py")));
+    let rec: Value = serde_json::from_slice(&out.stdout).expect("one JSON record");
+    if rec["sandbox"]["filesystem"] != true {
+        // A kernel without landlock: the record must say so rather than pretend.
+        let notes = rec["sandbox"]["notes"].to_string();
+        assert!(notes.contains("landlock"), "{rec}");
+        eprintln!("landlock unavailable here; sandbox escape checks skipped: {notes}");
+        return;
+    }
+    assert_eq!(rec["status"], "runtime_error", "{rec}");
+    assert!(
+        rec["message"].as_str().unwrap().contains("PermissionError"),
+        "{rec}"
+    );
+    assert!(
+        !target.exists(),
+        "the candidate wrote outside its scratch dir"
+    );
+
+    let (code, rec, _) = eval_one(
+        state.path(),
+        &relu_problem(),
+        &fixture("candidates/connects_out.py"),
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(rec["sandbox"]["network"], true, "{rec}");
+    assert_eq!(rec["status"], "runtime_error", "{rec}");
+    let msg = rec["message"].as_str().unwrap();
+    assert!(msg.contains("PermissionError"), "{msg}");
+    // Without the sandbox the same connect is merely refused: the rule, not luck, stopped it.
+    let (_, rec, _) = eval_one(
+        state.path(),
+        &relu_problem(),
+        &fixture("candidates/connects_out.py"),
+        &["--no-landlock", "--no-store"],
+    );
+    let msg = rec["message"].as_str().unwrap();
+    assert!(msg.contains("ConnectionRefusedError"), "{msg}");
 }

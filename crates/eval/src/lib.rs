@@ -12,13 +12,14 @@ use tritonforge_bench::{BenchError, Candidate, Problem};
 use tritonforge_protocol::record::RECORD_SCHEMA;
 use tritonforge_protocol::{
     EnvInfo, EvalConfig, EvalJob, EvalRecord, Message, Outcome, ProblemCheckJob, ProblemReport,
-    ProtocolError, SourceFile, SourceRef, Stage, Status, PROTOCOL_VERSION,
+    ProtocolError, SourceFile, SourceRef, Stage, Status, TimingStats, PROTOCOL_VERSION,
 };
 use tritonforge_store::{Store, StoreError};
 
+mod device_lock;
 pub mod pool;
 
-pub use pool::{Execution, Pool, PoolConfig, WorkerSpec};
+pub use pool::{Execution, Exit, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
@@ -146,6 +147,30 @@ impl Evaluator {
         }
     }
 
+    /// The key of a problem's `torch.compile` baseline: problem content, shape, timing budget, environment.
+    fn baseline_key(&self, problem: &Problem, config: &EvalConfig) -> String {
+        let parts = serde_json::json!({
+            "kind": "torch.compile",
+            "problem": sha256_hex(problem.source.as_bytes()),
+            "overrides": config.overrides,
+            "seed": config.seed,
+            "timing_budget_ms": config.timing_budget_ms,
+            "env": self.pool.environment(),
+            "worker": self.worker_fingerprint,
+        });
+        sha256_hex(parts.to_string().as_bytes())
+    }
+
+    fn stored_baseline(&self, key: &str) -> Result<Option<TimingStats>, EvalError> {
+        match &self.store {
+            Some(s) => {
+                let store = s.lock().map_err(|_| EvalError::PoolClosed)?;
+                Ok(store.get_baseline(key)?)
+            }
+            None => Ok(None),
+        }
+    }
+
     /// Evaluate one pair (or return the stored verdict); the record is stored before this returns.
     pub async fn evaluate(
         &self,
@@ -175,6 +200,21 @@ impl Evaluator {
             overrides: config.overrides.clone(),
             device: config.device,
             timing: config.timing,
+            timing_budget_ms: config.timing_budget_ms,
+            speedup_cap: config.speedup_cap,
+            profile: config.profile,
+            compile_baseline: false,
+        };
+        // The torch.compile baseline is timed once per problem, variant and environment.
+        let baseline_key = self.baseline_key(problem, config);
+        let stored = if config.compile_baseline && config.timing {
+            self.stored_baseline(&baseline_key)?
+        } else {
+            None
+        };
+        let job = EvalJob {
+            compile_baseline: config.compile_baseline && config.timing && stored.is_none(),
+            ..job
         };
         let budget = Duration::from_millis(config.budget_ms);
         let execution = self.pool.run(&job, budget).await?;
@@ -201,19 +241,24 @@ impl Evaluator {
             tolerance: None,
             timing: None,
             timing_note: None,
-            environment: self.pool.environment().clone(),
+            provenance: None,
+            environment: execution.env.clone(),
+            sandbox: Some(self.pool.sandbox().clone()),
             worker_version: self.pool.worker_version().to_string(),
             stderr_tail: None,
-            wall_ms: 0.0,
+            wall_ms: execution.wall_ms,
             executor_ms: None,
+            lease_wait_ms: execution.lease_wait_ms,
+            exclusive_ms: execution.exclusive_ms,
+            device_slot: u32::try_from(execution.slot).unwrap_or(u32::MAX),
             created_at: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
             tritonforge_version: env!("CARGO_PKG_VERSION").to_string(),
         };
-        match execution {
-            Execution::Answered {
+        match execution.exit {
+            Exit::Answered {
                 outcome: Outcome::ProblemError(p),
                 ..
             } => {
@@ -222,10 +267,9 @@ impl Evaluator {
                     message: p.message,
                 })
             }
-            Execution::Answered {
+            Exit::Answered {
                 outcome: Outcome::Verdict(v),
                 executor_ms,
-                wall_ms,
             } => {
                 record.status = v.status;
                 record.stage = v.stage;
@@ -236,36 +280,48 @@ impl Evaluator {
                 record.tolerance = Some(v.tolerance);
                 record.timing = v.timing;
                 record.timing_note = v.timing_note;
+                record.provenance = v.provenance;
                 record.executor_ms = Some(executor_ms);
-                record.wall_ms = wall_ms;
+                if let Some(t) = record.timing.as_mut() {
+                    match (&t.compiled, stored) {
+                        (Some(fresh), _) => {
+                            if let Some(s) = &self.store {
+                                let store = s.lock().map_err(|_| EvalError::PoolClosed)?;
+                                store.put_baseline(&baseline_key, &problem.name, fresh)?;
+                            }
+                        }
+                        (None, Some(cached)) => t.compiled = Some(cached),
+                        (None, None) => {}
+                    }
+                }
             }
-            Execution::Reply { message, .. } => {
+            Exit::Reply { message } => {
                 return Err(EvalError::WorkerRefused(format!(
                     "unexpected reply {}",
                     message.to_line()
                 )))
             }
-            Execution::TimedOut {
+            Exit::TimedOut {
                 stderr_tail,
-                wall_ms,
+                gpu_hold,
             } => {
                 record.status = Status::Timeout;
-                record.message = format!(
-                    "the candidate did not finish within its wall-clock budget of {:.1}s; its process group was killed (an infinite loop, or far too slow)",
-                    budget.as_secs_f64()
-                );
+                record.message = match gpu_hold {
+                    Some(limit) => format!(
+                        "the candidate held its GPU for import, build and correctness longer than the {:.0}s limit (a kernel that never ends, or far too slow); its process group was killed",
+                        limit.as_secs_f64()
+                    ),
+                    None => format!(
+                        "the candidate did not finish within its wall-clock budget of {:.1}s; its process group was killed (an infinite loop, or far too slow)",
+                        budget.as_secs_f64()
+                    ),
+                };
                 record.stderr_tail = Some(stderr_tail).filter(|s| !s.is_empty());
-                record.wall_ms = wall_ms;
             }
-            Execution::Crashed {
-                exit,
-                stderr_tail,
-                wall_ms,
-            } => {
+            Exit::Crashed { exit, stderr_tail } => {
                 record.status = Status::RuntimeError;
                 record.message = crash_message(&exit, &stderr_tail, &job.candidate.name);
                 record.stderr_tail = Some(stderr_tail).filter(|s| !s.is_empty());
-                record.wall_ms = wall_ms;
             }
         }
         if let Some(s) = &self.store {
@@ -305,27 +361,26 @@ impl Evaluator {
             outputs: vec![],
             max_forward_ms: 0.0,
         };
-        Ok(match self.pool.check_problem(&job, budget).await? {
-            Execution::Reply {
+        Ok(match self.pool.check_problem(&job, budget).await?.exit {
+            Exit::Reply {
                 message: Message::ProblemReport { report, .. },
-                ..
             } => report,
-            Execution::Reply { message, .. } => {
+            Exit::Reply { message } => {
                 return Err(EvalError::WorkerRefused(format!(
                     "unexpected reply {}",
                     message.to_line()
                 )))
             }
-            Execution::Answered { .. } => {
+            Exit::Answered { .. } => {
                 return Err(EvalError::WorkerRefused("unexpected verdict".into()))
             }
-            Execution::TimedOut { .. } => finding(format!(
+            Exit::TimedOut { .. } => finding(format!(
                 "checking it took longer than {:.0}s",
                 budget.as_secs_f64()
             )),
-            Execution::Crashed {
-                exit, stderr_tail, ..
-            } => finding(crash_message(&exit, &stderr_tail, &job.problem.name)),
+            Exit::Crashed { exit, stderr_tail } => {
+                finding(crash_message(&exit, &stderr_tail, &job.problem.name))
+            }
         })
     }
 }

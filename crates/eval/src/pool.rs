@@ -1,11 +1,18 @@
-//! A pool of executor processes: each runs exactly one candidate, but is started
-//! ahead of need (torch and triton imported, device chosen) so its start-up cost
-//! is off the critical path.
+//! A pool of executor processes per device: each process runs exactly one
+//! candidate, but is started ahead of need (torch and triton imported, device
+//! initialised, sandbox applied) so its start-up cost is off the critical path.
+//!
+//! Several candidates share a GPU while they import, compile and check
+//! correctness; one owns it while it is timed. The worker asks (`lease_request`),
+//! the pool grants from a per-device reader-writer lock: `shared` is a read hold,
+//! `exclusive` a write hold (see `device_lock` for why waiting writers batch). Time spent waiting for a grant does not count
+//! against the candidate's budget. In exclusive mode a candidate holds its GPU
+//! for its whole life (the comparison the fidelity figure needs).
 
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,15 +23,21 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tritonforge_protocol::{
-    DeviceRequest, EnvInfo, EvalJob, Message, Outcome, ProblemCheckJob, PROTOCOL_VERSION,
+    DeviceRequest, EnvInfo, EvalJob, LeaseKind, Message, Outcome, ProblemCheckJob, Sandbox,
+    PROTOCOL_VERSION,
 };
 
+use crate::device_lock::{DeviceLock, ExclusiveHold, SharedHold};
 use crate::EvalError;
 
 /// The longest protocol line accepted from a worker; anything longer is hostile.
 const MAX_LINE: u64 = 16 << 20;
 /// How much of a dead worker's stderr is kept.
 const STDERR_TAIL: usize = 4000;
+/// Lease events kept for inspection (tests, `serve` metrics).
+const LEASE_LOG: usize = 10_000;
+/// The most a job's budget is extended by waiting for leases.
+const MAX_LEASE_WAIT: Duration = Duration::from_secs(900);
 
 /// How to start one executor process.
 #[derive(Debug, Clone)]
@@ -32,21 +45,44 @@ pub struct WorkerSpec {
     pub python: PathBuf,
     /// Directory put on `PYTHONPATH`; holds `tritonforge_worker/`.
     pub worker_path: PathBuf,
-    /// Each worker gets a fresh directory under here (its cwd and Triton cache).
+    /// Each worker gets a fresh directory under here (its cwd, tmp and Triton cache).
     pub scratch_root: PathBuf,
     pub device: DeviceRequest,
     /// Torch CPU threads per worker in CPU mode.
     pub threads: u32,
 }
 
+/// How candidates share a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShareMode {
+    /// Overlap everything but timing (leases).
+    #[default]
+    Pool,
+    /// One candidate per device at a time, all phases.
+    Exclusive,
+}
+
 #[derive(Debug, Clone)]
 pub struct PoolConfig {
-    /// Candidates evaluated at once.
+    /// Candidates evaluated at once, per device.
     pub workers: usize,
-    /// Processes kept started and waiting beyond those running.
+    /// Processes kept started and waiting beyond those running, per device.
     pub spares: usize,
     /// How long a process may take to import torch and say hello.
     pub startup_timeout: Duration,
+    pub mode: ShareMode,
+    /// GPU indices to use; `None`: every GPU the first worker sees (or the CPU).
+    pub gpus: Option<Vec<u32>>,
+    /// False: the naive baseline; start each process only when its job arrives, no warm-up.
+    pub prestart: bool,
+    /// Cap on each process's share of GPU memory; `None`: 0.9 / workers, at least 0.25.
+    pub gpu_memory_fraction: Option<f64>,
+    /// Apply landlock rules in workers (where the kernel has landlock).
+    pub landlock: bool,
+    /// On a GPU, the most a candidate may hold its device shared (import, build,
+    /// correctness; compiles excluded). Timing waits for every shared holder, so a
+    /// candidate hung in a kernel would stall the whole device without this.
+    pub gpu_hold_limit: Duration,
 }
 
 impl Default for PoolConfig {
@@ -55,30 +91,105 @@ impl Default for PoolConfig {
             workers: 2,
             spares: 2,
             startup_timeout: Duration::from_secs(180),
+            mode: ShareMode::Pool,
+            gpus: None,
+            prestart: true,
+            gpu_memory_fraction: None,
+            landlock: true,
+            gpu_hold_limit: Duration::from_secs(30),
         }
     }
 }
 
-/// What became of one job, as far as the process is concerned.
+/// How a process ended its job, as far as the host is concerned.
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)] // one per evaluation, moved once
-pub enum Execution {
-    /// The executor answered.
-    Answered {
-        outcome: Outcome,
-        executor_ms: f64,
-        wall_ms: f64,
-    },
+pub enum Exit {
+    /// The executor answered an evaluation.
+    Answered { outcome: Outcome, executor_ms: f64 },
     /// The process answered with this message (before it is interpreted).
-    Reply { message: Message, wall_ms: f64 },
-    /// The budget ran out; the process group was killed.
-    TimedOut { stderr_tail: String, wall_ms: f64 },
-    /// The process died without answering.
-    Crashed {
-        exit: String,
+    Reply { message: Message },
+    /// The budget ran out; the process group was killed. `gpu_hold` is set when what
+    /// ran out was the limit on holding the GPU shared (GPU pools only).
+    TimedOut {
         stderr_tail: String,
-        wall_ms: f64,
+        gpu_hold: Option<Duration>,
     },
+    /// The process died without answering.
+    Crashed { exit: String, stderr_tail: String },
+}
+
+/// One job's run: how it ended plus what the host measured around it.
+#[derive(Debug)]
+pub struct Execution {
+    pub exit: Exit,
+    /// Host wall time from sending the job to the end, lease waits included.
+    pub wall_ms: f64,
+    /// Time the job spent waiting for GPU leases (not charged to its budget).
+    pub lease_wait_ms: f64,
+    /// Time the job held its device exclusively (timing; the whole job in exclusive mode).
+    pub exclusive_ms: f64,
+    /// Which device slot ran it.
+    pub slot: usize,
+    /// The environment the process that ran it reported.
+    pub env: EnvInfo,
+}
+
+/// One hold on a device, as it happened.
+#[derive(Debug, Clone)]
+pub struct LeaseEvent {
+    pub job: String,
+    pub slot: usize,
+    pub kind: LeaseKind,
+    pub acquired: Instant,
+    pub released: Instant,
+}
+
+#[derive(Debug, Default, Clone)]
+struct LeaseLog(Arc<Mutex<VecDeque<LeaseEvent>>>);
+
+impl LeaseLog {
+    fn push(&self, e: LeaseEvent) {
+        if let Ok(mut log) = self.0.lock() {
+            if log.len() == LEASE_LOG {
+                log.pop_front();
+            }
+            log.push_back(e);
+        }
+    }
+}
+
+enum Guard {
+    Shared(#[allow(dead_code)] SharedHold),
+    Exclusive(#[allow(dead_code)] ExclusiveHold),
+}
+
+/// A granted hold; logged when dropped.
+struct Held {
+    _guard: Guard,
+    kind: LeaseKind,
+    job: String,
+    slot: usize,
+    acquired: Instant,
+    log: LeaseLog,
+    /// The job's running total of exclusive hold time, in nanoseconds.
+    exclusive_ns: Arc<AtomicU64>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.kind == LeaseKind::Exclusive {
+            let ns = u64::try_from(self.acquired.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.exclusive_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+        self.log.push(LeaseEvent {
+            job: self.job.clone(),
+            slot: self.slot,
+            kind: self.kind,
+            acquired: self.acquired,
+            released: Instant::now(),
+        });
+    }
 }
 
 /// Process groups that are alive, so that an interrupted host can kill them all.
@@ -153,6 +264,7 @@ struct Ready {
     worker: Worker,
     env: EnvInfo,
     worker_version: String,
+    sandbox: Sandbox,
 }
 
 enum Warm {
@@ -160,15 +272,80 @@ enum Warm {
     Ready(Box<Ready>),
 }
 
-pub struct Pool {
+/// Everything a process needs to be started for one device.
+#[derive(Debug)]
+struct Launch {
     spec: Arc<WorkerSpec>,
-    cfg: PoolConfig,
+    /// `CUDA_VISIBLE_DEVICES` for this device's processes.
+    gpu: Option<u32>,
+    gpu_memory_fraction: Option<f64>,
+    landlock: bool,
+    warm_up: bool,
+    startup_timeout: Duration,
+    live: Live,
+    counter: Arc<AtomicU64>,
+    /// CPU cores kept free of everything but timing, and this device's timing core.
+    reserved_cpus: Vec<usize>,
+    timing_cpu: Option<usize>,
+    /// A Triton cache holding only what the warm-up compiled (kernel and launcher),
+    /// copied into each new process's own cache: its warm-up then compiles nothing.
+    cache_template: Option<PathBuf>,
+}
+
+/// One device: its processes, its candidate slots and its lease lock.
+struct Slot {
+    index: usize,
+    launch: Arc<Launch>,
     warm: Mutex<VecDeque<Warm>>,
-    slots: Semaphore,
+    running: Semaphore,
+    lock: Arc<DeviceLock>,
+    in_flight: AtomicUsize,
+}
+
+impl Slot {
+    fn spawn_warm(&self) -> Warm {
+        Warm::Starting(tokio::spawn(start_worker(self.launch.clone())))
+    }
+
+    /// Keep `spares` processes started and waiting (none in the naive mode).
+    fn top_up(&self, spares: usize) {
+        if let Ok(mut warm) = self.warm.lock() {
+            while warm.len() < spares {
+                warm.push_back(self.spawn_warm());
+            }
+        }
+    }
+
+    async fn take_ready(&self, spares: usize) -> Result<Ready, EvalError> {
+        let slot = self.warm.lock().ok().and_then(|mut w| w.pop_front());
+        let slot = match slot {
+            Some(s) => s,
+            None => self.spawn_warm(),
+        };
+        self.top_up(spares);
+        match slot {
+            Warm::Ready(r) => Ok(*r),
+            Warm::Starting(handle) => match handle.await {
+                Ok(r) => r,
+                Err(e) => Err(EvalError::WorkerStart {
+                    reason: format!("start-up task failed: {e}"),
+                    stderr: String::new(),
+                }),
+            },
+        }
+    }
+}
+
+pub struct Pool {
+    cfg: PoolConfig,
+    slots: Vec<Slot>,
     live: Live,
     env: EnvInfo,
     worker_version: String,
+    sandbox: Sandbox,
     counter: Arc<AtomicU64>,
+    leases: LeaseLog,
+    cache_template: Option<PathBuf>,
 }
 
 impl Pool {
@@ -181,29 +358,102 @@ impl Pool {
         let spec = Arc::new(spec);
         let live = Live::default();
         let counter = Arc::new(AtomicU64::new(0));
-        let first = start_worker(
-            spec.clone(),
-            cfg.startup_timeout,
-            live.clone(),
-            counter.clone(),
-        )
-        .await?;
+        let workers = cfg.workers.max(1);
+        // One core per device is kept for the process being timed (its launch path is on
+        // the CPU, and other candidates' compilers must not slow it down).
+        let cpus = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let devices_hint = cfg.gpus.as_ref().map(|g| g.len()).unwrap_or(1).max(1);
+        let reserved_cpus: Vec<usize> = if cpus >= 8 && devices_hint * 4 <= cpus {
+            (0..devices_hint).map(|i| cpus - 1 - i).collect()
+        } else {
+            Vec::new()
+        };
+        let launch = |gpu: Option<u32>, index: usize, cache_template: Option<PathBuf>| {
+            Arc::new(Launch {
+                cache_template,
+                reserved_cpus: reserved_cpus.clone(),
+                timing_cpu: reserved_cpus.get(index).copied(),
+                spec: spec.clone(),
+                gpu,
+                // A cap per process, not a partition: the suite's honest candidates
+                // must fit, a runaway one must not take the whole device.
+                gpu_memory_fraction: Some(
+                    cfg.gpu_memory_fraction
+                        .unwrap_or((0.9 / workers as f64).max(0.25))
+                        .clamp(0.01, 1.0),
+                ),
+                landlock: cfg.landlock,
+                warm_up: cfg.prestart,
+                startup_timeout: cfg.startup_timeout,
+                live: live.clone(),
+                counter: counter.clone(),
+            })
+        };
+        // The first process tells what the machine has; with several GPUs each gets its own slot.
+        let first_gpu = cfg.gpus.as_ref().and_then(|g| g.first().copied());
+        let first = start_worker(launch(first_gpu, 0, None)).await?;
+        // The first process has run nothing but the warm-up: its cache is a clean template.
+        let template = spec
+            .scratch_root
+            .join(format!("cache-template-{}", std::process::id()));
+        let cache_template = (cfg.prestart
+            && copy_dir(&first.worker.scratch.join("triton-cache"), &template).is_ok())
+        .then_some(template);
+        let gpus: Vec<Option<u32>> = match (&cfg.gpus, first.env.gpus.len()) {
+            (Some(list), _) if !list.is_empty() => list.iter().map(|g| Some(*g)).collect(),
+            (_, n) if n > 1 && first.env.device == tritonforge_protocol::DeviceKind::Cuda => {
+                (0..n as u32).map(Some).collect()
+            }
+            _ => vec![first_gpu],
+        };
         let env = first.env.clone();
         let worker_version = first.worker_version.clone();
-        let mut warm = VecDeque::new();
-        warm.push_back(Warm::Ready(Box::new(first)));
+        let sandbox = first.sandbox.clone();
+        let mut slots = Vec::new();
+        for (index, gpu) in gpus.iter().copied().enumerate() {
+            slots.push(Slot {
+                index,
+                launch: launch(gpu, index, cache_template.clone()),
+                warm: Mutex::new(VecDeque::new()),
+                running: Semaphore::new(workers),
+                lock: Arc::new(DeviceLock::default()),
+                in_flight: AtomicUsize::new(0),
+            });
+        }
+        // The first process serves slot 0 when it was started for it (always, unless
+        // it saw several GPUs unrestricted), and only when processes are pre-started.
+        if cfg.prestart && (slots.len() == 1 || first_gpu.is_some()) {
+            if let Some(s) = slots.first() {
+                if let Ok(mut w) = s.warm.lock() {
+                    w.push_back(Warm::Ready(Box::new(first)));
+                }
+            }
+        }
         let pool = Pool {
-            slots: Semaphore::new(cfg.workers.max(1)),
-            spec,
             cfg,
-            warm: Mutex::new(warm),
+            slots,
             live,
             env,
             worker_version,
+            sandbox,
             counter,
+            leases: LeaseLog::default(),
+            cache_template,
         };
-        pool.top_up();
+        for s in &pool.slots {
+            s.top_up(pool.spares());
+        }
         Ok(pool)
+    }
+
+    fn spares(&self) -> usize {
+        if self.cfg.prestart {
+            self.cfg.spares.max(1)
+        } else {
+            0
+        }
     }
 
     /// The environment every worker of this pool reported.
@@ -215,47 +465,34 @@ impl Pool {
         &self.worker_version
     }
 
-    fn spawn_warm(&self) -> Warm {
-        Warm::Starting(tokio::spawn(start_worker(
-            self.spec.clone(),
-            self.cfg.startup_timeout,
-            self.live.clone(),
-            self.counter.clone(),
-        )))
+    /// The sandbox the first worker applied (every worker applies the same).
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
     }
 
-    /// Keep `spares` processes started and waiting (at least one).
-    fn top_up(&self) {
-        if let Ok(mut warm) = self.warm.lock() {
-            while warm.len() < self.cfg.spares.max(1) {
-                warm.push_back(self.spawn_warm());
-            }
-        }
+    /// How many devices (GPUs, or the one CPU) the pool schedules over.
+    pub fn devices(&self) -> usize {
+        self.slots.len()
     }
 
-    async fn take_ready(&self) -> Result<Ready, EvalError> {
-        let slot = self.warm.lock().ok().and_then(|mut w| w.pop_front());
-        let slot = match slot {
-            Some(s) => s,
-            None => self.spawn_warm(),
-        };
-        self.top_up();
-        match slot {
-            Warm::Ready(r) => Ok(*r),
-            Warm::Starting(handle) => match handle.await {
-                Ok(r) => r,
-                Err(e) => Err(EvalError::WorkerStart {
-                    reason: format!("start-up task failed: {e}"),
-                    stderr: String::new(),
-                }),
-            },
-        }
+    /// Candidates that can run at once over all devices.
+    pub fn capacity(&self) -> usize {
+        self.slots.len() * self.cfg.workers.max(1)
     }
 
-    /// Run one evaluation in a fresh process, within `budget` from the moment the job is sent.
+    /// Every lease granted so far (the most recent ones), in release order.
+    pub fn lease_events(&self) -> Vec<LeaseEvent> {
+        self.leases
+            .0
+            .lock()
+            .map(|l| l.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Run one evaluation in a fresh process, within `budget` of its own running time.
     pub async fn run(&self, job: &EvalJob, budget: Duration) -> Result<Execution, EvalError> {
         let job = job.clone();
-        let exec = self
+        let mut exec = self
             .run_message(
                 move |id| Message::Evaluate {
                     protocol: PROTOCOL_VERSION,
@@ -265,16 +502,15 @@ impl Pool {
                 budget,
             )
             .await?;
-        Ok(match exec {
-            Execution::Reply { message, wall_ms } => match message {
+        if let Exit::Reply { message } = exec.exit {
+            exec.exit = match message {
                 Message::Result {
                     outcome,
                     elapsed_ms,
                     ..
-                } => Execution::Answered {
+                } => Exit::Answered {
                     outcome,
                     executor_ms: elapsed_ms,
-                    wall_ms,
                 },
                 other => {
                     return Err(EvalError::WorkerRefused(format!(
@@ -282,9 +518,9 @@ impl Pool {
                         truncate(&other.to_line(), 200)
                     )))
                 }
-            },
-            other => other,
-        })
+            };
+        }
+        Ok(exec)
     }
 
     /// Run one problem check in a fresh process.
@@ -305,78 +541,219 @@ impl Pool {
         .await
     }
 
-    /// Send the message `build(id)` to a fresh process and wait for its reply with that id.
+    /// The device with the fewest jobs in flight.
+    fn pick_slot(&self) -> Result<&Slot, EvalError> {
+        self.slots
+            .iter()
+            .min_by_key(|s| s.in_flight.load(Ordering::Relaxed))
+            .ok_or(EvalError::PoolClosed)
+    }
+
+    async fn acquire(
+        &self,
+        slot: &Slot,
+        kind: LeaseKind,
+        job: &str,
+        exclusive_ns: &Arc<AtomicU64>,
+    ) -> Held {
+        let guard = match kind {
+            LeaseKind::Shared => Guard::Shared(slot.lock.shared().await),
+            LeaseKind::Exclusive => Guard::Exclusive(slot.lock.exclusive().await),
+        };
+        Held {
+            _guard: guard,
+            kind,
+            job: job.to_string(),
+            slot: slot.index,
+            acquired: Instant::now(),
+            log: self.leases.clone(),
+            exclusive_ns: exclusive_ns.clone(),
+        }
+    }
+
+    /// Send the message `build(id)` to a fresh process; grant its lease requests; wait for its reply.
     async fn run_message(
         &self,
         build: impl FnOnce(String) -> Message,
         budget: Duration,
     ) -> Result<Execution, EvalError> {
-        let _permit = self
-            .slots
+        let slot = self.pick_slot()?;
+        slot.in_flight.fetch_add(1, Ordering::Relaxed);
+        let result = self.run_on(slot, build, budget).await;
+        slot.in_flight.fetch_sub(1, Ordering::Relaxed);
+        result
+    }
+
+    async fn run_on(
+        &self,
+        slot: &Slot,
+        build: impl FnOnce(String) -> Message,
+        budget: Duration,
+    ) -> Result<Execution, EvalError> {
+        let _permit = slot
+            .running
             .acquire()
             .await
             .map_err(|_| EvalError::PoolClosed)?;
-        let ready = self.take_ready().await?;
-        let mut worker = ready.worker;
         let id = format!("job-{}", self.counter.fetch_add(1, Ordering::Relaxed));
-        let line = build(id.clone()).to_line();
+        let exclusive = self.cfg.mode == ShareMode::Exclusive;
         let started = Instant::now();
-        let wall = |s: Instant| s.elapsed().as_secs_f64() * 1000.0;
-        if let Some(mut stdin) = worker.stdin.take() {
+        let mut waited = Duration::ZERO;
+        let exclusive_ns = Arc::new(AtomicU64::new(0));
+        // Exclusive mode: the device is the job's from before its process is taken
+        // until its answer; naive start-up happens inside that hold, as it would there.
+        let mut held = if exclusive {
+            let h = self
+                .acquire(slot, LeaseKind::Exclusive, &id, &exclusive_ns)
+                .await;
+            waited += started.elapsed();
+            Some(h)
+        } else {
+            None
+        };
+        let ready = slot.take_ready(self.spares()).await?;
+        let env = ready.env.clone();
+        let mut worker = ready.worker;
+        let sent = Instant::now();
+        let line = build(id.clone()).to_line();
+        if let Some(stdin) = worker.stdin.as_mut() {
             // A write failure means the process already died; reading below reports how.
-            let _ = stdin.write_all(line.as_bytes()).await;
-            let _ = stdin.write_all(b"\n").await;
-            let _ = stdin.flush().await;
+            let _ = write_line(stdin, &line).await;
         }
-        let answer = tokio::time::timeout(budget, worker.read_message()).await;
-        match answer {
-            Err(_) => {
-                let _ = killpg(Pid::from_raw(worker.pgid), Signal::SIGKILL);
-                let _ = worker.child.wait().await;
-                Ok(Execution::TimedOut {
-                    stderr_tail: worker.stderr_tail(),
-                    wall_ms: wall(started),
-                })
+        let mut deadline = tokio::time::Instant::from_std(sent + budget);
+        let hold_limit = (env.device == tritonforge_protocol::DeviceKind::Cuda && !exclusive)
+            .then_some(self.cfg.gpu_hold_limit);
+        // Time spent holding the device shared, and since when the current hold runs.
+        let mut shared_used = Duration::ZERO;
+        let mut shared_since: Option<Instant> = None;
+        let done = |exit: Exit, waited: Duration| Execution {
+            exit,
+            wall_ms: started.elapsed().as_secs_f64() * 1000.0,
+            lease_wait_ms: waited.as_secs_f64() * 1000.0,
+            exclusive_ms: exclusive_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            slot: slot.index,
+            env: env.clone(),
+        };
+        loop {
+            let hold_deadline = match (hold_limit, shared_since) {
+                (Some(limit), Some(since)) => Some(tokio::time::Instant::from_std(
+                    since + limit.saturating_sub(shared_used),
+                )),
+                _ => None,
+            };
+            let until = hold_deadline.map_or(deadline, |h| h.min(deadline));
+            let answer = tokio::time::timeout_at(until, worker.read_message()).await;
+            match answer {
+                Err(_) => {
+                    let _ = killpg(Pid::from_raw(worker.pgid), Signal::SIGKILL);
+                    let _ = worker.child.wait().await;
+                    drop(held);
+                    let gpu_hold = hold_deadline.filter(|h| *h < deadline).and(hold_limit);
+                    return Ok(done(
+                        Exit::TimedOut {
+                            stderr_tail: worker.stderr_tail(),
+                            gpu_hold,
+                        },
+                        waited,
+                    ));
+                }
+                Ok(Ok(Some(Message::LeaseRequest { id: rid, kind, .. }))) if rid == id => {
+                    if let Some(since) = shared_since.take() {
+                        shared_used += since.elapsed();
+                    }
+                    if !exclusive {
+                        drop(held.take());
+                        let t = Instant::now();
+                        let h = self.acquire(slot, kind, &id, &exclusive_ns).await;
+                        let w = t.elapsed();
+                        waited += w;
+                        if waited > MAX_LEASE_WAIT {
+                            let _ = killpg(Pid::from_raw(worker.pgid), Signal::SIGKILL);
+                            let _ = worker.child.wait().await;
+                            return Ok(done(
+                                Exit::Crashed {
+                                    exit: format!(
+                                        "waited over {}s in total for its GPU",
+                                        MAX_LEASE_WAIT.as_secs()
+                                    ),
+                                    stderr_tail: String::new(),
+                                },
+                                waited,
+                            ));
+                        }
+                        deadline += w;
+                        held = Some(h);
+                    }
+                    if kind == LeaseKind::Shared {
+                        shared_since = Some(Instant::now());
+                    }
+                    let grant = Message::LeaseGrant {
+                        protocol: PROTOCOL_VERSION,
+                        id: id.clone(),
+                        kind,
+                    };
+                    if let Some(stdin) = worker.stdin.as_mut() {
+                        let _ = write_line(stdin, &grant.to_line()).await;
+                    }
+                }
+                Ok(Ok(Some(Message::LeaseRelease { id: rid, .. }))) if rid == id => {
+                    if let Some(since) = shared_since.take() {
+                        shared_used += since.elapsed();
+                    }
+                    if !exclusive {
+                        drop(held.take());
+                    }
+                }
+                Ok(Ok(Some(
+                    message @ (Message::Result { .. } | Message::ProblemReport { .. }),
+                ))) if reply_id(&message) == Some(id.as_str()) => {
+                    // The process is killed (and the hold released) before anyone else is told.
+                    drop(worker);
+                    drop(held);
+                    return Ok(done(Exit::Reply { message }, waited));
+                }
+                Ok(Ok(Some(Message::Error { message, .. }))) => {
+                    return Err(EvalError::WorkerRefused(message))
+                }
+                Ok(Ok(Some(other))) => {
+                    return Err(EvalError::WorkerRefused(format!(
+                        "expected the result of {id}, got {}",
+                        truncate(&other.to_line(), 200)
+                    )))
+                }
+                Ok(Ok(None)) => {
+                    // EOF: the process is gone (or going); give it a moment to be reaped.
+                    let status =
+                        tokio::time::timeout(Duration::from_secs(10), worker.child.wait()).await;
+                    let exit = match status {
+                        Ok(Ok(s)) => describe_exit(s),
+                        _ => "closed its output and did not exit".to_string(),
+                    };
+                    drop(held);
+                    return Ok(done(
+                        Exit::Crashed {
+                            exit,
+                            stderr_tail: worker.stderr_tail(),
+                        },
+                        waited,
+                    ));
+                }
+                Ok(Err(EvalError::Protocol(e))) => {
+                    // A garbled line is treated like a crash: something in the process
+                    // wrote where only the executor may write.
+                    let _ = killpg(Pid::from_raw(worker.pgid), Signal::SIGKILL);
+                    let _ = worker.child.wait().await;
+                    drop(held);
+                    return Ok(done(
+                        Exit::Crashed {
+                            exit: format!("wrote a malformed protocol line ({e})"),
+                            stderr_tail: worker.stderr_tail(),
+                        },
+                        waited,
+                    ));
+                }
+                Ok(Err(e)) => return Err(e),
             }
-            Ok(Ok(Some(message @ (Message::Result { .. } | Message::ProblemReport { .. }))))
-                if reply_id(&message) == Some(id.as_str()) =>
-            {
-                Ok(Execution::Reply {
-                    message,
-                    wall_ms: wall(started),
-                })
-            }
-            Ok(Ok(Some(Message::Error { message, .. }))) => Err(EvalError::WorkerRefused(message)),
-            Ok(Ok(Some(other))) => Err(EvalError::WorkerRefused(format!(
-                "expected the result of {id}, got {}",
-                truncate(&other.to_line(), 200)
-            ))),
-            Ok(Ok(None)) => {
-                // EOF: the process is gone (or going); give it a moment to be reaped.
-                let status =
-                    tokio::time::timeout(Duration::from_secs(10), worker.child.wait()).await;
-                let exit = match status {
-                    Ok(Ok(s)) => describe_exit(s),
-                    _ => "closed its output and did not exit".to_string(),
-                };
-                Ok(Execution::Crashed {
-                    exit,
-                    stderr_tail: worker.stderr_tail(),
-                    wall_ms: wall(started),
-                })
-            }
-            Ok(Err(EvalError::Protocol(e))) => {
-                // A garbled line is treated like a crash: something in the process
-                // wrote where only the executor may write.
-                let _ = killpg(Pid::from_raw(worker.pgid), Signal::SIGKILL);
-                let _ = worker.child.wait().await;
-                Ok(Execution::Crashed {
-                    exit: format!("wrote a malformed protocol line ({e})"),
-                    stderr_tail: worker.stderr_tail(),
-                    wall_ms: wall(started),
-                })
-            }
-            Ok(Err(e)) => Err(e),
         }
     }
 
@@ -389,7 +766,32 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         self.live.kill_all();
+        if let Some(t) = &self.cache_template {
+            let _ = std::fs::remove_dir_all(t);
+        }
     }
+}
+
+/// Copy a directory tree (regular files and directories only).
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+async fn write_line(stdin: &mut ChildStdin, line: &str) -> std::io::Result<()> {
+    stdin.write_all(line.as_bytes()).await?;
+    stdin.write_all(b"\n").await?;
+    stdin.flush().await
 }
 
 fn reply_id(m: &Message) -> Option<&str> {
@@ -421,20 +823,21 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
     }
 }
 
-async fn start_worker(
-    spec: Arc<WorkerSpec>,
-    startup_timeout: Duration,
-    live: Live,
-    counter: Arc<AtomicU64>,
-) -> Result<Ready, EvalError> {
-    let n = counter.fetch_add(1, Ordering::Relaxed);
+async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
+    let spec = &launch.spec;
+    let n = launch.counter.fetch_add(1, Ordering::Relaxed);
     let scratch = spec
         .scratch_root
         .join(format!("w{}-{}", std::process::id(), n));
-    std::fs::create_dir_all(&scratch).map_err(|source| EvalError::Io {
-        path: scratch.clone(),
+    let tmp = scratch.join("tmp");
+    std::fs::create_dir_all(&tmp).map_err(|source| EvalError::Io {
+        path: tmp.clone(),
         source,
     })?;
+    if let Some(template) = &launch.cache_template {
+        // Best effort: without it the warm-up compiles its kernel itself.
+        let _ = copy_dir(template, &scratch.join("triton-cache"));
+    }
     let stderr_path = scratch.join("stderr.log");
     let stderr = std::fs::File::create(&stderr_path).map_err(|source| EvalError::Io {
         path: stderr_path.clone(),
@@ -451,21 +854,41 @@ async fn start_worker(
         .env("PYTHONPATH", &spec.worker_path)
         .env("PYTHONUNBUFFERED", "1")
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        // Same dict layouts in every process: one less source of timing noise.
+        .env("PYTHONHASHSEED", "0")
         .env("TRITONFORGE_DEVICE", device)
         .env("TRITONFORGE_THREADS", spec.threads.to_string())
+        .env("TRITONFORGE_WARMUP", if launch.warm_up { "1" } else { "0" })
+        .env(
+            "TRITONFORGE_SANDBOX",
+            if launch.landlock { "1" } else { "0" },
+        )
         .env("TRITON_CACHE_DIR", scratch.join("triton-cache"))
+        .env("CUDA_CACHE_PATH", scratch.join("cuda-cache"))
+        .env("TMPDIR", &tmp)
         .env_remove("TRITON_INTERPRET")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(stderr))
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(gpu) = launch.gpu {
+        cmd.env("CUDA_VISIBLE_DEVICES", gpu.to_string());
+    }
+    if let Some(f) = launch.gpu_memory_fraction {
+        cmd.env("TRITONFORGE_GPU_MEM_FRACTION", format!("{f:.4}"));
+    }
+    if let Some(cpu) = launch.timing_cpu {
+        let reserved: Vec<String> = launch.reserved_cpus.iter().map(|c| c.to_string()).collect();
+        cmd.env("TRITONFORGE_RESERVED_CPUS", reserved.join(","))
+            .env("TRITONFORGE_TIMING_CPU", cpu.to_string());
+    }
     let mut child = cmd.spawn().map_err(|e| EvalError::WorkerStart {
         reason: format!("cannot run {}: {e}", spec.python.display()),
         stderr: String::new(),
     })?;
     let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
-    live.add(pid);
+    launch.live.add(pid);
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(EvalError::WorkerStart {
             reason: "worker pipes missing".into(),
@@ -478,18 +901,21 @@ async fn start_worker(
         stdin: Some(stdin),
         stdout: BufReader::new(stdout),
         scratch,
-        live,
+        live: launch.live.clone(),
     };
+    let startup_timeout = launch.startup_timeout;
     let hello = tokio::time::timeout(startup_timeout, worker.read_message()).await;
     match hello {
         Ok(Ok(Some(Message::Hello {
             env,
             worker_version,
+            sandbox,
             ..
         }))) => Ok(Ready {
             worker,
             env,
             worker_version,
+            sandbox,
         }),
         Ok(Err(e)) => Err(e),
         Ok(Ok(Some(other))) => Err(EvalError::WorkerStart {

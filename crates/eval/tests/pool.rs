@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use tritonforge_eval::{EvalError, Pool, PoolConfig, WorkerSpec};
-use tritonforge_protocol::{DeviceRequest, ProtocolError};
+use tritonforge_protocol::{DeviceRequest, ProtocolError, PROTOCOL_VERSION};
 
 fn fake_worker(dir: &Path, main_py: &str) -> WorkerSpec {
     let pkg = dir.join("pkg/tritonforge_worker");
@@ -26,6 +26,7 @@ fn cfg() -> PoolConfig {
         workers: 1,
         spares: 1,
         startup_timeout: Duration::from_secs(5),
+        ..PoolConfig::default()
     }
 }
 
@@ -41,7 +42,7 @@ async fn a_worker_of_another_protocol_version_is_a_clear_error() {
         matches!(
             err,
             EvalError::Protocol(ProtocolError::VersionMismatch {
-                expected: 1,
+                expected: PROTOCOL_VERSION,
                 found: 99
             })
         ),

@@ -17,7 +17,7 @@ pub mod record;
 pub use record::{EvalConfig, EvalRecord, SourceRef};
 
 /// Bumped whenever a message's shape changes; both sides refuse a mismatch.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Errors decoding a protocol line.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +87,8 @@ pub enum Stage {
     Init,
     /// Correctness trials.
     Correctness,
+    /// Proof that the candidate's own kernels ran (launch hooks).
+    Provenance,
     /// Timing.
     Timing,
     /// Decided by the host from the process itself: budget expiry, a crash.
@@ -175,6 +177,23 @@ pub struct EvalJob {
     pub overrides: BTreeMap<String, serde_json::Value>,
     pub device: DeviceRequest,
     pub timing: bool,
+    /// Wall-clock budget for the timed repetitions, milliseconds (like `do_bench`'s `rep`).
+    pub timing_budget_ms: u32,
+    /// Speedups above this are flagged `implausible_speedup` in the record.
+    pub speedup_cap: f64,
+    /// Measure the candidate kernels' share of GPU time with the profiler.
+    pub profile: bool,
+    /// Also time `torch.compile(Model)` as a baseline.
+    pub compile_baseline: bool,
+}
+
+/// Which hold on its GPU a candidate asks for. Shared holders (import, compile,
+/// correctness) run side by side; an exclusive holder (timing) runs alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseKind {
+    Shared,
+    Exclusive,
 }
 
 /// One traceback frame of the candidate's own file.
@@ -240,9 +259,47 @@ pub struct TrialStat {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimingStats {
+    /// Median of device-event times.
     pub median_ms: f64,
     pub iqr_ms: f64,
     pub samples: u32,
+    /// Median host wall-clock time of the audited calls (each followed by a device-wide
+    /// synchronisation): the cross-check against the device events.
+    pub host_median_ms: f64,
+}
+
+/// Something about a timing that makes it suspect; the record keeps it, a reader decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimingFlag {
+    /// The speedup is above the configured plausibility cap.
+    ImplausibleSpeedup,
+    /// On audited calls the candidate's host time exceeds its device window by much
+    /// more than the reference's does (work outside the timed stream?).
+    ClockDisagreement,
+    /// The candidate launched kernels on other streams; it was timed with a device-wide
+    /// synchronisation inside every window instead.
+    SideStreams,
+}
+
+/// Which of the candidate's own Triton kernels ran, from launch hooks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    pub kernels: Vec<KernelLaunches>,
+    /// Forward calls observed (correctness and timing).
+    pub calls: u64,
+    /// Forward calls that launched none of the candidate's kernels.
+    pub calls_without_launch: u64,
+    /// The candidate's kernels' share of GPU time over profiled calls, when measured.
+    pub gpu_share: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelLaunches {
+    pub name: String,
+    pub launches: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -250,9 +307,19 @@ pub struct TimingStats {
 pub struct Timing {
     pub reference: TimingStats,
     pub candidate: TimingStats,
+    /// Median reference time over median candidate time, each less the harness's own
+    /// time (`harness_ms`).
     pub speedup: f64,
+    /// 95% bootstrap interval of the speedup (paired resampling).
     pub speedup_low: f64,
     pub speedup_high: f64,
+    pub flags: Vec<TimingFlag>,
+    /// Outputs of randomly chosen timed calls that were checked against the reference.
+    pub checked_outputs: u32,
+    /// Median time of an empty call through the same timing path (two event records).
+    pub harness_ms: f64,
+    /// `torch.compile(Model)`, when that baseline was asked for.
+    pub compiled: Option<TimingStats>,
 }
 
 /// The executor's verdict on a candidate.
@@ -270,6 +337,8 @@ pub struct Verdict {
     /// Why `timing` is absent, when it is.
     pub timing_note: Option<String>,
     pub tolerance: Tolerance,
+    /// `None` when the candidate never got as far as running.
+    pub provenance: Option<Provenance>,
 }
 
 /// The problem file itself is broken; no verdict on the candidate is possible.
@@ -325,9 +394,28 @@ pub struct OutputSummary {
     pub tolerance_scale: Option<f64>,
 }
 
+/// What confines a worker process, as the worker itself applied it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sandbox {
+    /// The kernel's landlock ABI version; `None` where landlock is unavailable.
+    pub landlock_abi: Option<u32>,
+    /// Writes confined to the scratch directory (and /dev).
+    pub filesystem: bool,
+    /// TCP bind/connect denied.
+    pub network: bool,
+    /// Signals and abstract unix sockets confined to the process's own domain.
+    pub signals: bool,
+    /// Cap on the PyTorch allocator's share of GPU memory.
+    pub gpu_memory_fraction: Option<f64>,
+    /// What is not enforced, and why.
+    pub notes: Vec<String>,
+}
+
 /// Every message of the protocol, in both directions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(clippy::large_enum_variant)] // a few per evaluation; boxing buys nothing
 pub enum Message {
     /// Worker → host, once, when torch and triton are imported and the device is up.
     Hello {
@@ -335,6 +423,7 @@ pub enum Message {
         worker_version: String,
         pid: u32,
         env: EnvInfo,
+        sandbox: Sandbox,
     },
     /// Host → worker: the one job this process will ever run.
     Evaluate {
@@ -370,11 +459,25 @@ pub enum Message {
         report: ProblemReport,
         elapsed_ms: f64,
     },
+    /// Worker → host: block until the job holds its GPU this way (any other hold is dropped first).
+    LeaseRequest {
+        protocol: u32,
+        id: String,
+        kind: LeaseKind,
+    },
+    /// Host → worker: the hold asked for is granted.
+    LeaseGrant {
+        protocol: u32,
+        id: String,
+        kind: LeaseKind,
+    },
+    /// Worker → host: the job needs no hold on the GPU for now (e.g. while compiling).
+    LeaseRelease { protocol: u32, id: String },
 }
 
 impl Message {
     /// The `type` tags of every message, for the mirror test.
-    pub const TYPES: [&'static str; 7] = [
+    pub const TYPES: [&'static str; 10] = [
         "hello",
         "evaluate",
         "result",
@@ -382,6 +485,9 @@ impl Message {
         "shutdown",
         "check_problem",
         "problem_report",
+        "lease_request",
+        "lease_grant",
+        "lease_release",
     ];
 
     pub fn protocol(&self) -> u32 {
@@ -392,7 +498,10 @@ impl Message {
             | Message::Error { protocol, .. }
             | Message::Shutdown { protocol }
             | Message::CheckProblem { protocol, .. }
-            | Message::ProblemReport { protocol, .. } => *protocol,
+            | Message::ProblemReport { protocol, .. }
+            | Message::LeaseRequest { protocol, .. }
+            | Message::LeaseGrant { protocol, .. }
+            | Message::LeaseRelease { protocol, .. } => *protocol,
         }
     }
 
@@ -474,6 +583,10 @@ pub fn sample_messages() -> Vec<Message> {
         ]),
         device: DeviceRequest::Auto,
         timing: true,
+        timing_budget_ms: 400,
+        speedup_cap: 10.0,
+        profile: true,
+        compile_baseline: false,
     };
     let frame = Frame {
         file: "relu.py".into(),
@@ -515,21 +628,44 @@ pub fn sample_messages() -> Vec<Message> {
                 median_ms: 1.25,
                 iqr_ms: 0.01,
                 samples: 100,
+                host_median_ms: 1.3,
             },
             candidate: TimingStats {
                 median_ms: 0.5,
                 iqr_ms: 0.02,
                 samples: 100,
+                host_median_ms: 0.55,
             },
             speedup: 2.5,
             speedup_low: 2.4,
             speedup_high: 2.6,
+            flags: vec![
+                TimingFlag::ImplausibleSpeedup,
+                TimingFlag::ClockDisagreement,
+            ],
+            checked_outputs: 3,
+            harness_ms: 0.012,
+            compiled: Some(TimingStats {
+                median_ms: 0.9,
+                iqr_ms: 0.01,
+                samples: 100,
+                host_median_ms: 0.95,
+            }),
         }),
         timing_note: None,
         tolerance: Tolerance {
             atol: 1e-4,
             rtol: 1e-4,
         },
+        provenance: Some(Provenance {
+            kernels: vec![KernelLaunches {
+                name: "relu_kernel".into(),
+                launches: 12,
+            }],
+            calls: 12,
+            calls_without_launch: 0,
+            gpu_share: Some(0.97),
+        }),
     };
     vec![
         Message::Hello {
@@ -537,6 +673,14 @@ pub fn sample_messages() -> Vec<Message> {
             worker_version: "0.1.0".into(),
             pid: 1234,
             env: env.clone(),
+            sandbox: Sandbox {
+                landlock_abi: Some(7),
+                filesystem: true,
+                network: true,
+                signals: true,
+                gpu_memory_fraction: Some(0.2),
+                notes: vec![],
+            },
         },
         Message::Hello {
             protocol: PROTOCOL_VERSION,
@@ -548,6 +692,14 @@ pub fn sample_messages() -> Vec<Message> {
                 cuda: None,
                 gpus: vec![],
                 ..env
+            },
+            sandbox: Sandbox {
+                landlock_abi: None,
+                filesystem: false,
+                network: false,
+                signals: false,
+                gpu_memory_fraction: None,
+                notes: vec!["landlock unavailable".into()],
             },
         },
         Message::Evaluate {
@@ -563,6 +715,7 @@ pub fn sample_messages() -> Vec<Message> {
                 overrides: BTreeMap::new(),
                 device: DeviceRequest::Cpu,
                 timing: false,
+                profile: false,
                 ..job
             },
         },
@@ -581,6 +734,7 @@ pub fn sample_messages() -> Vec<Message> {
                 mismatch: None,
                 timing: None,
                 timing_note: Some("timing unavailable in CPU mode".into()),
+                provenance: None,
                 ..verdict
             }),
             elapsed_ms: 3.0,
@@ -645,6 +799,20 @@ pub fn sample_messages() -> Vec<Message> {
                 max_forward_ms: 1.5,
             },
             elapsed_ms: 30.0,
+        },
+        Message::LeaseRequest {
+            protocol: PROTOCOL_VERSION,
+            id: "job-1".into(),
+            kind: LeaseKind::Exclusive,
+        },
+        Message::LeaseGrant {
+            protocol: PROTOCOL_VERSION,
+            id: "job-1".into(),
+            kind: LeaseKind::Shared,
+        },
+        Message::LeaseRelease {
+            protocol: PROTOCOL_VERSION,
+            id: "job-1".into(),
         },
     ]
 }

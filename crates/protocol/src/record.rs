@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    DeviceRequest, EnvInfo, ErrorInfo, Mismatch, Stage, Status, Timing, Tolerance, TrialStat,
+    DeviceRequest, EnvInfo, ErrorInfo, Mismatch, Provenance, Sandbox, Stage, Status, Timing,
+    Tolerance, TrialStat,
 };
 
 /// Bumped when the record's shape changes; part of the cache key.
-pub const RECORD_SCHEMA: u32 = 1;
+pub const RECORD_SCHEMA: u32 = 2;
 
 /// A file that took part in an evaluation, identified by content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,8 +33,17 @@ pub struct EvalConfig {
     pub overrides: BTreeMap<String, serde_json::Value>,
     pub device: DeviceRequest,
     pub timing: bool,
-    /// Wall-clock budget for the candidate's whole process, in milliseconds.
+    /// Wall-clock budget for the candidate's whole process, in milliseconds
+    /// (time spent waiting for the GPU is not counted).
     pub budget_ms: u64,
+    /// Wall-clock budget for the timed repetitions, milliseconds.
+    pub timing_budget_ms: u32,
+    /// Speedups above this are flagged as implausible.
+    pub speedup_cap: f64,
+    /// Measure the candidate kernels' share of GPU time with the profiler.
+    pub profile: bool,
+    /// Also time `torch.compile(Model)` (cached per problem, variant and environment).
+    pub compile_baseline: bool,
 }
 
 impl Default for EvalConfig {
@@ -47,6 +57,10 @@ impl Default for EvalConfig {
             device: DeviceRequest::Auto,
             timing: true,
             budget_ms: 120_000,
+            timing_budget_ms: 400,
+            speedup_cap: 10.0,
+            profile: false,
+            compile_baseline: false,
         }
     }
 }
@@ -70,7 +84,11 @@ pub struct EvalRecord {
     pub tolerance: Option<Tolerance>,
     pub timing: Option<Timing>,
     pub timing_note: Option<String>,
+    /// Which of the candidate's own kernels ran; `None` if it never got to run.
+    pub provenance: Option<Provenance>,
     pub environment: EnvInfo,
+    /// How the candidate's process was confined.
+    pub sandbox: Option<Sandbox>,
     pub worker_version: String,
     /// The last lines the candidate's process wrote to stderr, when it died or hung.
     pub stderr_tail: Option<String>,
@@ -78,6 +96,12 @@ pub struct EvalRecord {
     pub wall_ms: f64,
     /// Executor-side time, when the executor answered.
     pub executor_ms: Option<f64>,
+    /// Time spent waiting for GPU leases (inside `wall_ms`, outside the budget).
+    pub lease_wait_ms: f64,
+    /// Time the candidate held its device alone (timing; its whole life in exclusive mode).
+    pub exclusive_ms: f64,
+    /// Which device slot of the pool ran it.
+    pub device_slot: u32,
     /// Seconds since the Unix epoch.
     pub created_at: u64,
     pub tritonforge_version: String,

@@ -92,7 +92,7 @@ fn python_refuses_drifted_messages() {
         missing.to_string(),
         wrong_version.to_string(),
         bad_status.to_string(),
-        "{\"type\":\"teleport\",\"protocol\":1}".to_string(),
+        format!("{{\"type\":\"teleport\",\"protocol\":{PROTOCOL_VERSION}}}"),
     ];
     let back = roundtrip(&lines);
     assert_eq!(back.len(), lines.len());
@@ -121,7 +121,7 @@ fn rust_refuses_drifted_messages() {
     assert!(matches!(
         err,
         ProtocolError::VersionMismatch {
-            expected: 1,
+            expected: PROTOCOL_VERSION,
             found: 7
         }
     ));

@@ -33,6 +33,18 @@ const MARKER: &str = "tritonforge-env.json";
 /// The worker package, compiled into the binary.
 const WORKER_FILES: &[(&str, &str)] = &[
     (
+        "lease.py",
+        include_str!("../../../python/tritonforge_worker/lease.py"),
+    ),
+    (
+        "provenance.py",
+        include_str!("../../../python/tritonforge_worker/provenance.py"),
+    ),
+    (
+        "sandbox.py",
+        include_str!("../../../python/tritonforge_worker/sandbox.py"),
+    ),
+    (
         "__init__.py",
         include_str!("../../../python/tritonforge_worker/__init__.py"),
     ),

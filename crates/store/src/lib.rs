@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
-use tritonforge_protocol::EvalRecord;
+use tritonforge_protocol::{EvalRecord, TimingStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -37,7 +37,7 @@ pub enum StoreError {
     },
 }
 
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 pub struct Store {
     conn: Connection,
@@ -94,6 +94,21 @@ impl Store {
                  CREATE INDEX IF NOT EXISTS evaluations_problem ON evaluations(problem);
                  CREATE INDEX IF NOT EXISTS evaluations_status ON evaluations(status);
                  PRAGMA user_version = 1;
+                 COMMIT;",
+            )
+            .map_err(sql)?;
+        }
+        if version < 2 {
+            // Baseline timings (e.g. torch.compile) per problem, variant and environment.
+            conn.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS baselines (
+                     key TEXT PRIMARY KEY,
+                     problem TEXT NOT NULL,
+                     created_at INTEGER NOT NULL,
+                     stats TEXT NOT NULL
+                 );
+                 PRAGMA user_version = 2;
                  COMMIT;",
             )
             .map_err(sql)?;
@@ -162,6 +177,51 @@ impl Store {
         Ok(())
     }
 
+    /// A stored baseline timing, if any.
+    pub fn get_baseline(&self, key: &str) -> Result<Option<TimingStats>, StoreError> {
+        let text: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT stats FROM baselines WHERE key = ?1",
+                params![key],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.sql())?;
+        text.map(|t| {
+            serde_json::from_str(&t).map_err(|source| StoreError::Corrupt {
+                path: self.path.clone(),
+                key: key.to_owned(),
+                source,
+            })
+        })
+        .transpose()
+    }
+
+    pub fn put_baseline(
+        &self,
+        key: &str,
+        problem: &str,
+        stats: &TimingStats,
+    ) -> Result<(), StoreError> {
+        let text = serde_json::to_string(stats).map_err(|source| StoreError::Corrupt {
+            path: self.path.clone(),
+            key: key.to_owned(),
+            source,
+        })?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO baselines (key, problem, created_at, stats) VALUES (?1, ?2, ?3, ?4)",
+                params![key, problem, i64::try_from(now).unwrap_or(i64::MAX), text],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
     pub fn stats(&self) -> Result<StoreStats, StoreError> {
         let mut stmt = self
             .conn
@@ -214,6 +274,8 @@ mod tests {
             tolerance: None,
             timing: None,
             timing_note: Some("cpu".into()),
+            provenance: None,
+            sandbox: None,
             environment: EnvInfo {
                 python: "3.11".into(),
                 platform: "linux".into(),
@@ -230,9 +292,32 @@ mod tests {
             stderr_tail: None,
             wall_ms: 1.0,
             executor_ms: Some(0.5),
+            lease_wait_ms: 0.0,
+            exclusive_ms: 0.0,
+            device_slot: 0,
             created_at: 1,
             tritonforge_version: "0.1.0".into(),
         }
+    }
+
+    #[test]
+    fn baselines_are_stored_by_key_and_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        let stats = TimingStats {
+            median_ms: 0.5,
+            iqr_ms: 0.01,
+            samples: 100,
+            host_median_ms: 0.55,
+        };
+        {
+            let s = Store::open(&path).unwrap();
+            assert_eq!(s.get_baseline("k1").unwrap(), None);
+            s.put_baseline("k1", "relu", &stats).unwrap();
+        }
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.get_baseline("k1").unwrap(), Some(stats));
+        assert_eq!(s.get_baseline("k2").unwrap(), None);
     }
 
     #[test]

@@ -1,0 +1,275 @@
+//! GPU leases, exclusive mode, budgets and dead-worker replacement, driven through
+//! the real Python worker in CPU mode. The scheduling is the same code on a GPU;
+//! only what the candidate does under its leases differs.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tritonforge_bench::{Candidate, Problem};
+use tritonforge_eval::{Evaluator, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec};
+use tritonforge_protocol::{EvalConfig, EvalRecord, LeaseKind, Stage, Status};
+use tritonforge_pyenv::PythonSource;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn fixture(rel: &str) -> PathBuf {
+    repo().join("crates/cli/tests/fixtures").join(rel)
+}
+
+/// The managed environment the whole test suite shares (created on first use, under a lock).
+fn spec(state: &std::path::Path) -> WorkerSpec {
+    let venv = std::env::var_os("TRITONFORGE_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".tritonforge/venv"));
+    let env = tritonforge_pyenv::ensure(&PythonSource::Managed(venv), state, &mut |_| {})
+        .expect("python environment");
+    WorkerSpec {
+        python: env.interpreter,
+        worker_path: env.worker_path,
+        scratch_root: state.join("scratch"),
+        device: tritonforge_protocol::DeviceRequest::Cpu,
+        threads: 1,
+    }
+}
+
+async fn evaluator(state: &std::path::Path, cfg: PoolConfig) -> Evaluator {
+    let pool = Pool::start(spec(state), cfg).await.expect("pool");
+    Evaluator::new(pool, None, "test".into())
+}
+
+fn config(budget_ms: u64) -> EvalConfig {
+    EvalConfig {
+        trials: 3,
+        budget_ms,
+        ..EvalConfig::default()
+    }
+}
+
+fn pair(candidate: &str) -> (Problem, Candidate) {
+    (
+        Problem::load(&fixture("problems/relu_small.py")).unwrap(),
+        Candidate::load(&fixture(&format!("candidates/{candidate}"))).unwrap(),
+    )
+}
+
+async fn eval_all(ev: &Evaluator, names: &[&str], budget_ms: u64) -> Vec<EvalRecord> {
+    let futures = names.iter().map(|n| {
+        let (p, c) = pair(n);
+        async move { ev.evaluate(&p, &c, &config(budget_ms)).await }
+    });
+    let out = tokio::time::timeout(
+        Duration::from_secs(300),
+        futures_join_all(futures.collect()),
+    )
+    .await
+    .expect("the batch finished (no lease was leaked)");
+    out.into_iter()
+        .map(|r| r.expect("evaluation").record)
+        .collect()
+}
+
+/// `join_all` without a futures dependency: spawn-free, polls each in turn on one task.
+async fn futures_join_all<F: std::future::Future>(fs: Vec<F>) -> Vec<F::Output> {
+    let mut pinned: Vec<_> = fs.into_iter().map(Box::pin).collect();
+    let mut outs: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in pinned.iter_mut().zip(outs.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *o = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outs.into_iter().flatten().collect()
+}
+
+fn overlaps(a: &LeaseEvent, b: &LeaseEvent) -> bool {
+    a.acquired < b.released && b.acquired < a.released
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn correctness_overlaps_but_a_timing_lease_holds_the_device_alone() {
+    let state = tempfile::tempdir().unwrap();
+    let ev = evaluator(
+        state.path(),
+        PoolConfig {
+            workers: 3,
+            spares: 3,
+            ..PoolConfig::default()
+        },
+    )
+    .await;
+    let records = eval_all(
+        &ev,
+        &["sleepy_relu.py", "sleepy_relu.py", "sleepy_relu.py"],
+        60_000,
+    )
+    .await;
+    for r in &records {
+        assert_eq!(r.status, Status::Correct, "{}", r.message);
+    }
+    let events = ev.pool().lease_events();
+    let shared: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == LeaseKind::Shared)
+        .collect();
+    let exclusive: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == LeaseKind::Exclusive)
+        .collect();
+    // Every job asked for its timing lease (CPU mode then reports timing unavailable).
+    assert_eq!(exclusive.len(), 3, "{events:#?}");
+    // Correctness of different candidates ran side by side (each sleeps ~0.9 s in total).
+    let concurrent = shared.iter().enumerate().any(|(i, a)| {
+        shared[i + 1..]
+            .iter()
+            .any(|b| a.job != b.job && overlaps(a, b))
+    });
+    assert!(concurrent, "shared leases never overlapped: {events:#?}");
+    // While one candidate was timed, nothing else held the device.
+    for x in &exclusive {
+        for e in &events {
+            if e.job != x.job {
+                assert!(!overlaps(x, e), "{x:?} overlaps {e:?}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_mode_runs_one_at_a_time_and_waiting_is_not_charged_to_the_budget() {
+    let state = tempfile::tempdir().unwrap();
+    let ev = evaluator(
+        state.path(),
+        PoolConfig {
+            workers: 2,
+            spares: 2,
+            mode: ShareMode::Exclusive,
+            ..PoolConfig::default()
+        },
+    )
+    .await;
+    // Each candidate needs ~1 s of its own; the budget (2.5 s) is less than both together,
+    // so the second would time out if the wait for the device were charged to it.
+    let started = Instant::now();
+    let records = eval_all(&ev, &["sleepy_relu.py", "sleepy_relu.py"], 2_500).await;
+    for r in &records {
+        assert_eq!(r.status, Status::Correct, "{}", r.message);
+    }
+    let waited: Vec<f64> = records.iter().map(|r| r.lease_wait_ms).collect();
+    assert!(
+        waited.iter().any(|w| *w > 700.0),
+        "one of them must have waited for the other: {waited:?}"
+    );
+    let events = ev.pool().lease_events();
+    assert_eq!(events.len(), 2, "one whole-life hold per job: {events:#?}");
+    assert!(events.iter().all(|e| e.kind == LeaseKind::Exclusive));
+    assert!(!overlaps(&events[0], &events[1]), "{events:#?}");
+    assert!(started.elapsed() >= Duration::from_millis(1800));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_and_hung_workers_release_their_leases_and_are_replaced() {
+    let state = tempfile::tempdir().unwrap();
+    let ev = evaluator(
+        state.path(),
+        PoolConfig {
+            workers: 1,
+            spares: 1,
+            ..PoolConfig::default()
+        },
+    )
+    .await;
+    // One at a time through a single slot: if a dead worker kept its lease, the next
+    // job's timing lease would wait forever (the batch has a deadline).
+    let records = eval_all(
+        &ev,
+        &[
+            "aborts.py",
+            "hangs.py",
+            "relu_ok.py",
+            "raises.py",
+            "relu_ok.py",
+        ],
+        4_000,
+    )
+    .await;
+    let statuses: Vec<Status> = records.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            Status::RuntimeError,
+            Status::Timeout,
+            Status::Correct,
+            Status::RuntimeError,
+            Status::Correct
+        ],
+        "{:#?}",
+        records.iter().map(|r| &r.message).collect::<Vec<_>>()
+    );
+    assert_eq!(records[0].stage, Stage::Process);
+    assert!(
+        records[0].message.contains("SIGABRT"),
+        "{}",
+        records[0].message
+    );
+    // Every hold taken was given back: each released at or after it was acquired,
+    // and both correct jobs got their timing lease.
+    let events = ev.pool().lease_events();
+    assert!(events.iter().all(|e| e.released >= e.acquired));
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.kind == LeaseKind::Exclusive)
+            .count(),
+        2,
+        "{events:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_naive_mode_starts_each_process_on_demand_and_still_gets_it_right() {
+    let state = tempfile::tempdir().unwrap();
+    let ev = evaluator(
+        state.path(),
+        PoolConfig {
+            workers: 1,
+            spares: 0,
+            mode: ShareMode::Exclusive,
+            prestart: false,
+            ..PoolConfig::default()
+        },
+    )
+    .await;
+    let records = eval_all(&ev, &["relu_ok.py", "wrong_values.py"], 60_000).await;
+    assert_eq!(records[0].status, Status::Correct, "{}", records[0].message);
+    assert_eq!(
+        records[1].status,
+        Status::Incorrect,
+        "{}",
+        records[1].message
+    );
+    // The start-up is on the critical path here: wall time well above the executor's own.
+    for r in &records {
+        let executor = r.executor_ms.unwrap_or(0.0);
+        assert!(
+            r.wall_ms > executor + 500.0,
+            "wall {} vs executor {executor}",
+            r.wall_ms
+        );
+    }
+}

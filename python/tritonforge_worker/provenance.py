@@ -1,0 +1,179 @@
+"""Which of the candidate's own Triton kernels ran: launch hooks.
+
+A kernel counts as the candidate's own when its Python function was defined in
+the candidate's file. On a GPU every compiled launch passes Triton's
+`launch_enter_hook` with the kernel's function handle; the handles of the
+candidate's kernels are read from their JIT caches. Under the interpreter
+(CPU mode) there are no handles, so `InterpretedFunction.run` is wrapped.
+A forward that launched none of them is PyTorch in disguise (or a decoy).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Set
+
+from .protocol import KernelLaunches, Provenance
+
+
+class Tampered(RuntimeError):
+    """The candidate removed or replaced the launch hooks."""
+
+
+class LaunchRecorder:
+    def __init__(self, candidate_path: str, lease: Any) -> None:
+        self.path = candidate_path
+        self.lease = lease
+        self.own: List[Any] = []
+        self.own_ids: Set[int] = set()
+        self.handle_counts: Dict[Any, int] = {}
+        self.handle_streams: Dict[Any, Set[Any]] = {}
+        self.interp_counts: Dict[int, int] = {}
+        self.own_handles: Dict[Any, str] = {}
+        self._resolved_at = -1
+        self.calls = 0
+        self.calls_without_launch = 0
+        self._hook: Optional[Callable[..., None]] = None
+        self._patched: Dict[Any, Any] = {}
+        self._originals: Dict[Any, Any] = {}
+
+    def _is_own(self, fn: Any) -> bool:
+        code = getattr(fn, "__code__", None)
+        return code is not None and code.co_filename == self.path
+
+    def install(self) -> None:
+        import triton.runtime.interpreter as interp
+        import triton.runtime.jit as jit
+        from triton import knobs
+
+        recorder = self
+
+        def register(cls: Any) -> None:
+            orig_init = cls.__init__
+            self._originals[(cls, "__init__")] = orig_init
+
+            def __init__(self: Any, fn: Any, *args: Any, **kwargs: Any) -> None:
+                orig_init(self, fn, *args, **kwargs)
+                if recorder._is_own(fn):
+                    recorder.own.append(self)
+                    recorder.own_ids.add(id(self))
+
+            cls.__init__ = __init__
+            self._patched[(cls, "__init__")] = __init__
+
+        register(jit.JITFunction)
+        register(interp.InterpretedFunction)
+
+        orig_interp_run = interp.InterpretedFunction.run
+        self._originals[(interp.InterpretedFunction, "run")] = orig_interp_run
+
+        def interp_run(self: Any, *args: Any, grid: Any, warmup: Any, **kwargs: Any) -> Any:
+            if not warmup and id(self) in recorder.own_ids:
+                recorder.interp_counts[id(self)] = recorder.interp_counts.get(id(self), 0) + 1
+            return orig_interp_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+        interp.InterpretedFunction.run = interp_run  # type: ignore[method-assign]
+        self._patched[(interp.InterpretedFunction, "run")] = interp_run
+
+        # Compiling is CPU work: let other candidates use the GPU meanwhile.
+        orig_compile = jit.JITFunction._do_compile
+        self._originals[(jit.JITFunction, "_do_compile")] = orig_compile
+
+        def _do_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return recorder.lease.released_during(lambda: orig_compile(self, *args, **kwargs))
+
+        jit.JITFunction._do_compile = _do_compile  # type: ignore[method-assign]
+        self._patched[(jit.JITFunction, "_do_compile")] = _do_compile
+
+        counts = self.handle_counts
+        streams = self.handle_streams
+
+        def hook(metadata: Any) -> None:
+            data = getattr(metadata, "data", None)
+            handle = data.get("function") if isinstance(data, dict) else None
+            counts[handle] = counts.get(handle, 0) + 1
+            stream = data.get("stream") if isinstance(data, dict) else None
+            seen = streams.get(handle)
+            if seen is None:
+                streams[handle] = {stream}
+            elif stream not in seen:
+                seen.add(stream)
+
+        self._hook = hook
+        knobs.runtime.launch_enter_hook.add(hook)
+
+    def uninstall(self) -> None:
+        """Put back what `install` replaced (after the worker's own warm-up)."""
+        from triton import knobs
+
+        for (cls, name), orig in self._originals.items():
+            setattr(cls, name, orig)
+        if self._hook is not None:
+            knobs.runtime.launch_enter_hook.remove(self._hook)
+
+    def check_intact(self) -> None:
+        """Raise if anything the recorder installed was removed or replaced."""
+        from triton import knobs
+
+        for (cls, name), fn in self._patched.items():
+            if cls.__dict__.get(name) is not fn:
+                raise Tampered(f"{cls.__name__}.{name} was replaced")
+        calls = getattr(knobs.runtime.launch_enter_hook, "calls", None)
+        if not isinstance(calls, list) or self._hook not in calls:
+            raise Tampered("Triton's launch_enter_hook chain was changed")
+
+    def _resolve(self) -> None:
+        """Map compiled-kernel handles back to the candidate's kernels (only when new handles appeared)."""
+        if len(self.handle_counts) == self._resolved_at:
+            return
+        self._resolved_at = len(self.handle_counts)
+        for jf in self.own:
+            caches = getattr(jf, "device_caches", None)
+            if not isinstance(caches, dict):
+                continue
+            for entry in list(caches.values()):
+                kernel_cache = entry[0] if isinstance(entry, tuple) and entry else None
+                if not isinstance(kernel_cache, dict):
+                    continue
+                for kernel in list(kernel_cache.values()):
+                    handle = getattr(kernel, "function", None)
+                    if handle is not None:
+                        self.own_handles[handle] = str(getattr(kernel, "name", jf.__name__))
+
+    def foreign_streams(self, stream: Any) -> bool:
+        """True if any of the candidate's kernels was launched on a stream other than `stream`."""
+        self._resolve()
+        return any(s != stream for h in self.own_handles for s in self.handle_streams.get(h, ()))
+
+    def own_launches(self) -> int:
+        self._resolve()
+        gpu = sum(self.handle_counts.get(h, 0) for h in self.own_handles)
+        return gpu + sum(self.interp_counts.values())
+
+    def observe(self, before: int) -> bool:
+        """Count one forward call that started when `own_launches()` was `before`; True if it launched one."""
+        self.check_intact()
+        self.calls += 1
+        if self.own_launches() > before:
+            return True
+        self.calls_without_launch += 1
+        return False
+
+    def kernel_names(self) -> Set[str]:
+        self._resolve()
+        names = set(self.own_handles.values())
+        names.update(getattr(jf, "__name__", "?") for jf in self.own)
+        return names
+
+    def summary(self, gpu_share: Optional[float] = None) -> Provenance:
+        self._resolve()
+        per_name: Dict[str, int] = {}
+        for handle, name in self.own_handles.items():
+            per_name[name] = per_name.get(name, 0) + self.handle_counts.get(handle, 0)
+        for jf in self.own:
+            n = self.interp_counts.get(id(jf), 0)
+            if n:
+                name = getattr(jf, "__name__", "?")
+                per_name[name] = per_name.get(name, 0) + n
+        kernels = [KernelLaunches(name=k, launches=v) for k, v in sorted(per_name.items())]
+        return Provenance(kernels=kernels, calls=self.calls, calls_without_launch=self.calls_without_launch,
+                          gpu_share=gpu_share)
