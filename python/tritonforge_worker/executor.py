@@ -290,8 +290,10 @@ class Executor:
             if job.compile_baseline and on_gpu:
                 self.lease.hold("shared")
                 compiled = self._compiled_baseline(problem, reference)
-            # The timing lease: nothing else runs on this GPU until the result is sent.
-            self.lease.hold("exclusive")
+            # The timing lease: nothing else runs on this GPU until the result is sent. In CPU
+            # mode nothing is timed, so it is taken only when the pool asks (its tests do).
+            if on_gpu or os.environ.get("TRITONFORGE_CPU_TIMING_LEASE") == "1":
+                self.lease.hold("exclusive")
             timing_cpu = os.environ.get("TRITONFORGE_TIMING_CPU")
             if on_gpu and timing_cpu:
                 # This (launching) thread moves to the core kept free for timing.

@@ -146,6 +146,10 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
         eprintln!("error: --trials, --budget and --timing-budget-ms must be positive; --speedup-cap above 1");
         return Ok(EXIT_USAGE);
     }
+    if let Some(msg) = args.pool.problem() {
+        eprintln!("error: {msg}");
+        return Ok(EXIT_USAGE);
+    }
     // Read every input before starting anything, so bad input fails fast and named.
     let pairs = match load_pairs(&mode) {
         Ok(p) => p,

@@ -150,6 +150,22 @@ pub struct PoolArgs {
 }
 
 impl PoolArgs {
+    /// Bad pool settings, named (checked before anything starts).
+    pub fn problem(&self) -> Option<String> {
+        if let Some(f) = self.gpu_mem_fraction {
+            if !(f > 0.0 && f <= 1.0) {
+                return Some(format!("--gpu-mem-fraction must be in (0, 1], got {f}"));
+            }
+        }
+        if self.jobs == Some(0) {
+            return Some("--jobs must be at least 1".into());
+        }
+        if self.naive && self.exclusive {
+            return Some("--naive already runs one candidate at a time; drop --exclusive".into());
+        }
+        None
+    }
+
     /// The pool for `items` pieces of work.
     pub fn config(&self, items: usize) -> tritonforge_eval::PoolConfig {
         let jobs = jobs_or_default(self.jobs).min(items.max(1));
@@ -190,11 +206,6 @@ impl Global {
         cfg: tritonforge_eval::PoolConfig,
     ) -> anyhow::Result<tritonforge_eval::Pool> {
         use anyhow::Context;
-        if let Some(f) = cfg.gpu_memory_fraction {
-            if !(f > 0.0 && f <= 1.0) {
-                anyhow::bail!("--gpu-mem-fraction must be in (0, 1], got {f}");
-            }
-        }
         let env = self.python_env()?;
         let spec = tritonforge_eval::WorkerSpec {
             python: env.interpreter.clone(),

@@ -250,6 +250,23 @@ fn usage_errors_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let out = run(tf(state.path()).args(["frobnicate"]));
     assert_eq!(out.status.code(), Some(2));
+    // Bad pool settings are named before anything starts.
+    let pair = |extra: &[&str]| {
+        run(tf(state.path())
+            .args(["eval", "--problem"])
+            .arg(relu_problem())
+            .arg("--candidate")
+            .arg(fixture("candidates/relu_ok.py"))
+            .args(extra))
+    };
+    let out = pair(&["--gpu-mem-fraction", "1.5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--gpu-mem-fraction must be in (0, 1]"));
+    let out = pair(&["--naive", "--exclusive"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--naive"));
+    let out = pair(&["--speedup-cap", "0.5"]);
+    assert_eq!(out.status.code(), Some(2));
 }
 
 /// Build a problems/candidates pair of directories: every candidate gets a copy of

@@ -83,6 +83,9 @@ pub struct PoolConfig {
     /// correctness; compiles excluded). Timing waits for every shared holder, so a
     /// candidate hung in a kernel would stall the whole device without this.
     pub gpu_hold_limit: Duration,
+    /// Take the timing lease in CPU mode too, where nothing is timed (so that the lease
+    /// logic can be exercised without a GPU).
+    pub cpu_timing_lease: bool,
 }
 
 impl Default for PoolConfig {
@@ -97,6 +100,7 @@ impl Default for PoolConfig {
             gpu_memory_fraction: None,
             landlock: true,
             gpu_hold_limit: Duration::from_secs(30),
+            cpu_timing_lease: false,
         }
     }
 }
@@ -287,6 +291,7 @@ struct Launch {
     /// CPU cores kept free of everything but timing, and this device's timing core.
     reserved_cpus: Vec<usize>,
     timing_cpu: Option<usize>,
+    cpu_timing_lease: bool,
     /// A Triton cache holding only what the warm-up compiled (kernel and launcher),
     /// copied into each new process's own cache: its warm-up then compiles nothing.
     cache_template: Option<PathBuf>,
@@ -373,6 +378,7 @@ impl Pool {
         let launch = |gpu: Option<u32>, index: usize, cache_template: Option<PathBuf>| {
             Arc::new(Launch {
                 cache_template,
+                cpu_timing_lease: cfg.cpu_timing_lease,
                 reserved_cpus: reserved_cpus.clone(),
                 timing_cpu: reserved_cpus.get(index).copied(),
                 spec: spec.clone(),
@@ -874,6 +880,9 @@ async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
         .kill_on_drop(true);
     if let Some(gpu) = launch.gpu {
         cmd.env("CUDA_VISIBLE_DEVICES", gpu.to_string());
+    }
+    if launch.cpu_timing_lease {
+        cmd.env("TRITONFORGE_CPU_TIMING_LEASE", "1");
     }
     if let Some(f) = launch.gpu_memory_fraction {
         cmd.env("TRITONFORGE_GPU_MEM_FRACTION", format!("{f:.4}"));

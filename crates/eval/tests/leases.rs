@@ -38,6 +38,11 @@ fn spec(state: &std::path::Path) -> WorkerSpec {
 }
 
 async fn evaluator(state: &std::path::Path, cfg: PoolConfig) -> Evaluator {
+    // CPU mode times nothing; ask the workers to take their timing lease anyway.
+    let cfg = PoolConfig {
+        cpu_timing_lease: true,
+        ..cfg
+    };
     let pool = Pool::start(spec(state), cfg).await.expect("pool");
     Evaluator::new(pool, None, "test".into())
 }
