@@ -46,6 +46,8 @@ pub enum BenchCmd {
         pool: crate::PoolArgs,
         #[command(flatten)]
         timing: crate::eval_cmd::TimingArgs,
+        #[command(flatten)]
+        guard: crate::GuardOpts,
         #[arg(long)]
         json: bool,
     },
@@ -130,8 +132,9 @@ pub async fn run(global: &Global, cmd: BenchCmd) -> anyhow::Result<u8> {
             variant,
             pool,
             timing,
+            guard,
             json,
-        } => validate(global, filter, variant, pool, timing, json).await,
+        } => validate(global, filter, variant, pool, timing, guard, json).await,
     }
 }
 
@@ -211,6 +214,7 @@ async fn validate(
     variants: Vec<String>,
     pool_args: crate::PoolArgs,
     timing: crate::eval_cmd::TimingArgs,
+    guard: crate::GuardOpts,
     json: bool,
 ) -> anyhow::Result<u8> {
     let suite = match load(&filter.suite) {
@@ -228,6 +232,13 @@ async fn validate(
         eprintln!("error: {msg}");
         return Ok(EXIT_USAGE);
     }
+    let policy = match guard.load() {
+        Ok(p) => p,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            return Ok(EXIT_USAGE);
+        }
+    };
     let pool = global.start_pool(pool_args.config(usize::MAX)).await?;
     let cpu_mode = pool.environment().device == DeviceKind::Cpu;
     let variants = if variants.is_empty() {
@@ -243,13 +254,13 @@ async fn validate(
         eprintln!("{}", crate::report::env_line(pool.environment()));
     }
     let store = Store::open(&global.store_path())?;
-    let evaluator = Arc::new(Evaluator::new(
-        pool,
-        Some(store),
-        tritonforge_pyenv::worker_hash(),
+    let evaluator = Arc::new(crate::guarded(
+        Evaluator::new(pool, Some(store), tritonforge_pyenv::worker_hash()),
+        policy,
     ));
 
-    let mut set: JoinSet<(Task, Vec<String>)> = JoinSet::new();
+    // Findings make the suite invalid; `slow` notes (wall-clock, so load-dependent) do not.
+    let mut set: JoinSet<(Task, Vec<String>, Vec<String>)> = JoinSet::new();
     let (mut n_problems, mut n_solutions) = (0usize, 0usize);
     for e in &entries {
         let problem = match Problem::load_with(&e.problem_path, Some(&suite.manifest)) {
@@ -278,6 +289,7 @@ async fn validate(
             );
             set.spawn(async move {
                 let mut f = Vec::new();
+                let mut slow = Vec::new();
                 match ev.check_problem(&p, o, Duration::from_secs(300)).await {
                     Ok(report) => {
                         for x in report.findings {
@@ -285,7 +297,7 @@ async fn validate(
                         }
                         if cpu_mode && l == "small" && report.max_forward_ms > SMALL_TRIAL_BUDGET_MS
                         {
-                            f.push(format!(
+                            slow.push(format!(
                                 "{key} [{l}]: reference forward takes {:.0} ms; `small` must stay under {SMALL_TRIAL_BUDGET_MS:.0} ms on CPU",
                                 report.max_forward_ms
                             ));
@@ -293,7 +305,7 @@ async fn validate(
                     }
                     Err(err) => f.push(format!("{key} [{l}]: {err}")),
                 }
-                (Task::Problem(key, l), f)
+                (Task::Problem(key, l), f, slow)
             });
             let Some(sol) = &e.solution_path else {
                 continue;
@@ -317,6 +329,7 @@ async fn validate(
             let (p, key, l) = (problem.clone(), e.key.clone(), label);
             set.spawn(async move {
                 let mut f = Vec::new();
+                let mut slow = Vec::new();
                 match ev.evaluate(&p, &candidate, &config).await {
                     Ok(r) => {
                         let rec = r.record;
@@ -331,7 +344,7 @@ async fn validate(
                                 .max(0.0)
                                 / f64::from(config.trials.max(1));
                             if per_trial > SMALL_TRIAL_BUDGET_MS {
-                                f.push(format!(
+                                slow.push(format!(
                                     "{key} [{l}]: a solution trial takes {per_trial:.0} ms under the interpreter; `small` must stay under {SMALL_TRIAL_BUDGET_MS:.0} ms"
                                 ));
                             }
@@ -339,14 +352,16 @@ async fn validate(
                     }
                     Err(err) => f.push(format!("{key} [{l}]: solution: {err}")),
                 }
-                (Task::Solution(key, l), f)
+                (Task::Solution(key, l), f, slow)
             });
         }
     }
     let total = set.len();
     let mut done = 0;
+    let mut slow: Vec<String> = Vec::new();
     while let Some(joined) = set.join_next().await {
-        let (task, f) = joined?;
+        let (task, f, s) = joined?;
+        slow.extend(s);
         done += 1;
         if !json {
             let (what, key, l) = match &task {
@@ -361,17 +376,21 @@ async fn validate(
         findings.extend(f);
     }
     findings.sort();
+    slow.sort();
     if json {
         println!(
             "{}",
             serde_json::json!({
                 "problems_checked": n_problems, "solutions_checked": n_solutions,
-                "variants": variants, "findings": findings,
+                "variants": variants, "findings": findings, "slow": slow,
             })
         );
     } else {
         for f in &findings {
             println!("FAIL {f}");
+        }
+        for s in &slow {
+            println!("SLOW {s} (wall-clock on this machine now; not a failure)");
         }
         println!(
             "validated {} problem variants and {} solutions ({}): {} finding{}",

@@ -50,6 +50,8 @@ pub struct EvalArgs {
     pool: crate::PoolArgs,
     #[command(flatten)]
     timing: TimingArgs,
+    #[command(flatten)]
+    guard: crate::GuardOpts,
     /// Evaluate again even when the store has this exact evaluation.
     #[arg(long)]
     refresh: bool,
@@ -150,6 +152,13 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
         eprintln!("error: {msg}");
         return Ok(EXIT_USAGE);
     }
+    let policy = match args.guard.load() {
+        Ok(p) => p,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            return Ok(EXIT_USAGE);
+        }
+    };
     // Read every input before starting anything, so bad input fails fast and named.
     let pairs = match load_pairs(&mode) {
         Ok(p) => p,
@@ -175,7 +184,10 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
     if !args.json {
         eprintln!("{}", report::env_line(pool.environment()));
     }
-    let mut evaluator = Evaluator::new(pool, store, tritonforge_pyenv::worker_hash());
+    let mut evaluator = crate::guarded(
+        Evaluator::new(pool, store, tritonforge_pyenv::worker_hash()),
+        policy,
+    );
     evaluator.refresh = args.refresh;
     let evaluator = Arc::new(evaluator);
 

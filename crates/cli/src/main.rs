@@ -11,6 +11,7 @@ use tritonforge_pyenv::{PythonEnv, PythonSource};
 mod bench_cmd;
 mod doctor;
 mod eval_cmd;
+mod guard_cmd;
 mod report;
 
 /// Exit codes: 0 all correct, 1 some verdict other than correct, 2 bad input, 3 environment failure.
@@ -75,6 +76,8 @@ impl From<Device> for DeviceRequest {
 enum Cmd {
     /// Evaluate candidates against problems: compile, correctness, timing.
     Eval(eval_cmd::EvalArgs),
+    /// Static checks of candidate files: is it really a Triton kernel, does it cheat.
+    Guard(guard_cmd::GuardArgs),
     /// The problem suite: list, show, validate.
     #[command(subcommand)]
     Bench(bench_cmd::BenchCmd),
@@ -118,6 +121,38 @@ impl Global {
             eprintln!("  [python] {line}");
         })?;
         Ok(env)
+    }
+}
+
+/// Whether and how the static guard runs before each evaluation.
+#[derive(Args, Clone, Default)]
+pub struct GuardOpts {
+    /// Do not run the static guard (the runtime checks still run).
+    #[arg(long)]
+    pub no_guard: bool,
+    /// Guard policy file (TOML) instead of the strict default.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+}
+
+impl GuardOpts {
+    /// The policy to run (`None`: no guard), or the policy file's error.
+    pub fn load(&self) -> Result<Option<tritonforge_guard::Policy>, String> {
+        if self.no_guard {
+            return Ok(None);
+        }
+        guard_cmd::load_policy(self.policy.as_deref()).map(Some)
+    }
+}
+
+/// The evaluator with the guard (if any) installed.
+pub fn guarded(
+    ev: tritonforge_eval::Evaluator,
+    policy: Option<tritonforge_guard::Policy>,
+) -> tritonforge_eval::Evaluator {
+    match policy {
+        Some(p) => ev.with_guard(p),
+        None => ev,
     }
 }
 
@@ -244,6 +279,7 @@ fn main() -> ExitCode {
         match cli.command {
             Cmd::Eval(args) => eval_cmd::run(&cli.global, args).await,
             Cmd::Bench(cmd) => bench_cmd::run(&cli.global, cmd).await,
+            Cmd::Guard(args) => guard_cmd::run(args),
             Cmd::Doctor { json } => doctor::run(&cli.global, json).await,
             Cmd::Setup => setup(&cli.global),
         }

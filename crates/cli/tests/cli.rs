@@ -154,7 +154,7 @@ fn an_exception_in_forward_is_a_runtime_error_with_the_candidates_frames() {
         state.path(),
         &relu_problem(),
         &fixture("candidates/raises.py"),
-        &[],
+        &["--no-guard"],
     );
     assert_eq!(code, 1);
     assert_eq!(rec["status"], "runtime_error");
@@ -326,6 +326,7 @@ fn a_batch_survives_hangs_and_aborts_and_every_process_is_fresh() {
         .args([
             "eval",
             "--json",
+            "--no-guard",
             "--jobs",
             "2",
             "--budget",
@@ -485,7 +486,7 @@ fn doctor_reports_interpreter_versions_device_and_store() {
 }
 
 #[test]
-fn pytorch_in_disguise_decoys_and_hook_tampering_are_rejected() {
+fn pytorch_in_disguise_decoys_and_hook_tampering_are_rejected_at_run_time() {
     let state = tempfile::tempdir().unwrap();
     let cases = [
         // (candidate, the line the verdict must carry)
@@ -498,7 +499,7 @@ fn pytorch_in_disguise_decoys_and_hook_tampering_are_rejected() {
             state.path(),
             &relu_problem(),
             &fixture(&format!("candidates/{name}")),
-            &[],
+            &["--no-guard"],
         );
         assert_eq!(code, 1, "{name}: {stderr}");
         assert_eq!(rec["status"], "rejected", "{name}: {rec}");
@@ -527,7 +528,7 @@ fn the_sandbox_stops_writes_outside_scratch_and_network_connections() {
     let target = outside.path().join("escaped.txt");
     let out = run(tf(state.path())
         .env("TF_TEST_ESCAPE_PATH", &target)
-        .args(["eval", "--json", "--problem"])
+        .args(["eval", "--json", "--no-guard", "--problem"])
         .arg(relu_problem())
         .arg("--candidate")
         .arg(fixture("candidates/writes_outside_scratch.py")));
@@ -553,7 +554,7 @@ fn the_sandbox_stops_writes_outside_scratch_and_network_connections() {
         state.path(),
         &relu_problem(),
         &fixture("candidates/connects_out.py"),
-        &[],
+        &["--no-guard"],
     );
     assert_eq!(code, 1);
     assert_eq!(rec["sandbox"]["network"], true, "{rec}");
@@ -565,8 +566,105 @@ fn the_sandbox_stops_writes_outside_scratch_and_network_connections() {
         state.path(),
         &relu_problem(),
         &fixture("candidates/connects_out.py"),
-        &["--no-landlock", "--no-store"],
+        &["--no-landlock", "--no-store", "--no-guard"],
     );
     let msg = rec["message"].as_str().unwrap();
     assert!(msg.contains("ConnectionRefusedError"), "{msg}");
+}
+
+#[test]
+fn the_guard_rejects_cheats_before_anything_runs_and_names_the_rule() {
+    let state = tempfile::tempdir().unwrap();
+    for (name, rule) in [
+        ("torch_in_disguise.py", "kernel-not-launched"),
+        ("kernel_only_at_first.py", "cross-call-state"),
+        ("tampers_with_hooks.py", "monkey-patching"),
+        ("connects_out.py", "process-or-system"),
+        ("writes_outside_scratch.py", "file-or-env-access"),
+    ] {
+        let (code, rec, _) = eval_one(
+            state.path(),
+            &relu_problem(),
+            &fixture(&format!("candidates/{name}")),
+            &[],
+        );
+        assert_eq!(code, 1, "{name}: {rec}");
+        assert_eq!(rec["status"], "rejected", "{name}: {rec}");
+        assert_eq!(rec["stage"], "guard", "{name}: {rec}");
+        assert!(
+            rec["message"].as_str().unwrap().contains(rule),
+            "{name}: {rec}"
+        );
+        // Nothing ran: no trials, no executor time, no provenance.
+        assert!(rec["executor_ms"].is_null(), "{name}: {rec}");
+        assert!(rec["provenance"].is_null(), "{name}: {rec}");
+        assert!(rec["guard"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["rule"] == rule));
+    }
+    // A policy that turns the rule off lets the same file run (and the runtime layer
+    // catches it instead); the policy is part of the cache key.
+    let policy = state.path().join("lenient.toml");
+    std::fs::write(
+        &policy,
+        "[rules]\n\"kernel-not-launched\" = \"off\"\n\"torch-compute-in-forward\" = \"warn\"\n",
+    )
+    .unwrap();
+    let (_, rec, _) = eval_one(
+        state.path(),
+        &relu_problem(),
+        &fixture("candidates/torch_in_disguise.py"),
+        &["--policy", policy.to_str().unwrap()],
+    );
+    assert_eq!(rec["status"], "rejected", "{rec}");
+    assert_eq!(rec["stage"], "provenance", "{rec}");
+    assert_eq!(rec["guard"][0]["severity"], "warn", "{rec}");
+    // A broken policy is bad input, named.
+    std::fs::write(&policy, "[rules]\n\"no-such-rule\" = \"off\"\n").unwrap();
+    let out = run(tf(state.path())
+        .args(["eval", "--policy"])
+        .arg(&policy)
+        .arg("--problem")
+        .arg(relu_problem())
+        .arg("--candidate")
+        .arg(fixture("candidates/relu_ok.py")));
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("lenient.toml") && err.contains("no-such-rule"),
+        "{err}"
+    );
+}
+
+#[test]
+fn guard_prints_findings_like_a_linter() {
+    let state = tempfile::tempdir().unwrap();
+    let out = run(tf(state.path())
+        .arg("guard")
+        .arg(fixture("candidates/relu_ok.py"))
+        .arg(fixture("candidates/torch_in_disguise.py")));
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines.iter().all(|l| l.contains("torch_in_disguise.py:")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "torch_in_disguise.py:17:16: reject [torch-compute-in-forward] `torch.relu` in forward"
+        ),
+        "{stdout}"
+    );
+    let out = run(tf(state.path())
+        .args(["guard", "--json"])
+        .arg(fixture("candidates/relu_ok.py")));
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["rejected"], false);
+    assert_eq!(v["findings"].as_array().unwrap().len(), 0);
+    let out = run(tf(state.path()).args(["guard", "--rules"]));
+    assert!(text(&out.stdout).contains("kernel-not-launched [reject]"));
 }

@@ -11,8 +11,9 @@ use sha2::{Digest, Sha256};
 use tritonforge_bench::{BenchError, Candidate, Problem};
 use tritonforge_protocol::record::RECORD_SCHEMA;
 use tritonforge_protocol::{
-    EnvInfo, EvalConfig, EvalJob, EvalRecord, Message, Outcome, ProblemCheckJob, ProblemReport,
-    ProtocolError, SourceFile, SourceRef, Stage, Status, TimingStats, PROTOCOL_VERSION,
+    EnvInfo, EvalConfig, EvalJob, EvalRecord, GuardFinding, Message, Outcome, ProblemCheckJob,
+    ProblemReport, ProtocolError, SourceFile, SourceRef, Stage, Status, TimingStats,
+    PROTOCOL_VERSION,
 };
 use tritonforge_store::{Store, StoreError};
 
@@ -107,6 +108,8 @@ pub struct Evaluator {
     worker_fingerprint: String,
     /// Re-evaluate even when a record exists (the new one replaces it).
     pub refresh: bool,
+    /// The static guard's policy; `None` runs no guard.
+    guard: Option<tritonforge_guard::Policy>,
 }
 
 impl Evaluator {
@@ -116,6 +119,25 @@ impl Evaluator {
             store: store.map(Mutex::new),
             worker_fingerprint,
             refresh: false,
+            guard: None,
+        }
+    }
+
+    /// Run the static guard before every evaluation: a `reject` finding ends it as
+    /// `rejected` at stage `guard` without starting the candidate.
+    pub fn with_guard(mut self, policy: tritonforge_guard::Policy) -> Evaluator {
+        self.guard = Some(policy);
+        self
+    }
+
+    /// `config` as this evaluator runs it (the guard policy is part of it, and of the key).
+    fn effective(&self, config: &EvalConfig) -> EvalConfig {
+        EvalConfig {
+            guard: self
+                .guard
+                .as_ref()
+                .map(|p| sha256_hex(p.fingerprint().as_bytes())[..16].to_string()),
+            ..config.clone()
         }
     }
 
@@ -132,7 +154,7 @@ impl Evaluator {
             &self.worker_fingerprint,
             problem,
             candidate,
-            config,
+            &self.effective(config),
             self.pool.environment(),
         )
     }
@@ -185,6 +207,35 @@ impl Evaluator {
                 cached: true,
             });
         }
+        let config = &self.effective(config);
+        let guard_started = std::time::Instant::now();
+        let report = self
+            .guard
+            .as_ref()
+            .map(|p| tritonforge_guard::check(&candidate.source, p));
+        let guard_ms = guard_started.elapsed().as_secs_f64() * 1000.0;
+        let findings: Vec<GuardFinding> = report
+            .as_ref()
+            .map(|r| r.findings.iter().map(to_record).collect())
+            .unwrap_or_default();
+        let mut record = self.blank_record(key, problem, candidate, config, findings);
+        if report.as_ref().is_some_and(|r| r.rejects()) {
+            let reasons: Vec<String> = record
+                .guard
+                .iter()
+                .filter(|f| f.severity == "reject")
+                .map(|f| format!("line {}: [{}] {}", f.line, f.rule, f.message))
+                .collect();
+            record.status = Status::Rejected;
+            record.stage = Stage::Guard;
+            record.message = format!("the guard rejected it: {}", reasons.join("; "));
+            record.wall_ms = guard_ms;
+            self.put(&record)?;
+            return Ok(Evaluation {
+                record,
+                cached: false,
+            });
+        }
         let job = EvalJob {
             problem: SourceFile {
                 name: file_name(&problem.path),
@@ -218,45 +269,11 @@ impl Evaluator {
         };
         let budget = Duration::from_millis(config.budget_ms);
         let execution = self.pool.run(&job, budget).await?;
-        let mut record = EvalRecord {
-            schema: RECORD_SCHEMA,
-            key,
-            problem: SourceRef {
-                name: problem.name.clone(),
-                path: problem.path.display().to_string(),
-                sha256: sha256_hex(problem.source.as_bytes()),
-            },
-            candidate: SourceRef {
-                name: candidate.name.clone(),
-                path: candidate.path.display().to_string(),
-                sha256: sha256_hex(candidate.source.as_bytes()),
-            },
-            config: config.clone(),
-            status: Status::RuntimeError,
-            stage: Stage::Process,
-            message: String::new(),
-            error: None,
-            mismatch: None,
-            trials: vec![],
-            tolerance: None,
-            timing: None,
-            timing_note: None,
-            provenance: None,
-            environment: execution.env.clone(),
-            sandbox: Some(self.pool.sandbox().clone()),
-            worker_version: self.pool.worker_version().to_string(),
-            stderr_tail: None,
-            wall_ms: execution.wall_ms,
-            executor_ms: None,
-            lease_wait_ms: execution.lease_wait_ms,
-            exclusive_ms: execution.exclusive_ms,
-            device_slot: u32::try_from(execution.slot).unwrap_or(u32::MAX),
-            created_at: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-            tritonforge_version: env!("CARGO_PKG_VERSION").to_string(),
-        };
+        record.environment = execution.env.clone();
+        record.wall_ms = execution.wall_ms;
+        record.lease_wait_ms = execution.lease_wait_ms;
+        record.exclusive_ms = execution.exclusive_ms;
+        record.device_slot = u32::try_from(execution.slot).unwrap_or(u32::MAX);
         match execution.exit {
             Exit::Answered {
                 outcome: Outcome::ProblemError(p),
@@ -324,14 +341,85 @@ impl Evaluator {
                 record.stderr_tail = Some(stderr_tail).filter(|s| !s.is_empty());
             }
         }
-        if let Some(s) = &self.store {
-            let store = s.lock().map_err(|_| EvalError::PoolClosed)?;
-            store.put(&record)?;
-        }
+        self.put(&record)?;
         Ok(Evaluation {
             record,
             cached: false,
         })
+    }
+
+    fn put(&self, record: &EvalRecord) -> Result<(), EvalError> {
+        if let Some(s) = &self.store {
+            let store = s.lock().map_err(|_| EvalError::PoolClosed)?;
+            store.put(record)?;
+        }
+        Ok(())
+    }
+
+    /// A record with everything known before the candidate runs.
+    fn blank_record(
+        &self,
+        key: String,
+        problem: &Problem,
+        candidate: &Candidate,
+        config: &EvalConfig,
+        guard: Vec<GuardFinding>,
+    ) -> EvalRecord {
+        EvalRecord {
+            schema: RECORD_SCHEMA,
+            key,
+            problem: SourceRef {
+                name: problem.name.clone(),
+                path: problem.path.display().to_string(),
+                sha256: sha256_hex(problem.source.as_bytes()),
+            },
+            candidate: SourceRef {
+                name: candidate.name.clone(),
+                path: candidate.path.display().to_string(),
+                sha256: sha256_hex(candidate.source.as_bytes()),
+            },
+            config: config.clone(),
+            status: Status::RuntimeError,
+            stage: Stage::Process,
+            message: String::new(),
+            error: None,
+            mismatch: None,
+            trials: vec![],
+            tolerance: None,
+            timing: None,
+            timing_note: None,
+            guard,
+            provenance: None,
+            environment: self.pool.environment().clone(),
+            sandbox: Some(self.pool.sandbox().clone()),
+            worker_version: self.pool.worker_version().to_string(),
+            stderr_tail: None,
+            wall_ms: 0.0,
+            executor_ms: None,
+            lease_wait_ms: 0.0,
+            exclusive_ms: 0.0,
+            device_slot: 0,
+            created_at: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            tritonforge_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+fn to_record(f: &tritonforge_guard::Finding) -> GuardFinding {
+    GuardFinding {
+        rule: f.rule.clone(),
+        severity: match f.severity {
+            tritonforge_guard::Severity::Reject => "reject",
+            tritonforge_guard::Severity::Warn => "warn",
+            tritonforge_guard::Severity::Off => "off",
+        }
+        .to_string(),
+        line: f.line,
+        column: f.column,
+        message: f.message.clone(),
     }
 }
 

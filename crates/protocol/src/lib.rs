@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod record;
 
-pub use record::{EvalConfig, EvalRecord, SourceRef};
+pub use record::{EvalConfig, EvalRecord, GuardFinding, SourceRef};
 
 /// Bumped whenever a message's shape changes; both sides refuse a mismatch.
 pub const PROTOCOL_VERSION: u32 = 2;

@@ -12,6 +12,18 @@ use crate::{
 /// Bumped when the record's shape changes; part of the cache key.
 pub const RECORD_SCHEMA: u32 = 2;
 
+/// One finding of the static guard, as the record keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuardFinding {
+    pub rule: String,
+    /// `reject` or `warn`.
+    pub severity: String,
+    pub line: u32,
+    pub column: u32,
+    pub message: String,
+}
+
 /// A file that took part in an evaluation, identified by content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,6 +56,8 @@ pub struct EvalConfig {
     pub profile: bool,
     /// Also time `torch.compile(Model)` (cached per problem, variant and environment).
     pub compile_baseline: bool,
+    /// The guard policy's fingerprint; `None` when the guard did not run.
+    pub guard: Option<String>,
 }
 
 impl Default for EvalConfig {
@@ -61,6 +75,7 @@ impl Default for EvalConfig {
             speedup_cap: 10.0,
             profile: false,
             compile_baseline: false,
+            guard: None,
         }
     }
 }
@@ -84,6 +99,9 @@ pub struct EvalRecord {
     pub tolerance: Option<Tolerance>,
     pub timing: Option<Timing>,
     pub timing_note: Option<String>,
+    /// The static guard's findings (warnings on a candidate that ran; the reasons for a
+    /// guard rejection).
+    pub guard: Vec<GuardFinding>,
     /// Which of the candidate's own kernels ran; `None` if it never got to run.
     pub provenance: Option<Provenance>,
     pub environment: EnvInfo,

@@ -275,6 +275,7 @@ mod tests {
             timing: None,
             timing_note: Some("cpu".into()),
             provenance: None,
+            guard: vec![],
             sandbox: None,
             environment: EnvInfo {
                 python: "3.11".into(),

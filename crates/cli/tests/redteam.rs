@@ -1,0 +1,210 @@
+//! The red-team corpus (`tests/redteam/`): every hostile candidate must end anything
+//! but `correct`, and no honest one may be rejected. Each file names its problem
+//! (`# problem: level1/relu`); hostile files the guard cannot see say how the run
+//! must catch them (`# runtime: ...`); `# gpu-only:` files are only guard-checked here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+mod common;
+use common::*;
+
+struct Entry {
+    path: PathBuf,
+    name: String,
+    problem: String,
+    runtime: bool,
+    gpu_only: bool,
+}
+
+fn corpus(kind: &str) -> Vec<Entry> {
+    let dir = repo().join("tests/redteam").join(kind);
+    let mut out: Vec<Entry> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let header = |key: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(&format!("# {key}: ")).map(str::to_owned))
+            };
+            let label = if kind == "hostile" { "cheat" } else { "honest" };
+            assert!(
+                header(label).is_some(),
+                "{} has no `# {label}:` line",
+                path.display()
+            );
+            Entry {
+                name: path.file_stem().unwrap().to_string_lossy().into_owned(),
+                problem: header("problem")
+                    .unwrap_or_else(|| panic!("{} names no problem", path.display())),
+                runtime: header("runtime").is_some(),
+                gpu_only: header("gpu-only").is_some(),
+                path,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// `tritonforge guard --json` over files: file name → (rejected, rules).
+fn guard(state: &Path, files: &[PathBuf]) -> BTreeMap<String, (bool, Vec<String>)> {
+    let out = run(tf(state).args(["guard", "--json"]).args(files));
+    text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let name = Path::new(v["file"].as_str().unwrap())
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let rules = v["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["severity"] == "reject")
+                .map(|f| f["rule"].as_str().unwrap().to_string())
+                .collect();
+            (name, (v["rejected"] == true, rules))
+        })
+        .collect()
+}
+
+#[test]
+fn the_corpus_is_big_enough_and_labelled() {
+    let hostile = corpus("hostile");
+    let honest = corpus("honest");
+    assert!(hostile.len() >= 40, "{} hostile", hostile.len());
+    assert!(!honest.is_empty());
+    for e in hostile.iter().chain(&honest) {
+        assert!(
+            repo()
+                .join("bench")
+                .join(format!("{}.py", e.problem))
+                .is_file(),
+            "{}: no problem {}",
+            e.name,
+            e.problem
+        );
+    }
+}
+
+#[test]
+fn the_guard_rejects_every_static_cheat_and_no_honest_kernel() {
+    let state = tempfile::tempdir().unwrap();
+    let hostile = corpus("hostile");
+    let verdicts = guard(
+        state.path(),
+        &hostile.iter().map(|e| e.path.clone()).collect::<Vec<_>>(),
+    );
+    for e in &hostile {
+        let (rejected, rules) = &verdicts[&e.name];
+        if e.runtime {
+            // Left to the run: the guard must not be the reason it passes or fails.
+            continue;
+        }
+        assert!(rejected, "hostile {} passed the guard", e.name);
+        assert!(!rules.is_empty(), "{}", e.name);
+    }
+    let honest: Vec<PathBuf> = corpus("honest").into_iter().map(|e| e.path).collect();
+    let mut solutions: Vec<PathBuf> = ["level1", "level2"]
+        .iter()
+        .flat_map(|l| std::fs::read_dir(repo().join("bench/solutions").join(l)).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    solutions.sort();
+    assert!(solutions.len() >= 200);
+    for (name, (rejected, rules)) in guard(state.path(), &[honest, solutions].concat()) {
+        assert!(!rejected, "honest {name} rejected by {rules:?}");
+    }
+}
+
+/// A batch directory: the named problem copied under each candidate's name, with a
+/// manifest carrying the original's tolerances and shape variants.
+fn batch(root: &Path, entries: &[&Entry]) -> (PathBuf, PathBuf) {
+    let manifest: toml::Table =
+        toml::from_str(&std::fs::read_to_string(repo().join("bench/manifest.toml")).unwrap())
+            .unwrap();
+    let problems = manifest["problems"].as_table().unwrap();
+    let probs = root.join("bench/level");
+    let cands = root.join("cands");
+    std::fs::create_dir_all(&probs).unwrap();
+    std::fs::create_dir_all(&cands).unwrap();
+    let mut out = toml::Table::new();
+    for e in entries {
+        std::fs::copy(
+            repo().join("bench").join(format!("{}.py", e.problem)),
+            probs.join(format!("{}.py", e.name)),
+        )
+        .unwrap();
+        std::fs::copy(&e.path, cands.join(format!("{}.py", e.name))).unwrap();
+        let mut meta = problems[&e.problem].as_table().unwrap().clone();
+        meta.remove("id");
+        out.insert(format!("level/{}", e.name), toml::Value::Table(meta));
+    }
+    let mut doc = toml::Table::new();
+    doc.insert("problems".into(), toml::Value::Table(out));
+    std::fs::write(
+        root.join("bench/manifest.toml"),
+        toml::to_string(&doc).unwrap(),
+    )
+    .unwrap();
+    (probs, cands)
+}
+
+#[test]
+fn every_hostile_candidate_fails_and_every_honest_one_is_correct() {
+    let root = tempfile::tempdir().unwrap();
+    let hostile = corpus("hostile");
+    let honest = corpus("honest");
+    let runnable: Vec<&Entry> = hostile
+        .iter()
+        .chain(honest.iter())
+        .filter(|e| !e.gpu_only)
+        .collect();
+    let (probs, cands) = batch(root.path(), &runnable);
+    let out = run(tf(&root.path().join("state"))
+        .args([
+            "eval",
+            "--json",
+            "--jobs",
+            "2",
+            "--budget",
+            "60",
+            "--problems",
+        ])
+        .arg(&probs)
+        .arg("--candidates")
+        .arg(&cands));
+    let records: BTreeMap<String, Value> = text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["problem"]["name"].as_str().unwrap().to_string(), v)
+        })
+        .collect();
+    assert_eq!(records.len(), runnable.len(), "{}", text(&out.stderr));
+    for e in &hostile {
+        let r = &records[&e.name];
+        assert_ne!(
+            r["status"], "correct",
+            "hostile {} was judged correct: {r}",
+            e.name
+        );
+        if e.runtime {
+            // These reach the executor; the run (not the guard) catches them.
+            assert_ne!(r["stage"], "guard", "{}: {r}", e.name);
+        } else {
+            assert_eq!(r["status"], "rejected", "{}: {r}", e.name);
+        }
+    }
+    for e in honest.iter().filter(|e| !e.gpu_only) {
+        let r = &records[&e.name];
+        assert_eq!(r["status"], "correct", "honest {}: {r}", e.name);
+    }
+}

@@ -1,0 +1,494 @@
+//! The guard: static rules over a candidate's Python AST, run before anything
+//! executes. It answers two questions: is this really a Triton kernel doing the
+//! work, and does it try to cheat the evaluator. It is the first layer only; the
+//! executor's runtime checks (launch hooks, audited timed calls) back it up.
+//!
+//! Every rule has an id, a one-paragraph doc and a default severity; a [`Policy`]
+//! (TOML) may change severities and the PyTorch calls allowed in `forward`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use ruff_python_ast::visitor::{self, Visitor};
+use ruff_python_ast::{self as ast, Expr, Stmt};
+use ruff_text_size::{Ranged, TextSize};
+use serde::{Deserialize, Serialize};
+
+mod rules;
+
+pub use rules::{by_id, Rule, RULES};
+
+/// What a finding does to the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// The candidate is `rejected` without running.
+    Reject,
+    /// Reported, not fatal.
+    Warn,
+    /// The rule does not run.
+    Off,
+}
+
+/// One thing the guard found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub rule: String,
+    pub severity: Severity,
+    /// 1-based.
+    pub line: u32,
+    /// 1-based, in characters.
+    pub column: u32,
+    /// A sentence a model can act on.
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    #[error("{path}: {message}")]
+    Policy { path: String, message: String },
+}
+
+/// Which rules reject, which warn, which are off; which PyTorch calls `forward` may make.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Severity per rule id; rules not named keep their default.
+    #[serde(default)]
+    pub rules: BTreeMap<String, Severity>,
+    /// Fully qualified PyTorch functions `forward` may call (allocation, views, metadata).
+    #[serde(default = "default_allowed_torch")]
+    pub allow_torch: BTreeSet<String>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            rules: BTreeMap::new(),
+            allow_torch: default_allowed_torch(),
+        }
+    }
+}
+
+fn default_allowed_torch() -> BTreeSet<String> {
+    [
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "full",
+        "full_like",
+        "arange",
+        "tensor",
+        "as_strided",
+        "broadcast_shapes",
+        "promote_types",
+        "result_type",
+        "is_tensor",
+        "is_floating_point",
+        "finfo",
+        "iinfo",
+        "device",
+        "Size",
+        "no_grad",
+        "inference_mode",
+        "get_default_dtype",
+        "cuda.current_device",
+        "cuda.is_available",
+        "cuda.device",
+        "cuda.get_device_properties",
+        "cuda.get_device_capability",
+    ]
+    .iter()
+    .map(|s| format!("torch.{s}"))
+    .collect()
+}
+
+impl Policy {
+    /// Parse a policy file's text; `path` names it in errors.
+    pub fn from_toml(text: &str, path: &str) -> Result<Policy, GuardError> {
+        let policy: Policy = toml::from_str(text).map_err(|e| GuardError::Policy {
+            path: path.to_string(),
+            message: e.to_string(),
+        })?;
+        for id in policy.rules.keys() {
+            if !RULES.iter().any(|r| r.id == id) {
+                return Err(GuardError::Policy {
+                    path: path.to_string(),
+                    message: format!(
+                        "unknown rule `{id}`; the rules are: {}",
+                        RULES.iter().map(|r| r.id).collect::<Vec<_>>().join(", ")
+                    ),
+                });
+            }
+        }
+        Ok(policy)
+    }
+
+    pub fn severity(&self, rule: &Rule) -> Severity {
+        self.rules.get(rule.id).copied().unwrap_or(rule.default)
+    }
+
+    /// A stable digest of the policy, for cache keys.
+    pub fn fingerprint(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The guard's verdict on one file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    /// Set when the file does not parse; the executor then reports the syntax error itself.
+    pub parse_error: Option<String>,
+}
+
+impl Report {
+    pub fn rejects(&self) -> bool {
+        self.findings.iter().any(|f| f.severity == Severity::Reject)
+    }
+}
+
+/// Check one candidate's source.
+pub fn check(source: &str, policy: &Policy) -> Report {
+    let module = match ruff_python_parser::parse_module(source) {
+        Ok(parsed) => parsed.into_syntax(),
+        Err(e) => {
+            let (line, column) = line_col(source, e.location.start());
+            return Report {
+                findings: vec![],
+                parse_error: Some(format!("line {line}, column {column}: {}", e.error)),
+            };
+        }
+    };
+    let facts = Facts::collect(&module.body);
+    let mut out = Out {
+        source,
+        policy,
+        findings: Vec::new(),
+    };
+    rules::run(&facts, &module.body, &mut out);
+    out.findings
+        .sort_by(|a, b| (a.line, &a.rule, a.column).cmp(&(b.line, &b.rule, b.column)));
+    // One finding per rule and line (`os.environ.get` is also `os.environ`).
+    out.findings
+        .dedup_by(|b, a| a.line == b.line && a.rule == b.rule);
+    out.findings.sort_by_key(|f| (f.line, f.column));
+    Report {
+        findings: out.findings,
+        parse_error: None,
+    }
+}
+
+/// Where findings go; applies the policy's severities.
+pub(crate) struct Out<'a> {
+    source: &'a str,
+    policy: &'a Policy,
+    findings: Vec<Finding>,
+}
+
+impl Out<'_> {
+    pub(crate) fn report(&mut self, rule: &Rule, at: TextSize, message: String) {
+        let severity = self.policy.severity(rule);
+        if severity == Severity::Off {
+            return;
+        }
+        let (line, column) = line_col(self.source, at);
+        self.findings.push(Finding {
+            rule: rule.id.to_string(),
+            severity,
+            line,
+            column,
+            message,
+        });
+    }
+
+    pub(crate) fn allowed_torch(&self, name: &str) -> bool {
+        self.policy.allow_torch.contains(name)
+    }
+}
+
+fn line_col(source: &str, at: TextSize) -> (u32, u32) {
+    let at = usize::from(at).min(source.len());
+    let before = source.get(..at).unwrap_or("");
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
+    (
+        u32::try_from(line).unwrap_or(u32::MAX),
+        u32::try_from(col).unwrap_or(u32::MAX),
+    )
+}
+
+/// What the rules need to know about the module, gathered once.
+pub(crate) struct Facts<'a> {
+    /// Local name → dotted origin (`F` → `torch.nn.functional`, `np` → `numpy`).
+    pub aliases: HashMap<String, String>,
+    /// Module-level functions by name.
+    pub functions: HashMap<String, &'a ast::StmtFunctionDef>,
+    /// Names of `@triton.jit` functions.
+    pub kernels: BTreeSet<String>,
+    pub model_new: Option<&'a ast::StmtClassDef>,
+    /// Names assigned at module level (where a cache would live).
+    pub globals: BTreeSet<String>,
+    /// `self.<attr>` set in `ModelNew.__init__` to a PyTorch module (`nn.Linear(...)`),
+    /// with that module's dotted name: calling one in forward is PyTorch compute.
+    pub torch_modules: HashMap<String, String>,
+    /// Functions reachable from `ModelNew.forward`, `forward` first.
+    pub reachable: Vec<&'a ast::StmtFunctionDef>,
+}
+
+impl<'a> Facts<'a> {
+    fn collect(body: &'a [Stmt]) -> Facts<'a> {
+        let mut aliases = HashMap::new();
+        collect_imports(body, &mut aliases);
+        let mut facts = Facts {
+            aliases,
+            functions: HashMap::new(),
+            kernels: BTreeSet::new(),
+            model_new: None,
+            globals: BTreeSet::new(),
+            torch_modules: HashMap::new(),
+            reachable: Vec::new(),
+        };
+        for stmt in body {
+            match stmt {
+                Stmt::FunctionDef(f) => {
+                    if f.decorator_list
+                        .iter()
+                        .any(|d| facts.is_triton_decorator(&d.expression))
+                    {
+                        facts.kernels.insert(f.name.id.to_string());
+                    }
+                    facts.functions.insert(f.name.id.to_string(), f);
+                }
+                Stmt::ClassDef(c) if c.name.id.as_str() == "ModelNew" => facts.model_new = Some(c),
+                Stmt::Assign(a) => {
+                    for t in &a.targets {
+                        if let Expr::Name(n) = t {
+                            facts.globals.insert(n.id.to_string());
+                        }
+                    }
+                }
+                Stmt::AnnAssign(a) => {
+                    if let Expr::Name(n) = a.target.as_ref() {
+                        facts.globals.insert(n.id.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Kernels bound under another name at module level (`k = kernel`, `k = triton.jit(f)`).
+        for stmt in body {
+            if let Stmt::Assign(a) = stmt {
+                let is_kernel = match a.value.as_ref() {
+                    Expr::Name(n) => facts.kernels.contains(n.id.as_str()),
+                    Expr::Call(c) => facts.is_triton_decorator(&c.func),
+                    _ => false,
+                };
+                if is_kernel {
+                    for t in &a.targets {
+                        if let Expr::Name(n) = t {
+                            facts.kernels.insert(n.id.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(init) = facts.method("__init__") {
+            let mut found = HashMap::new();
+            for stmt in init.body.iter() {
+                if let Stmt::Assign(a) = stmt {
+                    let Expr::Call(c) = a.value.as_ref() else {
+                        continue;
+                    };
+                    let Some(d) = facts.dotted(&c.func) else {
+                        continue;
+                    };
+                    // Holding parameters is fine; holding a compute module is not.
+                    let holder = d.ends_with(".Parameter")
+                        || d.ends_with(".ParameterList")
+                        || d.ends_with(".ParameterDict")
+                        || d.ends_with(".Buffer");
+                    if d.starts_with("torch.nn.") && !holder {
+                        for t in &a.targets {
+                            if let Expr::Attribute(at) = t {
+                                if matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
+                                {
+                                    found.insert(at.attr.id.to_string(), d.clone());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            facts.torch_modules = found;
+        }
+        facts.reachable = facts.reach();
+        facts
+    }
+
+    /// `triton.jit`, `triton.autotune(...)`, `triton.heuristics(...)`, `jit` imported from triton.
+    fn is_triton_decorator(&self, e: &Expr) -> bool {
+        let target = match e {
+            Expr::Call(c) => c.func.as_ref(),
+            other => other,
+        };
+        match self.dotted(target) {
+            Some(d) => {
+                d == "triton.jit"
+                    || d == "triton.autotune"
+                    || d == "triton.heuristics"
+                    || d == "triton.runtime.jit.jit"
+            }
+            None => false,
+        }
+    }
+
+    /// The dotted name an expression refers to, with import aliases resolved.
+    pub fn dotted(&self, e: &Expr) -> Option<String> {
+        match e {
+            Expr::Name(n) => Some(
+                self.aliases
+                    .get(n.id.as_str())
+                    .cloned()
+                    .unwrap_or_else(|| n.id.to_string()),
+            ),
+            Expr::Attribute(a) => Some(format!("{}.{}", self.dotted(&a.value)?, a.attr.id)),
+            _ => None,
+        }
+    }
+
+    /// True when the name is bound to an imported module (or something from one).
+    pub fn is_module_path(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Name(n) => self.aliases.contains_key(n.id.as_str()),
+            Expr::Attribute(a) => self.is_module_path(&a.value),
+            _ => false,
+        }
+    }
+
+    fn method(&self, name: &str) -> Option<&'a ast::StmtFunctionDef> {
+        self.model_new.and_then(|c| {
+            c.body.iter().find_map(|s| match s {
+                Stmt::FunctionDef(f) if f.name.id.as_str() == name => Some(f),
+                _ => None,
+            })
+        })
+    }
+
+    /// `forward`, then every method (`self.m(...)`) and module-level or nested function
+    /// (`f(...)`) it can call, transitively.
+    fn reach(&self) -> Vec<&'a ast::StmtFunctionDef> {
+        let Some(forward) = self.method("forward") else {
+            return vec![];
+        };
+        let mut seen: Vec<&'a ast::StmtFunctionDef> = vec![forward];
+        let mut i = 0;
+        while i < seen.len() {
+            let f = seen[i];
+            let mut calls = CallNames::default();
+            calls.visit_body(&f.body);
+            for (is_self, name) in calls.names {
+                let next = if is_self {
+                    self.method(&name)
+                } else {
+                    self.functions
+                        .get(&name)
+                        .copied()
+                        .filter(|g| !self.kernels.contains(g.name.id.as_str()))
+                };
+                if let Some(g) = next {
+                    if !seen.iter().any(|s| std::ptr::eq(*s, g)) {
+                        seen.push(g);
+                    }
+                }
+            }
+            i += 1;
+        }
+        seen
+    }
+}
+
+fn collect_imports(body: &[Stmt], aliases: &mut HashMap<String, String>) {
+    for stmt in body {
+        match stmt {
+            Stmt::Import(i) => {
+                for a in &i.names {
+                    let full = a.name.id.to_string();
+                    match &a.asname {
+                        Some(as_) => {
+                            aliases.insert(as_.id.to_string(), full);
+                        }
+                        None => {
+                            let top = full.split('.').next().unwrap_or(&full).to_string();
+                            aliases.insert(top.clone(), top);
+                        }
+                    }
+                }
+            }
+            Stmt::ImportFrom(i) => {
+                let module = i
+                    .module
+                    .as_ref()
+                    .map(|m| m.id.to_string())
+                    .unwrap_or_default();
+                for a in &i.names {
+                    let local = a.asname.as_ref().unwrap_or(&a.name).id.to_string();
+                    aliases.insert(local, format!("{module}.{}", a.name.id));
+                }
+            }
+            // Imports inside try/if blocks (import guards) count too.
+            Stmt::Try(t) => {
+                collect_imports(&t.body, aliases);
+                for h in &t.handlers {
+                    let ast::ExceptHandler::ExceptHandler(h) = h;
+                    collect_imports(&h.body, aliases);
+                }
+            }
+            Stmt::If(i) => {
+                collect_imports(&i.body, aliases);
+                for c in &i.elif_else_clauses {
+                    collect_imports(&c.body, aliases);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Names called directly (`f(...)`) or as methods of `self` (`self.f(...)`).
+#[derive(Default)]
+struct CallNames {
+    names: Vec<(bool, String)>,
+}
+
+impl<'a> Visitor<'a> for CallNames {
+    fn visit_expr(&mut self, expr: &'a Expr) {
+        if let Expr::Call(c) = expr {
+            match c.func.as_ref() {
+                Expr::Name(n) => self.names.push((false, n.id.to_string())),
+                Expr::Attribute(a) => {
+                    if let Expr::Name(v) = a.value.as_ref() {
+                        if v.id.as_str() == "self" {
+                            self.names.push((true, a.attr.id.to_string()));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        visitor::walk_expr(self, expr);
+    }
+}
+
+/// Start offset of any node.
+pub(crate) fn start<T: Ranged>(node: &T) -> TextSize {
+    node.range().start()
+}

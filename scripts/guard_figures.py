@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Figures of the guard: catch rate on the red-team corpus, false rejections on the
+honest corpus and every reference solution, and the guard's cost per candidate.
+
+Static figures come from `tritonforge guard --json` (its `micros` field times the
+check in-process, parse included); the end-to-end catch rate runs the corpus through
+`tritonforge eval` (guard, then the executor) in whatever mode the machine gives.
+
+usage: python3 scripts/guard_figures.py --binary target/release/tritonforge [--no-eval]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def guard(binary: str, files: List[Path]) -> List[dict]:
+    out = subprocess.run([binary, "guard", "--json", *map(str, files)], capture_output=True, text=True, cwd=REPO)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def header(path: Path, key: str) -> str | None:
+    for line in path.read_text().splitlines():
+        if line.startswith(f"# {key}: "):
+            return line.split(": ", 1)[1]
+    return None
+
+
+def end_to_end(binary: str, files: List[Path]) -> Dict[str, dict]:
+    meta = tomllib.loads((REPO / "bench" / "manifest.toml").read_text())["problems"]
+    root = Path(tempfile.mkdtemp())
+    probs, cands = root / "bench" / "level", root / "cands"
+    probs.mkdir(parents=True)
+    cands.mkdir()
+    lines = []
+    for f in files:
+        if header(f, "gpu-only"):
+            continue
+        key = header(f, "problem")
+        shutil.copy(REPO / "bench" / f"{key}.py", probs / f.name)
+        shutil.copy(f, cands / f.name)
+        m = {k: v for k, v in meta[key].items() if k in ("atol", "rtol")}
+        lines.append(f'[problems."level/{f.stem}"]')
+        lines += [f"{k} = {v!r}" for k, v in m.items()]
+        for vname, over in meta[key].get("variants", {}).items():
+            body = ", ".join(f"{k} = {v!r}" for k, v in over.items())
+            lines.append(f"variants.{vname} = {{ {body} }}")
+    (root / "bench" / "manifest.toml").write_text("\n".join(lines) + "\n")
+    out = subprocess.run([binary, "--state-dir", str(root / "state"), "eval", "--json", "--no-store",
+                          "--problems", str(probs), "--candidates", str(cands)],
+                         capture_output=True, text=True, cwd=REPO)
+    recs = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    shutil.rmtree(root, ignore_errors=True)
+    return {r["problem"]["name"]: r for r in recs}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--no-eval", action="store_true")
+    args = ap.parse_args()
+    hostile = sorted((REPO / "tests" / "redteam" / "hostile").glob("*.py"))
+    honest = sorted((REPO / "tests" / "redteam" / "honest").glob("*.py"))
+    solutions = sorted((REPO / "bench" / "solutions").glob("level*/*.py"))
+    h = guard(args.binary, hostile)
+    o = guard(args.binary, honest + solutions)
+    static_caught = sum(r["rejected"] for r in h)
+    runtime_labelled = sum(1 for f in hostile if header(f, "runtime"))
+    false_rej = [r["file"] for r in o if r["rejected"]]
+    micros = [r["micros"] for r in h + o]
+    figures: dict = {
+        "hostile": len(hostile),
+        "hostile_rejected_by_guard": static_caught,
+        "hostile_left_to_the_run": runtime_labelled,
+        "honest_corpus": len(honest),
+        "reference_solutions": len(solutions),
+        "false_rejections": false_rej,
+        "false_rejection_rate": len(false_rej) / max(len(o), 1),
+        "guard_ms_median": round(statistics.median(micros) / 1000, 3),
+        "guard_ms_p99": round(sorted(micros)[int(0.99 * (len(micros) - 1))] / 1000, 3),
+        "guard_ms_max": round(max(micros) / 1000, 3),
+        "files_checked": len(micros),
+    }
+    if not args.no_eval:
+        recs = end_to_end(args.binary, hostile + honest)
+        hostile_correct = [f.stem for f in hostile if recs.get(f.stem, {}).get("status") == "correct"]
+        honest_bad = [f.stem for f in honest if not header(f, "gpu-only")
+                      and recs.get(f.stem, {}).get("status") != "correct"]
+        figures["end_to_end"] = {
+            "evaluated": len(recs),
+            "hostile_judged_correct": hostile_correct,
+            "catch_rate": 1 - len(hostile_correct) / len(hostile),
+            "honest_not_correct": honest_bad,
+            "hostile_outcomes": {f.stem: f"{recs[f.stem]['status']} at {recs[f.stem]['stage']}"
+                                 for f in hostile if f.stem in recs},
+        }
+    print(json.dumps(figures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+# honest: launches through a module-level helper
+# problem: level1/relu
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+def launch_relu(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    relu_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    return y
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return launch_relu(x)

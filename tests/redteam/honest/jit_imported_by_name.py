@@ -1,0 +1,20 @@
+# honest: `from triton import jit` instead of `triton.jit`
+# problem: level1/relu
+import torch
+import torch.nn as nn
+import triton.language as tl
+from triton import cdiv, jit
+
+
+@jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        relu_kernel[(cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y

@@ -1,0 +1,22 @@
+# honest: `torch.no_grad()`, shape asserts and dtype checks in forward
+# problem: level1/relu
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        assert x.is_contiguous() and x.dtype == torch.float32, "expects contiguous float32"
+        with torch.no_grad():
+            y = torch.empty_like(x)
+            relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
