@@ -492,3 +492,67 @@ impl<'a> Visitor<'a> for CallNames {
 pub(crate) fn start<T: Ranged>(node: &T) -> TextSize {
     node.range().start()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HONEST: &str = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x, y, n, B: tl.constexpr):\n    pass\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        y = torch.empty_like(x)\n        k[(1,)](x, y, x.numel(), B=16)\n        return y\n";
+
+    #[test]
+    fn an_honest_launch_has_no_findings() {
+        let r = check(HONEST, &Policy::default());
+        assert_eq!(r.findings, vec![]);
+        assert!(!r.rejects());
+    }
+
+    #[test]
+    fn findings_carry_rule_line_and_column() {
+        let src = HONEST.replace("return y", "return torch.relu(y)");
+        let r = check(&src, &Policy::default());
+        assert_eq!(r.findings.len(), 1, "{:?}", r.findings);
+        let f = &r.findings[0];
+        assert_eq!(
+            (f.rule.as_str(), f.line, f.column),
+            ("torch-compute-in-forward", 14, 16)
+        );
+        assert!(r.rejects());
+    }
+
+    #[test]
+    fn a_policy_changes_severities_and_unknown_rules_are_named() {
+        let src = HONEST.replace("return y", "return torch.relu(y)");
+        let p = Policy::from_toml(
+            "[rules]\n\"torch-compute-in-forward\" = \"warn\"\n",
+            "p.toml",
+        )
+        .unwrap();
+        let r = check(&src, &p);
+        assert_eq!(r.findings[0].severity, Severity::Warn);
+        assert!(!r.rejects());
+        let p = Policy::from_toml(
+            "allow_torch = [\"torch.empty_like\", \"torch.relu\"]\n",
+            "p.toml",
+        )
+        .unwrap();
+        assert!(check(&src, &p).findings.is_empty());
+        let err = Policy::from_toml("[rules]\nbogus = \"off\"\n", "p.toml").unwrap_err();
+        assert!(err.to_string().contains("p.toml") && err.to_string().contains("bogus"));
+    }
+
+    #[test]
+    fn a_syntax_error_is_reported_not_judged() {
+        let r = check("class ModelNew(:\n", &Policy::default());
+        assert!(r.parse_error.is_some_and(|e| e.starts_with("line 1")));
+        assert!(r.findings.is_empty());
+    }
+
+    #[test]
+    fn every_rule_has_a_unique_id_and_a_doc() {
+        let mut ids: Vec<&str> = RULES.iter().map(|r| r.id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), RULES.len());
+        assert!(RULES.iter().all(|r| r.doc.len() > 80));
+    }
+}

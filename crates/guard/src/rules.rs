@@ -37,8 +37,9 @@ rules! {
          defined but never run is a decoy. Example: a `@triton.jit` kernel next to \
          `def forward(self, x): return torch.relu(x)`.";
     REFERENCE_MODEL = "uses-reference-model", Reject,
-        "`ModelNew` subclasses the reference `Model` or builds one. Its answers would then come \
-         from the reference itself. Example: `class ModelNew(Model)` with `super().forward(x)`.";
+        "`ModelNew` subclasses the reference `Model`, or code reachable from `forward` builds one. \
+         Its answers would then come from the reference itself. Example: `class ModelNew(Model)` \
+         with `super().forward(x)`.";
     TORCH_COMPUTE = "torch-compute-in-forward", Reject,
         "Code reachable from `forward` calls a PyTorch compute operation (matmul, convolution, \
          activations, reductions, `torch.nn.functional`, tensor methods such as `.sum()`, the \
@@ -670,6 +671,18 @@ impl Forward<'_, '_, '_> {
 
     fn call(&mut self, c: &ast::ExprCall) {
         let at = start(c);
+        if self
+            .facts
+            .dotted(&c.func)
+            .is_some_and(|d| d == "Model" || d.ends_with(".Model"))
+        {
+            self.out.report(
+                &REFERENCE_MODEL,
+                at,
+                "forward builds the reference `Model`; compute the result with your own kernels"
+                    .into(),
+            );
+        }
         if let Expr::Attribute(a) = c.func.as_ref() {
             if matches!(a.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self") {
                 if let Some(module) = self.facts.torch_modules.get(a.attr.id.as_str()) {

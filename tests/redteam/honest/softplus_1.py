@@ -1,0 +1,24 @@
+# honest: grid lambda over the meta-parameters
+# problem: level1/softplus
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softplus_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
+    y = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(x)))
+    tl.store(y_ptr + offs, y, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        n = x.numel()
+        grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
+        softplus_kernel[grid](x, y, n, BLOCK=512)
+        return y
