@@ -95,7 +95,7 @@ class Work:
         self.meta = tomllib.loads((BENCH / "manifest.toml").read_text())["problems"]
 
     def add(self, key: str, name: str, candidate_source: str) -> None:
-        """Problem `key` (e.g. level1/relu) under file name `name`, with its tolerance."""
+        """Problem `key` (e.g. level1/relu) under file name `name`, with its tolerance and variants."""
         shutil.copy(BENCH / f"{key}.py", self.problems / f"{name}.py")
         (self.candidates / f"{name}.py").write_text(candidate_source)
         m = self.meta.get(key, {})
@@ -103,6 +103,9 @@ class Work:
         for k in ("atol", "rtol"):
             if k in m:
                 lines.append(f"{k} = {m[k]!r}")
+        for vname, over in m.get("variants", {}).items():
+            body = ", ".join(f"{k} = {v!r}" for k, v in over.items())
+            lines.append(f"variants.{vname} = {{ {body} }}")
         self.manifest.append("\n".join(lines))
 
     def finish(self) -> "Work":

@@ -18,11 +18,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 from typing import Dict, List
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+from bench_gpu_pool import Work  # noqa: E402 - the same problem-copy layout the GPU script uses
 
 
 def guard(binary: str, files: List[Path]) -> List[dict]:
@@ -38,27 +39,14 @@ def header(path: Path, key: str) -> str | None:
 
 
 def end_to_end(binary: str, files: List[Path]) -> Dict[str, dict]:
-    meta = tomllib.loads((REPO / "bench" / "manifest.toml").read_text())["problems"]
     root = Path(tempfile.mkdtemp())
-    probs, cands = root / "bench" / "level", root / "cands"
-    probs.mkdir(parents=True)
-    cands.mkdir()
-    lines = []
+    work = Work(root, "corpus")
     for f in files:
-        if header(f, "gpu-only"):
-            continue
-        key = header(f, "problem")
-        shutil.copy(REPO / "bench" / f"{key}.py", probs / f.name)
-        shutil.copy(f, cands / f.name)
-        m = {k: v for k, v in meta[key].items() if k in ("atol", "rtol")}
-        lines.append(f'[problems."level/{f.stem}"]')
-        lines += [f"{k} = {v!r}" for k, v in m.items()]
-        for vname, over in meta[key].get("variants", {}).items():
-            body = ", ".join(f"{k} = {v!r}" for k, v in over.items())
-            lines.append(f"variants.{vname} = {{ {body} }}")
-    (root / "bench" / "manifest.toml").write_text("\n".join(lines) + "\n")
+        if not header(f, "gpu-only"):
+            work.add(header(f, "problem") or "", f.stem, f.read_text())
+    work.finish()
     out = subprocess.run([binary, "--state-dir", str(root / "state"), "eval", "--json", "--no-store",
-                          "--problems", str(probs), "--candidates", str(cands)],
+                          "--problems", str(work.problems), "--candidates", str(work.candidates)],
                          capture_output=True, text=True, cwd=REPO)
     recs = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     shutil.rmtree(root, ignore_errors=True)

@@ -108,8 +108,8 @@ pub struct Evaluator {
     worker_fingerprint: String,
     /// Re-evaluate even when a record exists (the new one replaces it).
     pub refresh: bool,
-    /// The static guard's policy; `None` runs no guard.
-    guard: Option<tritonforge_guard::Policy>,
+    /// The static guard's policy and its fingerprint (hashed once); `None` runs no guard.
+    guard: Option<(tritonforge_guard::Policy, String)>,
 }
 
 impl Evaluator {
@@ -126,17 +126,15 @@ impl Evaluator {
     /// Run the static guard before every evaluation: a `reject` finding ends it as
     /// `rejected` at stage `guard` without starting the candidate.
     pub fn with_guard(mut self, policy: tritonforge_guard::Policy) -> Evaluator {
-        self.guard = Some(policy);
+        let fingerprint = sha256_hex(policy.fingerprint().as_bytes())[..16].to_string();
+        self.guard = Some((policy, fingerprint));
         self
     }
 
     /// `config` as this evaluator runs it (the guard policy is part of it, and of the key).
     fn effective(&self, config: &EvalConfig) -> EvalConfig {
         EvalConfig {
-            guard: self
-                .guard
-                .as_ref()
-                .map(|p| sha256_hex(p.fingerprint().as_bytes())[..16].to_string()),
+            guard: self.guard.as_ref().map(|(_, f)| f.clone()),
             ..config.clone()
         }
     }
@@ -212,7 +210,7 @@ impl Evaluator {
         let report = self
             .guard
             .as_ref()
-            .map(|p| tritonforge_guard::check(&candidate.source, p));
+            .map(|(p, _)| tritonforge_guard::check(&candidate.source, p));
         let guard_ms = guard_started.elapsed().as_secs_f64() * 1000.0;
         let findings: Vec<GuardFinding> = report
             .as_ref()
@@ -257,11 +255,11 @@ impl Evaluator {
             compile_baseline: false,
         };
         // The torch.compile baseline is timed once per problem, variant and environment.
-        let baseline_key = self.baseline_key(problem, config);
-        let stored = if config.compile_baseline && config.timing {
-            self.stored_baseline(&baseline_key)?
-        } else {
-            None
+        let baseline_key =
+            (config.compile_baseline && config.timing).then(|| self.baseline_key(problem, config));
+        let stored = match &baseline_key {
+            Some(k) => self.stored_baseline(k)?,
+            None => None,
         };
         let job = EvalJob {
             compile_baseline: config.compile_baseline && config.timing && stored.is_none(),
@@ -302,9 +300,9 @@ impl Evaluator {
                 if let Some(t) = record.timing.as_mut() {
                     match (&t.compiled, stored) {
                         (Some(fresh), _) => {
-                            if let Some(s) = &self.store {
+                            if let (Some(s), Some(k)) = (&self.store, &baseline_key) {
                                 let store = s.lock().map_err(|_| EvalError::PoolClosed)?;
-                                store.put_baseline(&baseline_key, &problem.name, fresh)?;
+                                store.put_baseline(k, &problem.name, fresh)?;
                             }
                         }
                         (None, Some(cached)) => t.compiled = Some(cached),

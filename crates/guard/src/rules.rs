@@ -462,10 +462,12 @@ impl Whole<'_, '_, '_> {
             "numpy.fromfile",
             "sys.argv",
         ];
-        if files
-            .iter()
-            .any(|f| d == *f || d.starts_with(&format!("{f}.")))
-        {
+        // `d` is one of them or a member of one (no allocation per attribute visited).
+        let under = |f: &str| {
+            d.strip_prefix(f)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+        };
+        if files.iter().any(|f| under(f)) {
             self.out.report(
                 &FILES,
                 at,
