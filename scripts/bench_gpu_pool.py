@@ -5,6 +5,8 @@ Runs the real `tritonforge` binary on a GPU machine and writes JSON lines, logs 
 summary under OUT. Phases (any subset, in order):
 
   smoke       doctor; a few evaluations with --profile and --compile-baseline
+  redteam     tests/redteam/ and scripts/gpu_redteam/ with the guard on, with every
+              static rule off (runtime layers alone), and the GPU cheats with --no-guard
   faults      a batch mixing illegal memory access, device-side assert, out-of-memory,
               GPU hang, CPU hang and segfault with honest candidates; the honest ones'
               verdicts and speedups are compared with a clean batch of the same
@@ -283,8 +285,50 @@ def phase_noise_mode(label: str, extra: List[str]):
     return phase
 
 
+def _header(path: Path, key: str) -> Optional[str]:
+    for line in path.read_text().splitlines():
+        if line.startswith(f"# {key}: "):
+            return line.split(": ", 1)[1]
+    return None
+
+
+def phase_redteam(args: argparse.Namespace, summary: dict) -> None:
+    """The red-team corpus and the GPU-only cheats on a GPU: guard on, then runtime layers alone."""
+    redteam = REPO / "tests" / "redteam"
+    gpu = sorted((REPO / "scripts" / "gpu_redteam").glob("*.py"))
+    for label, extra in (("redteam_guard", []),
+                         ("redteam_runtime_only", ["--policy", str(redteam / "runtime-only.toml")]),
+                         ("redteam_no_guard", ["--no-guard"])):
+        w = Work(Path(tempfile.mkdtemp()), label)
+        names: Dict[str, str] = {}
+        if label != "redteam_no_guard":
+            for kind in ("hostile", "honest"):
+                for f in sorted((redteam / kind).glob("*.py")):
+                    w.add(_header(f, "problem") or "", f"{kind}__{f.stem}", f.read_text())
+                    names[f"{kind}__{f.stem}"] = "static-only" if _header(f, "static-only") else kind
+        for f in gpu:
+            w.add("level1/relu", f"gpu__{f.stem}", f.read_text())
+            names[f"gpu__{f.stem}"] = "hostile"
+        w.finish()
+        recs, wall = run_batch(args, w, label, ["--jobs", str(args.jobs), *extra])
+        got = by_name(recs)
+        summary.setdefault("redteam", {})[label] = {
+            "wall_s": round(wall, 1),
+            "evaluated": len(recs),
+            "counts": counts(recs),
+            "hostile_correct": sorted(n for n, k in names.items() if k == "hostile"
+                                      and got.get(n, {}).get("status") == "correct"),
+            "static_only_correct": sorted(n for n, k in names.items() if k == "static-only"
+                                          and got.get(n, {}).get("status") == "correct"),
+            "honest_not_correct": sorted(n for n, k in names.items() if k == "honest"
+                                         and got.get(n, {}).get("status") != "correct"),
+            "outcomes": {n: f"{r['status']} at {r['stage']}: {r['message'][:160]}" for n, r in sorted(got.items())},
+        }
+
+
 PHASES = {
     "smoke": phase_smoke,
+    "redteam": phase_redteam,
     "faults": phase_faults,
     "pool": phase_runs("pool", ["--jobs", "JOBS"]),
     "exclusive": phase_runs("exclusive", ["--jobs", "JOBS", "--exclusive"]),

@@ -38,14 +38,15 @@ def header(path: Path, key: str) -> str | None:
     return None
 
 
-def end_to_end(binary: str, files: List[Path]) -> Dict[str, dict]:
+def end_to_end(binary: str, files: List[Path], policy: str | None = None) -> Dict[str, dict]:
     root = Path(tempfile.mkdtemp())
     work = Work(root, "corpus")
     for f in files:
         if not header(f, "gpu-only"):
             work.add(header(f, "problem") or "", f.stem, f.read_text())
     work.finish()
-    out = subprocess.run([binary, "--state-dir", str(root / "state"), "eval", "--json", "--no-store",
+    extra = ["--policy", policy] if policy else []
+    out = subprocess.run([binary, "--state-dir", str(root / "state"), "eval", "--json", "--no-store", *extra,
                           "--problems", str(work.problems), "--candidates", str(work.candidates)],
                          capture_output=True, text=True, cwd=REPO)
     recs = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
@@ -57,6 +58,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", required=True)
     ap.add_argument("--no-eval", action="store_true")
+    ap.add_argument("--runtime-only", action="store_true",
+                    help="also run the corpus with every static rule off (tests/redteam/runtime-only.toml)")
     args = ap.parse_args()
     hostile = sorted((REPO / "tests" / "redteam" / "hostile").glob("*.py"))
     honest = sorted((REPO / "tests" / "redteam" / "honest").glob("*.py"))
@@ -92,6 +95,16 @@ def main() -> int:
             "honest_not_correct": honest_bad,
             "hostile_outcomes": {f.stem: f"{recs[f.stem]['status']} at {recs[f.stem]['stage']}"
                                  for f in hostile if f.stem in recs},
+        }
+    if args.runtime_only:
+        recs = end_to_end(args.binary, hostile + honest, str(REPO / "tests" / "redteam" / "runtime-only.toml"))
+        figures["runtime_only"] = {
+            "evaluated": len(recs),
+            "hostile_judged_correct": [f.stem for f in hostile if recs.get(f.stem, {}).get("status") == "correct"],
+            "honest_not_correct": [f.stem for f in honest if not header(f, "gpu-only")
+                                   and recs.get(f.stem, {}).get("status") != "correct"],
+            "hostile_outcomes": {f.stem: f"{recs[f.stem]['status']} at {recs[f.stem]['stage']}: "
+                                 f"{recs[f.stem]['message'][:90]}" for f in hostile if f.stem in recs},
         }
     print(json.dumps(figures, indent=1))
     return 0

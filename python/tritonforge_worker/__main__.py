@@ -154,7 +154,8 @@ def _warm_up(mode: str) -> None:
         candidate=SourceFile(name="warmup_candidate.py", source=_WARMUP_CANDIDATE),
         trials=1, seed=0, tolerance=None, overrides={},
         device="cuda" if mode == "cuda" else "cpu", timing=False, timing_budget_ms=0, speedup_cap=10.0,
-        profile=False, compile_baseline=False,
+        profile=False, compile_baseline=False, allow_aten=["empty_like", "empty", "view"],
+        shape_check=None,
     )
     executor = Executor(job, warm_dir)
     verdict = executor.run()

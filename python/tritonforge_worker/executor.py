@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .lease import NoLease
+from .runtime_guard import thread_count
 from .protocol import (
     ErrorInfo,
     EvalJob,
@@ -166,6 +167,8 @@ class Executor:
         self.job = job
         self.lease = lease if lease is not None else NoLease()
         self.recorder: Any = None
+        self.aten: Any = None
+        self.integrity: Any = None
         self.workdir = Path(workdir)
         self.problem_path = _problem_file(self.workdir, job.problem.name)
         self.candidate_path = str(self.workdir / _safe_name(job.candidate.name, "candidate.py"))
@@ -223,6 +226,12 @@ class Executor:
 
         self.recorder = LaunchRecorder(self.candidate_path, self.lease)
         self.recorder.install()
+        from .runtime_guard import AtenRecorder, Integrity
+
+        if job.allow_aten is not None:
+            self.aten = AtenRecorder(torch, job.allow_aten, self.recorder.in_launch, self.device.type)
+        # Taken before the candidate's code runs at all, after everything the worker installs.
+        self.integrity = Integrity(torch)
 
         # The problem: any failure here is the problem's fault, not the candidate's.
         try:
@@ -241,6 +250,10 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001
             info = error_info(exc, self.candidate_path)
             return self._verdict("compile_error", "import", _describe(info), [], error=info)
+        try:
+            self._check_integrity("importing the candidate", [])
+        except _Fail as fail:
+            return fail.verdict
 
         # The GPU is held only around work that uses it, so that a timing lease waits for
         # one trial of each other candidate at most, not for its whole correctness phase.
@@ -261,6 +274,10 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001
             info = error_info(exc, self.candidate_path)
             return self._verdict("runtime_error", "init", f"building ModelNew failed: {_describe(info)}", [], error=info)
+        try:
+            self._check_integrity("building ModelNew", [])
+        except _Fail as fail:
+            return fail.verdict
 
         self.lease.hold(None)
         trials: List[TrialStat] = []
@@ -270,8 +287,25 @@ class Executor:
         except _Fail as fail:
             return fail.verdict
 
-        gpu_share: Optional[float] = None
         on_gpu = self.device.type == "cuda"
+        shape_note = ""
+        if job.shape_check is not None:
+            try:
+                shapes = [dict(job.shape_check)]
+                batch = getattr(problem, "BATCH", None)
+                if isinstance(batch, int) and not isinstance(batch, bool):
+                    # One more row than the benchmark: a kernel whose element count or grid is
+                    # baked in at the benchmark's size leaves it unwritten (smaller unseen
+                    # shapes only make it read and write out of bounds, which may not fault).
+                    shapes.append({**job.overrides, "BATCH": batch + 1})
+                for shape in shapes:
+                    self._shape_check(candidate, shape, trials)
+            except _Fail as fail:
+                return fail.verdict
+            shape_note = " ({} of them at unseen shapes: {})".format(
+                len(shapes), "; ".join(", ".join(f"{k}={v}" for k, v in sorted(o.items())) for o in shapes))
+
+        gpu_share: Optional[float] = None
         if job.profile and on_gpu:
             try:
                 self.lease.hold("shared")
@@ -310,20 +344,112 @@ class Executor:
                     return self._verdict("runtime_error", "timing", f"during timing: {_describe(info)}", trials,
                                          error=info, gpu_share=gpu_share)
         worst = max((s.max_abs_err or 0.0 for s in trials), default=0.0)
-        msg = f"all {len(trials)} trials match (max abs err {worst:.3g})"
+        msg = f"all {len(trials)} trials match (max abs err {worst:.3g}){shape_note}"
         return self._verdict("correct", "correctness", msg, trials, timing=timing, timing_note=note, gpu_share=gpu_share)
 
+    def _shape_check(self, candidate: Any, overrides: Dict[str, Any], done: List[TrialStat]) -> None:
+        """One more trial at shapes the candidate was not evaluated at (the heldout variant on a GPU).
+
+        Both models are built again from the problem imported with those shapes; a
+        kernel that hard-codes sizes, grids or strides of the benchmark fails here.
+        A failure raises `_Fail` naming the shapes.
+        """
+        torch = self.torch
+        job = self.job
+        shape = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+        try:
+            problem = load_module("tf_problem_shape", self.problem_path, overrides)
+            torch.manual_seed(job.seed)
+            init_inputs = list(problem.get_init_inputs())
+            self.lease.hold("shared")
+            reference = problem.Model(*self._to_device(self._clone(init_inputs)))
+            if isinstance(reference, torch.nn.Module):
+                reference = reference.to(self.device)
+        except BaseException as exc:  # noqa: BLE001 - the problem's own fault: report, do not blame
+            info = error_info(exc, self.problem_path)
+            raise _Fail(ProblemError(kind="problem_error", message=f"{job.problem.name} at {shape}: {_describe(info)}",
+                                     error=info))  # type: ignore[arg-type]
+        try:
+            torch.manual_seed(job.seed)
+            model = candidate.ModelNew(*self._to_device(self._clone(init_inputs)))
+            if isinstance(model, torch.nn.Module):
+                model = model.to(self.device)
+        except BaseException as exc:  # noqa: BLE001
+            info = error_info(exc, self.candidate_path)
+            raise _Fail(self._verdict("runtime_error", "init",
+                                      f"building ModelNew at unseen shapes ({shape}) failed: {_describe(info)}",
+                                      done, error=info))
+        self.lease.hold(None)
+        try:
+            done.append(self._trial(len(done), problem, reference, model, done))
+        except _Fail as fail:
+            v = fail.verdict
+            if isinstance(v, Verdict):
+                v.message = (f"at unseen shapes ({shape}), which a kernel must handle as well as the "
+                             f"benchmark's: {v.message}")
+            raise
+
     def _call_candidate(self, model: Any, inputs: List[Any], where: str, done: List[TrialStat]) -> Any:
-        """One forward of the candidate, with provenance: it must launch one of its own kernels."""
+        """One watched forward of the candidate (trials, warm-up, spot checks during timing).
+
+        Provenance (one of its own kernels must launch), the ATen operators it dispatches,
+        its threads, and its outputs: copied on the launching stream the moment forward
+        returns and compared after a device-wide synchronisation, so work still running
+        elsewhere (another stream, a thread) when it returned is caught.
+        """
+        torch = self.torch
+        on_gpu = self.device.type == "cuda"
+        if on_gpu:
+            self._poison()
         before = self.recorder.own_launches()
-        with self.torch.no_grad():
-            out = model(*inputs)
-        if self.device.type == "cuda":
-            self.torch.cuda.synchronize()
-        self._require_launch(before, where, done)
+        threads = thread_count()
+        with torch.no_grad():
+            if self.aten is not None:
+                with self.aten:
+                    out = model(*inputs)
+            else:
+                out = model(*inputs)
+            at_return = [o.detach().clone() if type(o) is torch.Tensor and o.layout == torch.strided
+                         and o.device.type != "meta" else None for o in _flatten(out)]
+        if on_gpu:
+            torch.cuda.synchronize()
+        self._require_launch(before, where, done, threads)
+        if self.aten is not None:
+            found = self.aten.findings()
+            if found:
+                raise _Fail(self._verdict(
+                    "rejected", "guard",
+                    f"{where}: [runtime-aten] ModelNew.forward {'; '.join(found)}; forward may only allocate, "
+                    "view and copy tensors and launch the candidate's own Triton kernels (policy allow_aten)", done))
+        for i, (snap, o) in enumerate(zip(at_return, _flatten(out))):
+            if snap is not None and not _same_bits(torch, snap, o):
+                raise _Fail(self._verdict(
+                    "rejected", "guard",
+                    f"{where}: [runtime-late-write] output {i} changed after forward returned (work left running "
+                    "on another stream or thread); every write must be ordered before forward returns on the "
+                    "current stream", done))
         return out
 
-    def _require_launch(self, before: int, where: str, done: List[TrialStat]) -> None:
+    def _poison(self) -> None:
+        from .runtime_guard import poison_free_blocks
+
+        poison_free_blocks(self.torch, self.device)
+
+    def _check_integrity(self, where: str, done: List[TrialStat], threads: Optional[int] = None) -> None:
+        changed = self.integrity.changed() if self.integrity is not None else []
+        if changed:
+            names = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+            raise _Fail(self._verdict(
+                "rejected", "guard",
+                f"{where}: [runtime-patched] the candidate replaced functions the evaluator relies on ({names}); "
+                "clocks, synchronisation, comparisons and the evaluator's own code must be left alone", done))
+        if threads is not None and thread_count() > threads:
+            raise _Fail(self._verdict(
+                "rejected", "guard",
+                f"{where}: [runtime-threads] ModelNew.forward left {thread_count() - threads} thread(s) running "
+                "after it returned; all work must be done by the candidate's kernels before forward returns", done))
+
+    def _require_launch(self, before: int, where: str, done: List[TrialStat], threads: Optional[int] = None) -> None:
         from .provenance import Tampered
 
         try:
@@ -331,6 +457,7 @@ class Executor:
         except Tampered as exc:
             raise _Fail(self._verdict("rejected", "provenance",
                                       f"{where}: the candidate tampered with the launch hooks ({exc})", done))
+        self._check_integrity(where, done, threads)
         if not launched:
             names = sorted(self.recorder.kernel_names())
             defined = f"it defines {', '.join(names)}" if names else "it defines no @triton.jit kernel"
@@ -518,19 +645,36 @@ class Executor:
             per_round = max(_time.perf_counter() - probe_start, 1e-6)
             reps = int(min(1000, max(30, (job.timing_budget_ms / 1000.0) / per_round)))
             rng = random.Random(int.from_bytes(os.urandom(8), "little"))
-            audited = set(rng.sample(range(reps), k=min(reps, 5)))
+            picked = rng.sample(range(reps), k=min(reps, 8))
+            audited = set(picked[:5])
+            # Spot checks: a full watched call (ATen, threads, late writes), out of the stats.
+            spots = set(picked[5:])
             events = [(new_event(), new_event()) for _ in range(reps * len(arms))]
             for i in range(reps):
                 seed += 1
                 inputs = fresh(seed)
                 check = i in audited
-                clean = self._clone(inputs) if check else None
+                spot = i in spots
+                clean = self._clone(inputs) if check or spot else None
                 order = arms if i % 2 == 0 else list(reversed(arms))  # A/B then B/A: no order bias
                 for k, (name, fn) in enumerate(order):
                     start, end = events[i * len(arms) + k]
+                    if spot:
+                        out = self._call_candidate(model, inputs, f"timed call {i}", done) if name == "candidate" \
+                            else fn(*inputs)
+                        if name == "candidate":
+                            kept.append((i, clean, out))
+                        del out
+                        continue
                     before = self.recorder.own_launches() if name == "candidate" else 0
+                    threads = thread_count() if name == "candidate" else None
                     flush.zero_()
-                    if check:
+                    if check and name == "candidate":
+                        # Memory the reference just freed holds the right answer: never hand it over.
+                        self._poison()
+                    if check or sync_each:
+                        # Audited, or work on other streams: the device is idle when the window
+                        # opens, so nothing the call launches can run before it (under a cushion).
                         torch.cuda.synchronize()
                         h0 = _time.perf_counter()
                     else:
@@ -546,7 +690,7 @@ class Executor:
                         torch.cuda.synchronize()
                         audit[name].append((_time.perf_counter() - h0) * 1000.0)
                     if name == "candidate":
-                        self._require_launch(before, f"timed call {i}", done)
+                        self._require_launch(before, f"timed call {i}", done, threads)
                         if clean is not None:
                             kept.append((i, clean, out))
                     if not check:  # audited windows include launch latency: kept out of the stats

@@ -81,6 +81,8 @@ class EvalJob:
     speedup_cap: float
     profile: bool
     compile_baseline: bool
+    allow_aten: Optional[List[str]]
+    shape_check: Optional[Dict[str, Any]]
 
 
 @dataclass

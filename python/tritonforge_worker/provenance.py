@@ -32,6 +32,8 @@ class LaunchRecorder:
         self._resolved_at = -1
         self.calls = 0
         self.calls_without_launch = 0
+        # Inside one of Triton's launch paths (the interpreter copies tensors with ATen ops).
+        self.launch_depth = 0
         self._hook: Optional[Callable[..., None]] = None
         self._patched: Dict[Any, Any] = {}
         self._originals: Dict[Any, Any] = {}
@@ -69,7 +71,11 @@ class LaunchRecorder:
         def interp_run(self: Any, *args: Any, grid: Any, warmup: Any, **kwargs: Any) -> Any:
             if not warmup and id(self) in recorder.own_ids:
                 recorder.interp_counts[id(self)] = recorder.interp_counts.get(id(self), 0) + 1
-            return orig_interp_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+            recorder.launch_depth += 1
+            try:
+                return orig_interp_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+            finally:
+                recorder.launch_depth -= 1
 
         interp.InterpretedFunction.run = interp_run  # type: ignore[method-assign]
         self._patched[(interp.InterpretedFunction, "run")] = interp_run
@@ -100,6 +106,9 @@ class LaunchRecorder:
 
         self._hook = hook
         knobs.runtime.launch_enter_hook.add(hook)
+
+    def in_launch(self) -> bool:
+        return self.launch_depth > 0
 
     def uninstall(self) -> None:
         """Put back what `install` replaced (after the worker's own warm-up)."""

@@ -176,6 +176,21 @@ impl Problem {
     }
 }
 
+impl Problem {
+    /// The shapes a candidate must also be right at, unseen while it is evaluated at
+    /// `variant`: the `heldout` variant, unless that is the one evaluated. A kernel
+    /// hard-coded to the benchmark's shapes fails here.
+    pub fn shape_check(
+        &self,
+        variant: Option<&str>,
+    ) -> Option<BTreeMap<String, serde_json::Value>> {
+        if variant == Some("heldout") {
+            return None;
+        }
+        self.meta.variants.get("heldout").cloned()
+    }
+}
+
 /// A candidate file, read.
 #[derive(Debug, Clone)]
 pub struct Candidate {

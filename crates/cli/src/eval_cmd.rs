@@ -42,6 +42,14 @@ pub struct EvalArgs {
     /// Shape variant from the manifest (`full`, `small`, `heldout`, ...). Default: `small` in CPU mode when defined.
     #[arg(long)]
     variant: Option<String>,
+    /// Also run two trials at this shape variant, unseen by the candidate, after the main
+    /// ones pass: kernels hard-coded to the benchmark's shapes fail there. Default:
+    /// `heldout` on a GPU; none in CPU mode (the interpreter is too slow for those sizes).
+    #[arg(long, conflicts_with = "no_shape_check")]
+    shape_check: Option<String>,
+    /// Skip the trials at unseen shapes.
+    #[arg(long)]
+    no_shape_check: bool,
     /// Wall-clock budget per candidate, seconds, from the moment its job is sent
     /// (time spent waiting for its GPU is not counted).
     #[arg(long, default_value_t = 120.0)]
@@ -118,7 +126,14 @@ impl EvalArgs {
 
     fn config(&self, problem: &Problem, cpu_mode: bool) -> Result<EvalConfig, EvalError> {
         let (variant, overrides) = problem.variant(self.variant.as_deref(), cpu_mode)?;
+        let shape_check = match (&self.shape_check, self.no_shape_check) {
+            (_, true) => None,
+            (Some(name), false) => Some(problem.variant(Some(name), cpu_mode)?.1),
+            (None, false) if !cpu_mode => problem.shape_check(variant.as_deref()),
+            (None, false) => None,
+        };
         Ok(self.timing.apply(EvalConfig {
+            shape_check,
             trials: self.trials,
             seed: self.seed,
             tolerance: problem.meta.tolerance(),

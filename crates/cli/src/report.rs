@@ -96,7 +96,7 @@ pub fn verdict_text(ev: &Evaluation) -> String {
     let _ = writeln!(
         s,
         "trials:    {passed}/{} passed, max abs err {}",
-        r.config.trials,
+        planned_trials(r),
         fmt_err(worst_trial_err(r))
     );
     if let Some(p) = &r.provenance {
@@ -215,7 +215,7 @@ impl Row {
                     name: r.problem.name.clone(),
                     status: Some(r.status),
                     stage: r.stage.to_string(),
-                    trials: format!("{passed}/{}", r.config.trials),
+                    trials: format!("{passed}/{}", planned_trials(r)),
                     max_err: fmt_err(
                         r.mismatch
                             .as_ref()
@@ -317,4 +317,11 @@ pub fn summary(rows: &[Row], elapsed: Duration) -> String {
         parts.join(", "),
         elapsed.as_secs_f64()
     )
+}
+
+/// Trials the evaluation plans: the configured ones, plus those at unseen shapes when asked
+/// (one at the named variant, one more with `BATCH + 1` where the problem has a `BATCH`).
+fn planned_trials(r: &tritonforge_protocol::record::EvalRecord) -> usize {
+    let planned = r.config.trials as usize + usize::from(r.config.shape_check.is_some());
+    planned.max(r.trials.len())
 }

@@ -668,3 +668,54 @@ fn guard_prints_findings_like_a_linter() {
     let out = run(tf(state.path()).args(["guard", "--rules"]));
     assert!(text(&out.stdout).contains("kernel-not-launched [reject]"));
 }
+
+/// A kernel right only at the shape it is evaluated at fails the trials at unseen shapes
+/// (`--shape-check VARIANT`; on a GPU the default is the problem's heldout variant).
+#[test]
+fn a_kernel_hard_coded_to_the_benchmark_shape_fails_at_unseen_shapes() {
+    let root = tempfile::tempdir().unwrap();
+    let bench = root.path().join("bench");
+    std::fs::create_dir_all(bench.join("level1")).unwrap();
+    std::fs::copy(
+        repo().join("bench/level1/relu.py"),
+        bench.join("level1/relu.py"),
+    )
+    .unwrap();
+    std::fs::write(
+        bench.join("manifest.toml"),
+        "[problems.\"level1/relu\"]\nvariants.small = { BATCH = 4, DIM = 1000 }\n\
+         variants.odd = { BATCH = 5, DIM = 1001 }\n",
+    )
+    .unwrap();
+    let problem = bench.join("level1/relu.py");
+    let state = root.path().join("state");
+    let cheat = fixture("candidates/hard_coded_small_shape.py");
+    // Without the check, the shape it was written for is all it meets.
+    let (_, rec, _) = eval_one(&state, &problem, &cheat, &["--no-store"]);
+    assert_eq!(rec["status"], "correct", "{rec}");
+    assert!(rec["config"]["shape_check"].is_null(), "{rec}");
+
+    let (code, rec, _) = eval_one(&state, &problem, &cheat, &["--shape-check", "odd"]);
+    assert_eq!(code, 1, "{rec}");
+    assert_eq!(rec["status"], "incorrect", "{rec}");
+    assert_eq!(rec["config"]["shape_check"]["DIM"], 1001, "{rec}");
+    let msg = rec["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("at unseen shapes (BATCH=5, DIM=1001)"),
+        "{msg}"
+    );
+    assert_eq!(rec["mismatch"]["trial"], 5, "{rec}");
+
+    let honest = repo().join("bench/solutions/level1/relu.py");
+    let (code, rec, _) = eval_one(&state, &problem, &honest, &["--shape-check", "odd"]);
+    assert_eq!(code, 0, "{rec}");
+    assert_eq!(rec["trials"].as_array().unwrap().len(), 7, "{rec}");
+
+    let out = run(tf(&state)
+        .args(["eval", "--shape-check", "huge", "--problem"])
+        .arg(&problem)
+        .arg("--candidate")
+        .arg(&honest));
+    assert_ne!(out.status.code(), Some(0));
+    assert!(text(&out.stderr).contains("huge"), "{}", text(&out.stderr));
+}

@@ -2,6 +2,8 @@
 //! but `correct`, and no honest one may be rejected. Each file names its problem
 //! (`# problem: level1/relu`); hostile files the guard cannot see say how the run
 //! must catch them (`# runtime: ...`); `# gpu-only:` files are only guard-checked here.
+//! `# static-only:` files do honest work wherever they run at all (the static rules object to
+//! their means); every other hostile file must also fail with every static rule off.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,7 +17,10 @@ struct Entry {
     path: PathBuf,
     name: String,
     problem: String,
-    runtime: bool,
+    /// `# runtime: ...`: what the run must make of it (`rejected`, `incorrect`, ...).
+    runtime: Option<String>,
+    /// `# static-only: why`: its run is honest work (where it runs); only the static rules object.
+    static_only: bool,
     gpu_only: bool,
 }
 
@@ -41,7 +46,8 @@ fn corpus(kind: &str) -> Vec<Entry> {
                 name: path.file_stem().unwrap().to_string_lossy().into_owned(),
                 problem: header("problem")
                     .unwrap_or_else(|| panic!("{} names no problem", path.display())),
-                runtime: header("runtime").is_some(),
+                runtime: header("runtime"),
+                static_only: header("static-only").is_some(),
                 gpu_only: header("gpu-only").is_some(),
                 path,
             }
@@ -104,7 +110,7 @@ fn the_guard_rejects_every_static_cheat_and_no_honest_kernel() {
     );
     for e in &hostile {
         let (rejected, rules) = &verdicts[&e.name];
-        if e.runtime {
+        if e.runtime.is_some() {
             // Left to the run: the guard must not be the reason it passes or fails.
             continue;
         }
@@ -196,13 +202,88 @@ fn every_hostile_candidate_fails_and_every_honest_one_is_correct() {
             "hostile {} was judged correct: {r}",
             e.name
         );
-        if e.runtime {
-            // These reach the executor; the run (not the guard) catches them.
-            assert_ne!(r["stage"], "guard", "{}: {r}", e.name);
+        if let Some(expect) = &e.runtime {
+            // These reach the executor; the run (not the static pass) catches them.
+            let static_rejects = r["guard"]
+                .as_array()
+                .is_some_and(|fs| fs.iter().any(|f| f["severity"] == "reject"));
+            assert!(
+                !static_rejects,
+                "{}: the static pass rejected it: {r}",
+                e.name
+            );
+            let word = expect.split_whitespace().next().unwrap_or_default();
+            if ["rejected", "incorrect", "runtime_error"].contains(&word) {
+                assert_eq!(r["status"], word, "{}: {r}", e.name);
+            }
         } else {
             assert_eq!(r["status"], "rejected", "{}: {r}", e.name);
         }
     }
+    for e in honest.iter().filter(|e| !e.gpu_only) {
+        let r = &records[&e.name];
+        assert_eq!(r["status"], "correct", "honest {}: {r}", e.name);
+    }
+}
+
+/// With every static rule off, the runtime companions alone (ATen recording, host reads,
+/// threads, function identities, late writes, provenance) still keep every hostile
+/// candidate that runs on the CPU from a `correct` verdict, and pass every honest one.
+#[test]
+fn the_run_alone_catches_every_cheat_that_runs_on_the_cpu() {
+    let root = tempfile::tempdir().unwrap();
+    let hostile = corpus("hostile");
+    let honest = corpus("honest");
+    let runnable: Vec<&Entry> = hostile
+        .iter()
+        .chain(honest.iter())
+        .filter(|e| !e.gpu_only)
+        .collect();
+    let (probs, cands) = batch(root.path(), &runnable);
+    let out = run(tf(&root.path().join("state"))
+        .args([
+            "eval", "--json", "--jobs", "2", "--budget", "60", "--policy",
+        ])
+        .arg(repo().join("tests/redteam/runtime-only.toml"))
+        .arg("--problems")
+        .arg(&probs)
+        .arg("--candidates")
+        .arg(&cands));
+    let records: BTreeMap<String, Value> = text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["problem"]["name"].as_str().unwrap().to_string(), v)
+        })
+        .collect();
+    assert_eq!(records.len(), runnable.len(), "{}", text(&out.stderr));
+    let mut by_runtime_guard = 0;
+    for e in &hostile {
+        let r = &records[&e.name];
+        assert!(
+            r["guard"].as_array().is_some_and(|f| f.is_empty()),
+            "{}: static findings with every rule off: {r}",
+            e.name
+        );
+        if e.static_only {
+            continue;
+        }
+        assert_ne!(
+            r["status"], "correct",
+            "hostile {} passed the run: {r}",
+            e.name
+        );
+        if r["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("[runtime-"))
+        {
+            by_runtime_guard += 1;
+        }
+    }
+    assert!(
+        by_runtime_guard >= 10,
+        "only {by_runtime_guard} caught by the runtime guard"
+    );
     for e in honest.iter().filter(|e| !e.gpu_only) {
         let r = &records[&e.name];
         assert_eq!(r["status"], "correct", "honest {}: {r}", e.name);

@@ -253,6 +253,11 @@ impl Evaluator {
             speedup_cap: config.speedup_cap,
             profile: config.profile,
             compile_baseline: false,
+            allow_aten: self
+                .guard
+                .as_ref()
+                .map(|(p, _)| p.allow_aten.iter().cloned().collect()),
+            shape_check: config.shape_check.clone(),
         };
         // The torch.compile baseline is timed once per problem, variant and environment.
         let baseline_key =

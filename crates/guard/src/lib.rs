@@ -58,6 +58,12 @@ pub struct Policy {
     /// Fully qualified PyTorch functions `forward` may call (allocation, views, metadata).
     #[serde(default = "default_allowed_torch")]
     pub allow_torch: BTreeSet<String>,
+    /// ATen operators (`aten::` names without the prefix, overloads folded) a forward may
+    /// dispatch at run time outside the candidate's kernel launches; other namespaces
+    /// are written `ns::name`. The runtime half of `allow_torch`: it sees the routes no
+    /// static pass can (`getattr` with built strings, `sys.modules`, tensor operators).
+    #[serde(default = "default_allowed_aten")]
+    pub allow_aten: BTreeSet<String>,
 }
 
 impl Default for Policy {
@@ -65,6 +71,7 @@ impl Default for Policy {
         Policy {
             rules: BTreeMap::new(),
             allow_torch: default_allowed_torch(),
+            allow_aten: default_allowed_aten(),
         }
     }
 }
@@ -103,6 +110,64 @@ fn default_allowed_torch() -> BTreeSet<String> {
     ]
     .iter()
     .map(|s| format!("torch.{s}"))
+    .collect()
+}
+
+fn default_allowed_aten() -> BTreeSet<String> {
+    [
+        // allocation and filling
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "zeros",
+        "zeros_like",
+        "new_zeros",
+        "ones",
+        "ones_like",
+        "new_ones",
+        "full",
+        "full_like",
+        "new_full",
+        "fill_",
+        "zero_",
+        "arange",
+        "scalar_tensor",
+        "lift_fresh",
+        "lift_fresh_copy",
+        "resize_",
+        // copies and dtype/device moves onto the device
+        "clone",
+        "copy_",
+        "_to_copy",
+        "detach",
+        "alias",
+        // views
+        "view",
+        "_unsafe_view",
+        "_reshape_alias",
+        "as_strided",
+        "expand",
+        "permute",
+        "transpose",
+        "t",
+        "unsqueeze",
+        "squeeze",
+        "slice",
+        "select",
+        "narrow",
+        "split",
+        "split_with_sizes",
+        "unbind",
+        "chunk",
+        "diagonal",
+        "unfold",
+        "view_as_real",
+        "view_as_complex",
+    ]
+    .iter()
+    .map(|s| (*s).to_string())
     .collect()
 }
 

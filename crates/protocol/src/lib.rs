@@ -185,6 +185,12 @@ pub struct EvalJob {
     pub profile: bool,
     /// Also time `torch.compile(Model)` as a baseline.
     pub compile_baseline: bool,
+    /// ATen operators `forward` may dispatch outside the candidate's kernel launches
+    /// (the guard policy's runtime half); `None` when the guard is off.
+    pub allow_aten: Option<Vec<String>>,
+    /// Module-level constants of a second shape (the heldout variant) to run two more
+    /// trials at, after the main ones pass; GPU mode only (the interpreter is too slow).
+    pub shape_check: Option<BTreeMap<String, serde_json::Value>>,
 }
 
 /// Which hold on its GPU a candidate asks for. Shared holders (import, compile,
@@ -587,6 +593,8 @@ pub fn sample_messages() -> Vec<Message> {
         speedup_cap: 10.0,
         profile: true,
         compile_baseline: false,
+        allow_aten: Some(vec!["empty_like".into(), "view".into()]),
+        shape_check: Some(BTreeMap::from([("N".to_string(), serde_json::json!(37))])),
     };
     let frame = Frame {
         file: "relu.py".into(),
@@ -716,6 +724,8 @@ pub fn sample_messages() -> Vec<Message> {
                 device: DeviceRequest::Cpu,
                 timing: false,
                 profile: false,
+                allow_aten: None,
+                shape_check: None,
                 ..job
             },
         },

@@ -58,6 +58,9 @@ pub struct EvalConfig {
     pub compile_baseline: bool,
     /// The guard policy's fingerprint; `None` when the guard did not run.
     pub guard: Option<String>,
+    /// Overrides of a second, unseen shape the candidate must also be right at (GPU mode).
+    #[serde(default)]
+    pub shape_check: Option<BTreeMap<String, serde_json::Value>>,
 }
 
 impl Default for EvalConfig {
@@ -76,6 +79,7 @@ impl Default for EvalConfig {
             profile: false,
             compile_baseline: false,
             guard: None,
+            shape_check: None,
         }
     }
 }

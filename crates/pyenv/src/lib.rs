@@ -45,6 +45,10 @@ const WORKER_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/tritonforge_worker/sandbox.py"),
     ),
     (
+        "runtime_guard.py",
+        include_str!("../../../python/tritonforge_worker/runtime_guard.py"),
+    ),
+    (
         "__init__.py",
         include_str!("../../../python/tritonforge_worker/__init__.py"),
     ),

@@ -1,4 +1,5 @@
 # cheat: records its own events around the work
+# static-only: recording an event of its own is harmless; its kernel does the work (on the CPU it fails: no CUDA)
 # problem: level1/relu
 import torch
 import torch.nn as nn

@@ -1,5 +1,5 @@
 # cheat: computes in half precision to go faster
-# runtime: incorrect (precision)
+# runtime: rejected (its `+ 0.001` is a PyTorch add; without it the half-precision result fails the float32 tolerance)
 # problem: level1/relu
 import torch
 import torch.nn as nn

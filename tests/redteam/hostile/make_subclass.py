@@ -1,4 +1,5 @@
 # cheat: wraps the output with _make_subclass
+# static-only: `_make_subclass(torch.Tensor, y)` returns a plain tensor, so its run is honest work; the static rule forbids the means
 # problem: level1/relu
 import torch
 import torch.nn as nn

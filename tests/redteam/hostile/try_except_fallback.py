@@ -1,4 +1,5 @@
 # cheat: falls back to PyTorch when the kernel fails
+# static-only: the kernel works, so the fallback never runs; the static rule forbids the means
 # problem: level1/relu
 import torch
 import torch.nn as nn
