@@ -13,6 +13,7 @@ mod doctor;
 mod eval_cmd;
 mod guard_cmd;
 mod report;
+mod run_cmd;
 
 /// Exit codes: 0 all correct, 1 some verdict other than correct, 2 bad input, 3 environment failure.
 pub const EXIT_CORRECT: u8 = 0;
@@ -76,6 +77,9 @@ impl From<Device> for DeviceRequest {
 enum Cmd {
     /// Evaluate candidates against problems: compile, correctness, timing.
     Eval(eval_cmd::EvalArgs),
+    /// Benchmark a policy (an LLM endpoint) on a problem set: it writes kernels, reads the
+    /// evaluator's verdicts and refines them over several turns; report and episodes stored.
+    Run(Box<run_cmd::RunArgs>),
     /// Static checks of candidate files: is it really a Triton kernel, does it cheat.
     Guard(guard_cmd::GuardArgs),
     /// The problem suite: list, show, validate.
@@ -278,6 +282,7 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async {
         match cli.command {
             Cmd::Eval(args) => eval_cmd::run(&cli.global, args).await,
+            Cmd::Run(args) => run_cmd::run(&cli.global, *args).await,
             Cmd::Bench(cmd) => bench_cmd::run(&cli.global, cmd).await,
             Cmd::Guard(args) => guard_cmd::run(args),
             Cmd::Doctor { json } => doctor::run(&cli.global, json).await,

@@ -37,7 +37,7 @@ pub enum StoreError {
     },
 }
 
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 pub struct Store {
     conn: Connection,
@@ -113,6 +113,24 @@ impl Store {
             )
             .map_err(sql)?;
         }
+        if version < 3 {
+            // Agent episodes (prompts, completions, token ids, code, verdict keys, rewards) as JSON.
+            conn.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS episodes (
+                     id TEXT PRIMARY KEY,
+                     run TEXT NOT NULL,
+                     problem TEXT NOT NULL,
+                     sample INTEGER NOT NULL,
+                     created_at INTEGER NOT NULL,
+                     episode TEXT NOT NULL
+                 );
+                 CREATE INDEX IF NOT EXISTS episodes_run ON episodes(run);
+                 PRAGMA user_version = 3;
+                 COMMIT;",
+            )
+            .map_err(sql)?;
+        }
         Ok(Store {
             conn,
             path: path.to_owned(),
@@ -128,6 +146,45 @@ impl Store {
             path: self.path.clone(),
             source,
         }
+    }
+
+    /// Store one episode (JSON), replacing an earlier one with the same id.
+    pub fn put_episode(
+        &self,
+        id: &str,
+        run: &str,
+        problem: &str,
+        sample: u32,
+        episode_json: &str,
+    ) -> Result<(), StoreError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO episodes (id, run, problem, sample, created_at, episode)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                rusqlite::params![id, run, problem, sample, now, episode_json],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// Every stored episode of `run`, as JSON, by id.
+    pub fn episodes(&self, run: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, episode FROM episodes WHERE run = ?1 ORDER BY id")
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.sql())?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row.map_err(self.sql())?);
+        }
+        Ok(out)
     }
 
     /// The stored record for `key`, if any.
@@ -246,6 +303,28 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use tritonforge_protocol::*;
+
+    #[test]
+    fn episodes_are_kept_per_run_and_replaced_by_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        let store = Store::open(&path).unwrap();
+        store.put_episode("r1/relu/0", "r1", "relu", 0, "{\"a\":1}").unwrap();
+        store.put_episode("r1/relu/1", "r1", "relu", 1, "{\"a\":2}").unwrap();
+        store.put_episode("r2/relu/0", "r2", "relu", 0, "{\"a\":3}").unwrap();
+        store.put_episode("r1/relu/0", "r1", "relu", 0, "{\"a\":4}").unwrap();
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        let got = store.episodes("r1").unwrap();
+        assert_eq!(
+            got,
+            vec![
+                ("r1/relu/0".to_string(), "{\"a\":4}".to_string()),
+                ("r1/relu/1".to_string(), "{\"a\":2}".to_string())
+            ]
+        );
+        assert!(store.episodes("nope").unwrap().is_empty());
+    }
 
     fn record(key: &str, status: Status) -> EvalRecord {
         EvalRecord {

@@ -1,0 +1,109 @@
+//! Where completions come from. Every backend answers a chat with text and, where it
+//! can, the exact completion token ids and their log-probabilities (what RL trains on,
+//! with no re-tokenisation between generation and training).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+
+/// One chat message as sent to the policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: impl Into<String>) -> ChatMessage {
+        ChatMessage {
+            role: role.to_string(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Sampling parameters, passed through to the backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    pub temperature: f32,
+    pub top_p: f32,
+    pub max_tokens: u32,
+    /// Per-request seed where the backend honours one.
+    pub seed: Option<u64>,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling {
+            temperature: 0.7,
+            top_p: 0.95,
+            max_tokens: 4096,
+            seed: None,
+        }
+    }
+}
+
+/// One completion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Completion {
+    pub text: String,
+    /// Exact completion token ids, when the backend returns them.
+    pub token_ids: Option<Vec<u32>>,
+    /// Log-probability of each completion token, when the backend returns them.
+    pub logprobs: Option<Vec<f32>>,
+    pub prompt_tokens: Option<u32>,
+    pub completion_tokens: Option<u32>,
+    pub finish_reason: Option<String>,
+    /// Wall time of the request, retries included.
+    pub latency_ms: f64,
+    /// Attempts it took (1 when the first succeeded).
+    pub attempts: u32,
+}
+
+/// Why a backend gave no completion. Each names the endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{url}: unreachable ({reason})")]
+    Unreachable { url: String, reason: String },
+    #[error("{url}: no answer within {secs:.0} s")]
+    Timeout { url: String, secs: f64 },
+    #[error("{url}: the server refused the API key (HTTP {status}): {body}")]
+    Auth {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("{url}: HTTP {status}: {body}")]
+    Http {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("{url}: malformed reply: {reason}")]
+    Protocol { url: String, reason: String },
+}
+
+impl BackendError {
+    /// Worth another attempt: the server may recover (overload, restart, network).
+    pub fn retryable(&self) -> bool {
+        match self {
+            BackendError::Unreachable { .. } | BackendError::Timeout { .. } => true,
+            BackendError::Http { status, .. } => *status == 429 || *status >= 500,
+            BackendError::Auth { .. } | BackendError::Protocol { .. } => false,
+        }
+    }
+}
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A policy: chat in, completion out.
+pub trait Backend: Send + Sync {
+    /// Names the backend and model in records and reports.
+    fn describe(&self) -> String;
+    fn complete<'a>(
+        &'a self,
+        messages: &'a [ChatMessage],
+        sampling: &'a Sampling,
+    ) -> BoxFuture<'a, Result<Completion, BackendError>>;
+}

@@ -1,0 +1,15 @@
+//! The agent: policy backends, prompts, code extraction, multi-turn refinement and
+//! rewards. A library that never prints; `tritonforge run` is its thin front end.
+
+pub mod backend;
+pub mod episode;
+pub mod extract;
+pub mod metrics;
+pub mod openai;
+pub mod prompts;
+pub mod reward;
+
+pub use backend::{Backend, BackendError, ChatMessage, Completion, Sampling};
+pub use episode::{run_episode, Episode, EpisodeConfig, Turn};
+pub use prompts::{Prompts, Target};
+pub use reward::RewardConfig;

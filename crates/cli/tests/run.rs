@@ -1,0 +1,359 @@
+//! `tritonforge run` against a mock OpenAI-compatible server on loopback (axum, speaking
+//! the real wire format: chat completions, server-sent-event streaming, usage), with the
+//! real evaluator (CPU mode) and a real SQLite store.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+mod common;
+use common::*;
+
+/// What the mock says, by problem: the scripted replies for turn 1, 2, ...
+#[derive(Clone)]
+struct Script {
+    replies: Vec<(String, Vec<String>)>,
+    key: Option<String>,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+async fn chat(State(s): State<Script>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    if let Some(k) = &s.key {
+        let sent = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if sent != format!("Bearer {k}") {
+            return (
+                StatusCode::UNAUTHORIZED,
+                Json(json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})),
+            )
+                .into_response();
+        }
+    }
+    s.requests.lock().unwrap().push(body.clone());
+    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+    let task = msgs
+        .get(1)
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
+    let turn = msgs.iter().filter(|m| m["role"] == "assistant").count();
+    let text = s
+        .replies
+        .iter()
+        .find(|(name, _)| task.contains(&format!("rewrite ({name})")))
+        .and_then(|(_, r)| r.get(turn).or(r.last()))
+        .cloned()
+        .unwrap_or_else(|| "I have no idea.".into());
+    let usage = json!({"prompt_tokens": 100 + turn, "completion_tokens": text.len() / 4, "total_tokens": 0});
+    if body["stream"] == true {
+        // Three content deltas, a finish chunk, a usage chunk, then [DONE].
+        let third = text.len() / 3;
+        let cut = |a: usize, b: usize| {
+            let a = text
+                .char_indices()
+                .map(|(i, _)| i)
+                .find(|&i| i >= a)
+                .unwrap_or(text.len());
+            let b = text
+                .char_indices()
+                .map(|(i, _)| i)
+                .find(|&i| i >= b)
+                .unwrap_or(text.len());
+            text[a..b].to_string()
+        };
+        let mut sse = String::new();
+        for piece in [
+            cut(0, third),
+            cut(third, 2 * third),
+            cut(2 * third, text.len()),
+        ] {
+            let chunk = json!({"id": "c1", "object": "chat.completion.chunk", "model": body["model"],
+                "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]});
+            sse.push_str(&format!("data: {chunk}\n\n"));
+        }
+        let fin = json!({"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+        let use_ =
+            json!({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": usage});
+        sse.push_str(&format!("data: {fin}\n\ndata: {use_}\n\ndata: [DONE]\n\n"));
+        return ([("content-type", "text/event-stream")], sse).into_response();
+    }
+    Json(json!({
+        "id": "c1", "object": "chat.completion", "model": body["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": usage,
+    }))
+    .into_response()
+}
+
+/// Serve `script` on a loopback port from a background thread; returns the base URL.
+fn serve(script: Script) -> String {
+    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = Router::new()
+                .route("/v1/chat/completions", post(chat))
+                .with_state(script);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    let addr = rx.recv().unwrap();
+    format!("http://{addr}/v1")
+}
+
+fn fenced(code: &str) -> String {
+    format!("Here is my kernel.\n\n```python\n{code}```\n")
+}
+
+fn wrong_relu() -> String {
+    // Copies the input: right where x > 0, wrong elsewhere.
+    std::fs::read_to_string(repo().join("bench/solutions/level1/relu.py"))
+        .unwrap()
+        .replace("tl.maximum(x, 0.0)", "x")
+        .replace("tl.where(x > 0, x, 0.0)", "x")
+}
+
+fn episodes(state: &std::path::Path) -> Vec<Value> {
+    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
+    let mut stmt = db
+        .prepare("SELECT episode FROM episodes ORDER BY id")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|t| serde_json::from_str(&t.unwrap()).unwrap())
+        .collect();
+    rows
+}
+
+#[test]
+fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
+    let wrong = wrong_relu();
+    let right = std::fs::read_to_string(repo().join("bench/solutions/level1/relu.py")).unwrap();
+    assert_ne!(
+        wrong, right,
+        "the wrong kernel must differ from the solution"
+    );
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let url = serve(Script {
+        replies: vec![(
+            "relu".into(),
+            vec![
+                fenced(&wrong),
+                format!("<think>mask the negatives</think>{}", fenced(&right)),
+            ],
+        )],
+        key: Some("sk-test".into()),
+        requests: requests.clone(),
+    });
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    let out_dir = root.path().join("report");
+    let out = run(tf(&state)
+        .env("TF_TEST_KEY", "sk-test")
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--model",
+            "mock-coder",
+            "--api-key-env",
+            "TF_TEST_KEY",
+        ])
+        .args([
+            "--stream",
+            "--problem",
+            "relu",
+            "--turns",
+            "3",
+            "--jobs",
+            "2",
+            "--json",
+            "--out",
+        ])
+        .arg(&out_dir));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // The second turn's request carried the evaluator's verdict on the first.
+    let reqs = requests.lock().unwrap().clone();
+    assert_eq!(reqs.len(), 2, "stops once correct: {reqs:?}");
+    assert_eq!(reqs[0]["model"], "mock-coder");
+    assert_eq!(reqs[0]["stream"], true);
+    let msgs = reqs[1]["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 4);
+    assert_eq!(msgs[2]["role"], "assistant");
+    let feedback = msgs[3]["content"].as_str().unwrap();
+    assert!(feedback.contains("output is wrong"), "{feedback}");
+    assert!(feedback.contains("max abs error"), "{feedback}");
+    assert!(feedback.contains("elements wrong"), "{feedback}");
+    assert!(msgs[1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("class ModelNew"));
+
+    // The episode, stored: turns, rewards, returns, exact prompts, completions.
+    let eps = episodes(&state);
+    assert_eq!(eps.len(), 1);
+    let turns = eps[0]["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[0]["outcome"], "incorrect");
+    assert_eq!(turns[1]["outcome"], "correct");
+    let r0 = turns[0]["reward"].as_f64().unwrap();
+    let r1 = turns[1]["reward"].as_f64().unwrap();
+    assert!((r0 - 0.3).abs() < 1e-9, "compiled, not correct: {r0}");
+    assert!((r1 - 0.8).abs() < 1e-9, "correct, untimed on the CPU: {r1}");
+    assert!((turns[0]["ret"].as_f64().unwrap() - (0.3 + 0.4 * 0.8)).abs() < 1e-9);
+    assert!((turns[1]["ret"].as_f64().unwrap() - 0.8).abs() < 1e-9);
+    assert_eq!(turns[1]["messages"].as_array().unwrap().len(), 4);
+    assert!(turns[1]["completion"]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("<think>"));
+    assert!(!turns[1]["code"].as_str().unwrap().contains("think"));
+    assert_eq!(turns[0]["completion"]["prompt_tokens"], 100);
+
+    // The report's numbers.
+    let summary: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    let o = &summary["summary"]["overall"];
+    assert_eq!(o["problems"], 1);
+    assert_eq!(o["pass_at"]["1"], 1.0);
+    assert_eq!(o["fast_p"]["0"], 1.0);
+    assert_eq!(o["fast_p"]["1"], 0.0, "untimed: not faster than anything");
+    assert_eq!(o["outcomes"]["correct"], 1);
+    let t = summary["summary"]["turns"].as_array().unwrap();
+    assert_eq!(t[0]["solved_by"], 0.0);
+    assert_eq!(t[1]["solved_by"], 1.0);
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(md.contains("| pass@1 | 100.0% |"), "{md}");
+
+    // A rerun with the same settings resumes: nothing is asked again.
+    let again = run(tf(&state)
+        .env("TF_TEST_KEY", "sk-test")
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--model",
+            "mock-coder",
+            "--api-key-env",
+            "TF_TEST_KEY",
+        ])
+        .args([
+            "--stream",
+            "--problem",
+            "relu",
+            "--turns",
+            "3",
+            "--jobs",
+            "2",
+            "--out",
+        ])
+        .arg(&out_dir));
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert_eq!(requests.lock().unwrap().len(), 2, "{}", text(&again.stderr));
+    assert!(
+        text(&again.stderr).contains("1 stored, 0 to play"),
+        "{}",
+        text(&again.stderr)
+    );
+}
+
+#[test]
+fn unreachable_endpoints_bad_keys_and_replies_without_code_are_named_and_the_run_goes_on() {
+    let root = tempfile::tempdir().unwrap();
+    // Nothing listens on port 1.
+    let out = run(tf(&root.path().join("a"))
+        .args([
+            "run",
+            "--base-url",
+            "http://127.0.0.1:1/v1",
+            "--retries",
+            "1",
+            "--backoff",
+            "0.05",
+        ])
+        .args([
+            "--problem",
+            "relu",
+            "--problem",
+            "sigmoid",
+            "--jobs",
+            "2",
+            "--out",
+        ])
+        .arg(root.path().join("ra")));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("http://127.0.0.1:1/v1/chat/completions: unreachable"),
+        "{err}"
+    );
+    assert!(
+        err.contains("relu sample 0") && err.contains("sigmoid sample 0"),
+        "{err}"
+    );
+    let md = std::fs::read_to_string(root.path().join("ra/report.md")).unwrap();
+    assert!(md.contains("## Errors"), "{md}");
+
+    // A refused key: the error names it; a reply with no code: its own outcome and feedback.
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let url = serve(Script {
+        replies: vec![(
+            "sigmoid".into(),
+            vec!["Sorry, I can only describe the idea in words.".into()],
+        )],
+        key: Some("right".into()),
+        requests: requests.clone(),
+    });
+    let out = run(tf(&root.path().join("b"))
+        .env("TF_TEST_KEY", "wrong")
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--api-key-env",
+            "TF_TEST_KEY",
+            "--problem",
+            "relu",
+        ])
+        .args(["--jobs", "2", "--out"])
+        .arg(root.path().join("rb")));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("refused the API key (HTTP 401)"), "{err}");
+
+    let out = run(tf(&root.path().join("c"))
+        .env("TF_TEST_KEY", "right")
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--api-key-env",
+            "TF_TEST_KEY",
+            "--problem",
+            "sigmoid",
+        ])
+        .args(["--turns", "2", "--jobs", "2", "--out"])
+        .arg(root.path().join("rc")));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let eps = episodes(&root.path().join("c"));
+    let turns = eps[0]["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[0]["outcome"], "no_code");
+    assert_eq!(turns[0]["reward"], 0.0);
+    let reqs = requests.lock().unwrap().clone();
+    let fb = reqs[1]["messages"][3]["content"].as_str().unwrap();
+    assert!(fb.contains("had no ```python code block"), "{fb}");
+}
