@@ -1,4 +1,4 @@
-"""Entry point: `python -m tritonforge_worker {serve|probe|roundtrip}`.
+"""Entry point: `python -m tritonforge_worker {serve|probe|roundtrip|policy MODEL DEVICE}`.
 
 `serve` is one candidate's whole life: say hello once torch and triton are
 imported (so the host can start us ahead of need), take exactly one `evaluate`,
@@ -196,6 +196,12 @@ def roundtrip() -> int:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[1] == "policy":
+        from .policy import serve_policy
+
+        code = serve_policy(argv[2:])
+        sys.stderr.flush()
+        os._exit(code)
     commands = {"serve": serve, "probe": probe, "roundtrip": roundtrip}
     if len(argv) != 2 or argv[1] not in commands:
         print(f"usage: python -m tritonforge_worker {{{'|'.join(commands)}}}", file=sys.stderr)

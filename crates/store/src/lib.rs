@@ -309,10 +309,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sqlite");
         let store = Store::open(&path).unwrap();
-        store.put_episode("r1/relu/0", "r1", "relu", 0, "{\"a\":1}").unwrap();
-        store.put_episode("r1/relu/1", "r1", "relu", 1, "{\"a\":2}").unwrap();
-        store.put_episode("r2/relu/0", "r2", "relu", 0, "{\"a\":3}").unwrap();
-        store.put_episode("r1/relu/0", "r1", "relu", 0, "{\"a\":4}").unwrap();
+        store
+            .put_episode("r1/relu/0", "r1", "relu", 0, "{\"a\":1}")
+            .unwrap();
+        store
+            .put_episode("r1/relu/1", "r1", "relu", 1, "{\"a\":2}")
+            .unwrap();
+        store
+            .put_episode("r2/relu/0", "r2", "relu", 0, "{\"a\":3}")
+            .unwrap();
+        store
+            .put_episode("r1/relu/0", "r1", "relu", 0, "{\"a\":4}")
+            .unwrap();
         drop(store);
         let store = Store::open(&path).unwrap();
         let got = store.episodes("r1").unwrap();
