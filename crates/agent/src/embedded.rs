@@ -195,8 +195,10 @@ impl Backend for EmbeddedBackend {
         sampling: &'a Sampling,
     ) -> BoxFuture<'a, Result<Completion, BackendError>> {
         Box::pin(async move {
-            let started = Instant::now();
             let mut guard = self.proc.lock().await;
+            // Latency counts from when this request has the worker (start-up included),
+            // not the time spent queued behind other episodes' requests.
+            let started = Instant::now();
             if guard.is_none() {
                 *guard = Some(self.start().await?);
             }
