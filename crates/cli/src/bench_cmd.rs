@@ -57,17 +57,17 @@ pub enum BenchCmd {
 pub struct Filter {
     /// The suite's root directory (holding manifest.toml).
     #[arg(long, default_value = "bench")]
-    suite: PathBuf,
+    pub suite: PathBuf,
     #[arg(long)]
-    level: Option<u32>,
+    pub level: Option<u32>,
     #[arg(long)]
-    family: Option<String>,
+    pub family: Option<String>,
     #[arg(long)]
-    split: Option<String>,
+    pub split: Option<String>,
 }
 
 impl Filter {
-    fn keep(&self, e: &SuiteEntry) -> bool {
+    pub fn keep(&self, e: &SuiteEntry) -> bool {
         self.level.is_none_or(|l| e.meta.level == Some(l))
             && self
                 .family

