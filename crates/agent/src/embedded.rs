@@ -1,19 +1,21 @@
 //! The embedded policy: the project's Python worker running a transformers model
 //! (`python -m tritonforge_worker policy MODEL DEVICE`), started on first use and kept.
-//! Requests are answered one at a time; the reply carries the exact prompt and
-//! completion token ids and log-probabilities.
+//! Requests are pipelined: each is written as soon as it is asked, the worker batches
+//! every request waiting when a batch starts, and a reader task routes each answer to
+//! its caller by id. Replies carry the exact prompt and completion token ids and
+//! log-probabilities.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::Mutex;
-use tritonforge_protocol::{ChatTurn, GenerateJob, Message, PROTOCOL_VERSION};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{oneshot, Mutex};
+use tritonforge_protocol::{ChatTurn, GenerateJob, Generated, Message, PROTOCOL_VERSION};
 
 use crate::backend::{Backend, BackendError, BoxFuture, ChatMessage, Completion, Sampling};
 
@@ -28,18 +30,36 @@ pub struct EmbeddedConfig {
     pub device: String,
     /// Loading the model (dequantising a GGUF file takes about 15 s on 2 cores).
     pub startup_timeout: Duration,
+    /// From writing a request to its answer, the batch it waits behind included.
     pub request_timeout: Duration,
+    /// Most requests the worker generates for at once.
+    pub max_batch: usize,
 }
 
-struct Proc {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
+type Reply = Result<Generated, String>;
+type Pending = Arc<StdMutex<HashMap<String, oneshot::Sender<Reply>>>>;
+
+/// One running worker process.
+struct Worker {
+    child: StdMutex<Child>,
+    stdin: Mutex<ChildStdin>,
+    pending: Pending,
+    /// Set by the reader when the worker's stdout closes; the next request restarts it.
+    dead: Arc<AtomicBool>,
+}
+
+impl Worker {
+    fn kill(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+        if let Ok(mut c) = self.child.lock() {
+            let _ = c.start_kill();
+        }
+    }
 }
 
 pub struct EmbeddedBackend {
     cfg: EmbeddedConfig,
-    proc: Mutex<Option<Proc>>,
+    worker: Mutex<Option<Arc<Worker>>>,
     stderr_tail: Arc<StdMutex<VecDeque<String>>>,
     next: AtomicU64,
 }
@@ -48,7 +68,7 @@ impl EmbeddedBackend {
     pub fn new(cfg: EmbeddedConfig) -> EmbeddedBackend {
         EmbeddedBackend {
             cfg,
-            proc: Mutex::new(None),
+            worker: Mutex::new(None),
             stderr_tail: Arc::new(StdMutex::new(VecDeque::new())),
             next: AtomicU64::new(0),
         }
@@ -74,7 +94,20 @@ impl EmbeddedBackend {
         }
     }
 
-    async fn start(&self) -> Result<Proc, BackendError> {
+    /// The running worker, started (or restarted after a death) on demand.
+    async fn worker(&self) -> Result<Arc<Worker>, BackendError> {
+        let mut slot = self.worker.lock().await;
+        if let Some(w) = slot.as_ref() {
+            if !w.dead.load(Ordering::SeqCst) {
+                return Ok(w.clone());
+            }
+        }
+        let w = Arc::new(self.start().await?);
+        *slot = Some(w.clone());
+        Ok(w)
+    }
+
+    async fn start(&self) -> Result<Worker, BackendError> {
         let mut child = Command::new(&self.cfg.python)
             .args(["-u", "-m", "tritonforge_worker", "policy"])
             .arg(&self.cfg.model)
@@ -82,6 +115,10 @@ impl EmbeddedBackend {
             .env("PYTHONPATH", &self.cfg.worker_path)
             .env("HF_HUB_OFFLINE", "1")
             .env("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+            .env(
+                "TRITONFORGE_POLICY_BATCH",
+                self.cfg.max_batch.max(1).to_string(),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -120,66 +157,86 @@ impl EmbeddedBackend {
             })?
             .map_err(|e| self.fail(e.to_string()))?
             .ok_or_else(|| self.fail("the policy worker exited while loading the model"))?;
-        match Message::from_line(&hello) {
-            Ok(Message::Hello { .. }) => Ok(Proc {
-                child,
-                stdin,
-                lines,
-            }),
-            Ok(_) | Err(_) => Err(self.fail(format!("expected hello, got {hello:.200}"))),
+        if !matches!(Message::from_line(&hello), Ok(Message::Hello { .. })) {
+            return Err(self.fail(format!("expected hello, got {hello:.200}")));
         }
+        let pending: Pending = Arc::new(StdMutex::new(HashMap::new()));
+        let dead = Arc::new(AtomicBool::new(false));
+        let (route, gone) = (pending.clone(), dead.clone());
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let (id, reply) = match Message::from_line(&line) {
+                    Ok(Message::Generation { id, result, .. }) => (Some(id), Ok(result)),
+                    Ok(Message::Error { id, message, .. }) => (id, Err(message)),
+                    _ => continue,
+                };
+                let Ok(mut map) = route.lock() else { break };
+                match id {
+                    Some(id) => {
+                        if let Some(tx) = map.remove(&id) {
+                            let _ = tx.send(reply);
+                        }
+                    }
+                    // An error that names no request (a line the worker could not parse)
+                    // fails everything in flight rather than leaving callers to time out.
+                    None => {
+                        let why = reply.err().unwrap_or_default();
+                        for (_, tx) in map.drain() {
+                            let _ = tx.send(Err(why.clone()));
+                        }
+                    }
+                }
+            }
+            gone.store(true, Ordering::SeqCst);
+            if let Ok(mut map) = route.lock() {
+                map.clear(); // dropping the senders wakes every waiter with "exited"
+            }
+        });
+        Ok(Worker {
+            child: StdMutex::new(child),
+            stdin: Mutex::new(stdin),
+            pending,
+            dead,
+        })
     }
 
-    async fn ask(&self, proc: &mut Proc, job: GenerateJob) -> Result<Completion, BackendError> {
+    async fn ask(&self, worker: &Worker, job: GenerateJob) -> Result<Generated, BackendError> {
         let id = format!("gen-{}", self.next.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = oneshot::channel();
+        worker
+            .pending
+            .lock()
+            .map_err(|_| self.fail("request table poisoned"))?
+            .insert(id.clone(), tx);
         let line = Message::Generate {
             protocol: PROTOCOL_VERSION,
             id: id.clone(),
             job,
         }
         .to_line();
-        proc.stdin
-            .write_all(format!("{line}\n").as_bytes())
-            .await
-            .map_err(|e| self.fail(format!("writing the request: {e}")))?;
-        proc.stdin
-            .flush()
-            .await
-            .map_err(|e| self.fail(e.to_string()))?;
-        let deadline = Instant::now() + self.cfg.request_timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let next = tokio::time::timeout(left, proc.lines.next_line())
+        {
+            let mut stdin = worker.stdin.lock().await;
+            stdin
+                .write_all(format!("{line}\n").as_bytes())
                 .await
-                .map_err(|_| BackendError::Timeout {
-                    url: self.name(),
-                    secs: self.cfg.request_timeout.as_secs_f64(),
-                })?
-                .map_err(|e| self.fail(e.to_string()))?
-                .ok_or_else(|| self.fail("the policy worker exited"))?;
-            match Message::from_line(&next) {
-                Ok(Message::Generation {
-                    id: got, result, ..
-                }) if got == id => {
-                    return Ok(Completion {
-                        prompt_tokens: Some(result.prompt_ids.len() as u32),
-                        completion_tokens: Some(result.token_ids.len() as u32),
-                        text: result.text,
-                        logprobs: Some(result.logprobs.iter().map(|x| *x as f32).collect()),
-                        token_ids: Some(result.token_ids),
-                        finish_reason: Some(result.finish_reason),
-                        latency_ms: 0.0,
-                        attempts: 1,
-                    });
-                }
-                Ok(Message::Error { message, .. }) => {
-                    return Err(BackendError::Protocol {
-                        url: self.name(),
-                        reason: message,
-                    })
-                }
-                _ => continue,
-            }
+                .map_err(|e| self.fail(format!("writing the request: {e}")))?;
+            stdin.flush().await.map_err(|e| self.fail(e.to_string()))?;
+        }
+        let answer = tokio::time::timeout(self.cfg.request_timeout, rx).await;
+        if let Ok(mut map) = worker.pending.lock() {
+            map.remove(&id);
+        }
+        match answer {
+            Err(_) => Err(BackendError::Timeout {
+                url: self.name(),
+                secs: self.cfg.request_timeout.as_secs_f64(),
+            }),
+            Ok(Err(_)) => Err(self.fail("the policy worker exited")),
+            Ok(Ok(Err(message))) => Err(BackendError::Protocol {
+                url: self.name(),
+                reason: message,
+            }),
+            Ok(Ok(Ok(result))) => Ok(result),
         }
     }
 }
@@ -195,13 +252,10 @@ impl Backend for EmbeddedBackend {
         sampling: &'a Sampling,
     ) -> BoxFuture<'a, Result<Completion, BackendError>> {
         Box::pin(async move {
-            let mut guard = self.proc.lock().await;
-            // Latency counts from when this request has the worker (start-up included),
-            // not the time spent queued behind other episodes' requests.
+            let worker = self.worker().await?;
+            // Latency counts from the request being written (the batch ahead of it
+            // included), not the model's load.
             let started = Instant::now();
-            if guard.is_none() {
-                *guard = Some(self.start().await?);
-            }
             let job = GenerateJob {
                 messages: messages
                     .iter()
@@ -215,20 +269,27 @@ impl Backend for EmbeddedBackend {
                 max_tokens: sampling.max_tokens,
                 seed: sampling.seed,
             };
-            let result = match guard.as_mut() {
-                Some(p) => self.ask(p, job).await,
-                None => Err(self.fail("not started")),
-            };
-            if result.is_err() {
-                // A worker in an unknown state is replaced on the next request.
-                if let Some(mut p) = guard.take() {
-                    let _ = p.child.start_kill();
+            match self.ask(&worker, job).await {
+                Ok(result) => Ok(Completion {
+                    prompt_tokens: Some(result.prompt_ids.len() as u32),
+                    completion_tokens: Some(result.token_ids.len() as u32),
+                    text: result.text,
+                    logprobs: Some(result.logprobs.iter().map(|x| *x as f32).collect()),
+                    token_ids: Some(result.token_ids),
+                    prompt_ids: Some(result.prompt_ids),
+                    finish_reason: Some(result.finish_reason),
+                    latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+                    attempts: 1,
+                }),
+                Err(e) => {
+                    // A worker that died or stalled is replaced on the next request; one
+                    // that answered with an error for this request alone is kept.
+                    if !matches!(e, BackendError::Protocol { .. }) {
+                        worker.kill();
+                    }
+                    Err(e)
                 }
             }
-            result.map(|mut c| {
-                c.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-                c
-            })
         })
     }
 }

@@ -24,7 +24,7 @@ pub struct EpisodeConfig {
 }
 
 /// One turn: the exact messages sent, the completion, the code, the verdict, the reward.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Turn {
     pub turn: u32,
     pub messages: Vec<ChatMessage>,
@@ -43,7 +43,7 @@ pub struct Turn {
     pub ret: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Episode {
     pub id: String,
     pub run: String,

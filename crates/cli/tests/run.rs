@@ -237,6 +237,15 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
     assert_eq!(t[1]["solved_by"], 1.0);
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     assert!(md.contains("| pass@1 | 100.0% |"), "{md}");
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(html.contains("<td>pass@1</td><td>100.0%</td>"), "{html}");
+    assert!(
+        html.contains("<svg")
+            && !["src=", "href=", "<link", "<script", "url("]
+                .iter()
+                .any(|x| html.contains(x)),
+        "self-contained plots: nothing fetched from elsewhere"
+    );
 
     // A rerun with the same settings resumes: nothing is asked again.
     let again = run(tf(&state)
@@ -393,12 +402,17 @@ fn the_embedded_model_answers_with_token_ids_and_logprobs() {
         "the task prompt is long: {c}"
     );
     assert!(!c["text"].as_str().unwrap().is_empty(), "{c}");
-    // Greedy decoding is deterministic: the same request gives the same ids.
+    let prompt_ids = c["prompt_ids"].as_array().unwrap();
+    assert_eq!(Some(prompt_ids.len() as u64), c["prompt_tokens"].as_u64());
+    // Greedy decoding is deterministic, and batching does not change a row: relu played
+    // in one batch with another problem gives the ids it got alone.
     let again = run(tf(&state)
         .args([
             "run",
             "--problem",
             "relu",
+            "--problem",
+            "softmax",
             "--turns",
             "1",
             "--max-tokens",
@@ -416,9 +430,17 @@ fn the_embedded_model_answers_with_token_ids_and_logprobs() {
         .arg(root.path().join("r2")));
     assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
     let eps = episodes(&state);
-    let second = eps.iter().find(|e| e["run"] == "second").unwrap();
+    let second: Vec<_> = eps.iter().filter(|e| e["run"] == "second").collect();
+    assert_eq!(second.len(), 2, "{}", text(&again.stderr));
+    let relu = second.iter().find(|e| e["problem"] == "relu").unwrap();
+    let other = second.iter().find(|e| e["problem"] != "relu").unwrap();
+    assert_eq!(relu["turns"][0]["completion"]["token_ids"], c["token_ids"]);
     assert_eq!(
-        second["turns"][0]["completion"]["token_ids"],
-        c["token_ids"]
+        relu["turns"][0]["completion"]["prompt_ids"],
+        c["prompt_ids"]
+    );
+    assert_ne!(
+        other["turns"][0]["completion"]["prompt_ids"], c["prompt_ids"],
+        "each row answers its own prompt"
     );
 }
