@@ -108,11 +108,18 @@ impl EmbeddedBackend {
     }
 
     async fn start(&self) -> Result<Worker, BackendError> {
+        // The worker's directory first; an inherited PYTHONPATH (where a model package may
+        // live) after it. Unlike candidate workers, the policy runs our code only.
+        let mut path = self.cfg.worker_path.clone().into_os_string();
+        if let Some(extra) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+            path.push(":");
+            path.push(extra);
+        }
         let mut child = Command::new(&self.cfg.python)
             .args(["-u", "-m", "tritonforge_worker", "policy"])
             .arg(&self.cfg.model)
             .arg(&self.cfg.device)
-            .env("PYTHONPATH", &self.cfg.worker_path)
+            .env("PYTHONPATH", path)
             .env("HF_HUB_OFFLINE", "1")
             .env("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
             .env(

@@ -1,5 +1,6 @@
-//! The run report as one self-contained HTML file: inline CSS and inline SVG plots, no
-//! script and no external resource, so it opens offline and can be attached anywhere.
+//! The run report as one self-contained HTML file: inline CSS and inline SVG plots (styled
+//! by attributes, so a plot copied out renders the same), no script and no external
+//! resource, so it opens offline and can be attached anywhere.
 
 use std::fmt::Write as _;
 
@@ -25,16 +26,21 @@ fn pct(x: f64) -> String {
     format!("{:.1}%", 100.0 * x)
 }
 
+/// An axis maximum for counts: a multiple of 4, so the four grid steps are whole numbers.
+fn count_axis(most: f64) -> f64 {
+    ((most / 4.0).ceil() * 4.0).max(4.0)
+}
+
 /// A vertical bar chart: one bar per (label, value), values in `0..=max`.
 fn bars(title: &str, data: &[(String, f64)], max: f64, fmt: &dyn Fn(f64) -> String) -> String {
-    let (w, h, left, bottom, top) = (420.0, 220.0, 44.0, 40.0, 28.0);
+    let (w, h, left, bottom, top) = (420.0, 230.0, 52.0, 40.0, 40.0);
     let plot_h = h - bottom - top;
     let n = data.len().max(1) as f64;
     let slot = (w - left - 10.0) / n;
     let max = if max > 0.0 { max } else { 1.0 };
     let mut svg = format!(
         "<svg viewBox=\"0 0 {w} {h}\" width=\"{w}\" height=\"{h}\" role=\"img\" aria-label=\"{t}\">\
-         <text x=\"{x}\" y=\"18\" class=\"t\">{t}</text>",
+         <text x=\"{x}\" y=\"16\" font-size=\"12\" font-weight=\"600\" text-anchor=\"middle\">{t}</text>",
         t = escape(title),
         x = w / 2.0
     );
@@ -43,8 +49,8 @@ fn bars(title: &str, data: &[(String, f64)], max: f64, fmt: &dyn Fn(f64) -> Stri
         let y = top + plot_h - plot_h * f64::from(i) / 4.0;
         let _ = write!(
             svg,
-            "<line x1=\"{left}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" class=\"g\"/>\
-             <text x=\"{}\" y=\"{:.1}\" class=\"a\" text-anchor=\"end\">{}</text>",
+            "<line x1=\"{left}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
+             <text x=\"{}\" y=\"{:.1}\" font-size=\"10\" fill=\"#444\" text-anchor=\"end\">{}</text>",
             w - 10.0,
             left - 4.0,
             y + 4.0,
@@ -58,10 +64,10 @@ fn bars(title: &str, data: &[(String, f64)], max: f64, fmt: &dyn Fn(f64) -> Stri
         let y = top + plot_h - bh;
         let _ = write!(
             svg,
-            "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" class=\"b\">\
+            "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"#3b6ea8\">\
              <title>{l}: {v}</title></rect>\
-             <text x=\"{cx:.1}\" y=\"{ly:.1}\" class=\"a\" text-anchor=\"middle\">{v}</text>\
-             <text x=\"{cx:.1}\" y=\"{by:.1}\" class=\"a\" text-anchor=\"middle\">{l}</text>",
+             <text x=\"{cx:.1}\" y=\"{ly:.1}\" font-size=\"10\" fill=\"#444\" text-anchor=\"middle\">{v}</text>\
+             <text x=\"{cx:.1}\" y=\"{by:.1}\" font-size=\"10\" fill=\"#444\" text-anchor=\"middle\">{l}</text>",
             l = escape(label),
             v = escape(&fmt(*v)),
             cx = x + bw / 2.0,
@@ -154,9 +160,12 @@ pub fn html(title: &str, header: &[(String, String)], s: &Summary) -> String {
         .map(|(k, v)| (k.clone(), *v as f64))
         .collect();
     let most = outcomes.iter().map(|(_, v)| *v).fold(0.0, f64::max);
-    body.push_str(&bars("final outcomes (episodes)", &outcomes, most, &|v| {
-        format!("{v:.0}")
-    }));
+    body.push_str(&bars(
+        "final outcomes (episodes)",
+        &outcomes,
+        count_axis(most),
+        &|v| format!("{v:.0}"),
+    ));
     let solved: Vec<(String, f64)> = s
         .turns
         .iter()
@@ -208,7 +217,7 @@ pub fn html(title: &str, header: &[(String, String)], s: &Summary) -> String {
         body.push_str(&bars(
             "best speedup per problem (correct, timed)",
             &hist,
-            most,
+            count_axis(most),
             &|v| format!("{v:.0}"),
         ));
     }
@@ -296,8 +305,7 @@ pub fn html(title: &str, header: &[(String, String)], s: &Summary) -> String {
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:70em;color:#222}\
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}\
 td:first-child,th:first-child{text-align:left}dl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em}\
-dt{font-weight:600}dd{margin:0}.plots{display:flex;flex-wrap:wrap;gap:1em}\
-svg .b{fill:#3b6ea8}svg .g{stroke:#ddd}svg .a{font-size:10px;fill:#444}svg .t{font-size:12px;text-anchor:middle;font-weight:600}";
+dt{font-weight:600}dd{margin:0}.plots{display:flex;flex-wrap:wrap;gap:1em}";
 
 #[cfg(test)]
 mod tests {
