@@ -9,6 +9,7 @@ use tritonforge_protocol::DeviceRequest;
 use tritonforge_pyenv::{PythonEnv, PythonSource};
 
 mod bench_cmd;
+mod data_cmd;
 mod doctor;
 mod eval_cmd;
 mod guard_cmd;
@@ -94,6 +95,9 @@ enum Cmd {
     },
     /// Create (or check) the managed Python environment now, rather than on first use.
     Setup,
+    /// The SFT data pipeline: build a training set, show a build's stats.
+    #[command(subcommand)]
+    Data(data_cmd::DataCmd),
     /// A model's tokenizer and chat template: export one, render chats with it.
     #[command(subcommand)]
     Tokenizer(tokenizer_cmd::TokenizerCmd),
@@ -291,6 +295,7 @@ fn main() -> ExitCode {
             Cmd::Guard(args) => guard_cmd::run(args),
             Cmd::Doctor { json } => doctor::run(&cli.global, json).await,
             Cmd::Setup => setup(&cli.global),
+            Cmd::Data(cmd) => data_cmd::run(cmd),
             Cmd::Tokenizer(cmd) => tokenizer_cmd::run(&cli.global, cmd).await,
         }
     });

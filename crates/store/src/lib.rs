@@ -187,6 +187,22 @@ impl Store {
         Ok(out)
     }
 
+    /// Every stored episode of every run, as (run, JSON), by id.
+    pub fn all_episodes(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT run, episode FROM episodes ORDER BY id")
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.sql())?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row.map_err(self.sql())?);
+        }
+        Ok(out)
+    }
+
     /// The stored record for `key`, if any.
     pub fn get(&self, key: &str) -> Result<Option<EvalRecord>, StoreError> {
         let text: Option<String> = self

@@ -1,0 +1,312 @@
+//! `tritonforge data build` on generated KernelBook-shaped fixtures (`data synth
+//! --defects`: a few hundred valid rows plus rows planted for every stage to drop), in
+//! JSONL and parquet: each stage's keep/drop decisions, the conversations written, the
+//! token counts against transformers, and clear errors for broken configs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+mod common;
+use common::*;
+
+fn jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn config(dir: &Path, input: &Path, out: &str, extra: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{out}.toml"));
+    let text = format!(
+        "[[input]]\nkind = \"kernelbook\"\npath = {input:?}\n\n[output]\ndir = {:?}\nvalidation = 0.1\n\n[decontaminate]\nsuite = {:?}\n\n{extra}",
+        dir.join(out),
+        repo().join("bench")
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn build(state: &Path, cfg: &Path) -> Value {
+    let out = run(tf(state)
+        .args(["data", "build", "--json", "--config"])
+        .arg(cfg));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn stage<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stage"] == name)
+        .unwrap_or_else(|| panic!("no stage {name}: {report}"))
+}
+
+fn kept(dir: &Path) -> Vec<Value> {
+    let mut rows = jsonl(&dir.join("train.jsonl"));
+    rows.extend(jsonl(&dir.join("validation.jsonl")));
+    rows
+}
+
+#[test]
+fn every_stage_keeps_and_drops_what_it_should() {
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    let fx = root.path().join("fx");
+    let out = run(tf(&state)
+        .args([
+            "data",
+            "synth",
+            "--rows",
+            "300",
+            "--defects",
+            "--seed",
+            "3",
+            "--out",
+        ])
+        .arg(&fx));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let tok = root.path().join("tok");
+    let out = run(tf(&state).args(["tokenizer", "export", "--out"]).arg(&tok));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // JSONL, thinking wrapped, real token counts.
+    let cfg = config(
+        root.path(),
+        &fx.join("kernelbook.jsonl"),
+        "a",
+        &format!("[length]\ntokenizer = {tok:?}\nmin = 100\nmax = 8192\n"),
+    );
+    let report = build(&state, &cfg);
+    let ingest = stage(&report, "ingest");
+    assert_eq!(ingest["dropped"]["malformed_json"], 1, "{ingest}");
+    assert_eq!(ingest["dropped"]["non_utf8"], 1, "{ingest}");
+    assert_eq!(
+        ingest["dropped"]["missing_field:triton_code"], 1,
+        "{ingest}"
+    );
+    assert_eq!(ingest["dropped"]["empty_field:python_code"], 1, "{ingest}");
+
+    let a = root.path().join("a");
+    let dropped: BTreeMap<String, Value> = jsonl(&a.join("dropped.jsonl"))
+        .into_iter()
+        .filter_map(|b| Some((b["id"].as_str()?.to_string(), b)))
+        .collect();
+    let reason = |id: &str| {
+        let b = dropped.get(id).unwrap_or_else(|| panic!("{id} was kept"));
+        (
+            b["stage"].as_str().unwrap().to_string(),
+            b["reason"].as_str().unwrap().to_string(),
+        )
+    };
+    assert_eq!(reason("bad-too-long"), ("length".into(), "too_long".into()));
+    assert_eq!(reason("bad-tiny").0, "quality", "a stub with no kernel");
+    assert_eq!(
+        reason("bad-problem-syntax"),
+        ("quality".into(), "problem_unparsable".into())
+    );
+    assert_eq!(
+        reason("bad-answer-syntax"),
+        ("quality".into(), "answer_unparsable".into())
+    );
+    let (st, why) = reason("bad-guard-torch");
+    assert_eq!(st, "quality");
+    assert!(why.starts_with("guard:"), "{why}");
+    assert_eq!(
+        reason("bad-exact-dup"),
+        ("dedup_exact".into(), "exact_duplicate".into())
+    );
+    assert_eq!(
+        dropped["bad-exact-dup"]["instead"], "ok-000000",
+        "the better row stays"
+    );
+    assert_eq!(
+        reason("bad-near-dup"),
+        ("dedup_near".into(), "near_duplicate".into())
+    );
+    assert_eq!(dropped["bad-near-dup"]["instead"], "ok-000001");
+    assert_eq!(
+        reason("bad-heldout-leak"),
+        ("decontaminate".into(), "heldout_lookalike".into())
+    );
+    assert!(
+        dropped.keys().all(|id| id.starts_with("bad-")),
+        "a valid row was dropped: {dropped:?}"
+    );
+
+    // Every valid row is kept, once, as a conversation in the agent's task format.
+    let rows = kept(&a);
+    let ids: BTreeSet<String> = rows
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), rows.len());
+    assert_eq!(
+        ids.len(),
+        300,
+        "{:?}",
+        ids.iter()
+            .filter(|i| !i.starts_with("ok-"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        report["train"].as_u64().unwrap() + report["validation"].as_u64().unwrap(),
+        300
+    );
+    assert!(
+        report["validation"].as_u64().unwrap() > 10,
+        "about 10% validation"
+    );
+    for r in &rows {
+        let m = r["messages"].as_array().unwrap();
+        assert_eq!(
+            m.iter()
+                .map(|x| x["role"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["system", "user", "assistant"]
+        );
+        let user = m[1]["content"].as_str().unwrap();
+        let answer = m[2]["content"].as_str().unwrap();
+        assert!(user.contains("class Model(nn.Module)"), "{user}");
+        assert!(
+            answer.contains("class ModelNew(nn.Module)") && answer.contains("```python"),
+            "{answer}"
+        );
+        let n: usize = r["id"].as_str().unwrap()[3..].parse().unwrap();
+        assert_eq!(
+            answer.starts_with("<think>\n"),
+            n % 3 == 0,
+            "reasoning wrapped: {answer:.80}"
+        );
+        assert!(
+            r["meta"]["repo_name"].is_string(),
+            "unknown columns kept: {r}"
+        );
+        let t = r["tokens"].as_u64().unwrap();
+        assert!((100..=8192).contains(&t));
+    }
+
+    // Token counts are transformers' counts of the same rendered conversation.
+    let sample: Vec<Value> = rows
+        .iter()
+        .take(25)
+        .map(|r| json!({"messages": r["messages"], "add_generation_prompt": false}))
+        .collect();
+    let chats = root.path().join("sample.json");
+    std::fs::write(&chats, serde_json::to_string(&sample).unwrap()).unwrap();
+    let hf = std::process::Command::new(venv().join("bin/python"))
+        .arg(fixture("chat/hf_render.py"))
+        .arg(&tok)
+        .arg(&chats)
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    assert!(hf.status.success(), "{}", text(&hf.stderr));
+    let want: Vec<Value> = serde_json::from_slice(&hf.stdout).unwrap();
+    for (r, w) in rows.iter().zip(&want) {
+        assert_eq!(
+            r["tokens"].as_u64().unwrap() as usize,
+            w["ids"].as_array().unwrap().len(),
+            "{}",
+            r["id"]
+        );
+    }
+
+    // Outputs: parquet beside JSONL, stats in both forms, `data stats` reads them back.
+    for f in [
+        "train.parquet",
+        "validation.parquet",
+        "stats.md",
+        "stats.json",
+    ] {
+        assert!(a.join(f).is_file(), "{f}");
+    }
+    let md = std::fs::read_to_string(a.join("stats.md")).unwrap();
+    assert!(md.contains("| dedup_near | near_duplicate | 1 |"), "{md}");
+    let out = run(tf(&state).args(["data", "stats"]).arg(&a));
+    assert_eq!(text(&out.stdout), md);
+
+    // The same rows from parquet, with no thinking tags and no tokenizer: the same rows kept
+    // (the too-long row is kept: nothing measures it), none with <think>.
+    let cfg = config(
+        root.path(),
+        &fx.join("kernelbook.parquet"),
+        "b",
+        "[thinking]\nmode = \"none\"\n",
+    );
+    let report = build(&state, &cfg);
+    assert!(stage(&report, "length")["note"]
+        .as_str()
+        .unwrap()
+        .contains("no length.tokenizer"));
+    let b_rows = kept(&root.path().join("b"));
+    let b_ids: BTreeSet<String> = b_rows
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    let mut with_long = ids.clone();
+    with_long.insert("bad-too-long".to_string());
+    assert_eq!(b_ids, with_long, "parquet and JSONL give the same set");
+    assert!(b_rows.iter().all(|r| !r["messages"][2]["content"]
+        .as_str()
+        .unwrap()
+        .contains("<think>")));
+    // The split is a function of the id: the same rows land in validation both times.
+    let va: BTreeSet<_> = jsonl(&a.join("validation.jsonl"))
+        .iter()
+        .map(|r| r["id"].clone().to_string())
+        .collect();
+    let vb: BTreeSet<_> = jsonl(&root.path().join("b/validation.jsonl"))
+        .iter()
+        .map(|r| r["id"].clone().to_string())
+        .collect();
+    assert_eq!(va, vb);
+}
+
+#[test]
+fn broken_configs_and_inputs_are_named() {
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    let cfg = root.path().join("bad.toml");
+    std::fs::write(&cfg, "[[input]]\nkind = \"kernelbook\"\npath = \"x.jsonl\"\n[output]\ndir = \"o\"\n[dedup]\nthreshhold = 0.5\n").unwrap();
+    let out = run(tf(&state).args(["data", "build", "--config"]).arg(&cfg));
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("bad.toml") && err.contains("threshhold"),
+        "{err}"
+    );
+
+    std::fs::write(
+        &cfg,
+        "[[input]]\nkind = \"kernelbook\"\npath = \"missing.jsonl\"\n[output]\ndir = \"o\"\n",
+    )
+    .unwrap();
+    let out = run(tf(&state).args(["data", "build", "--config"]).arg(&cfg));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("missing.jsonl"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let junk = root.path().join("junk.parquet");
+    std::fs::write(&junk, b"not parquet at all").unwrap();
+    std::fs::write(
+        &cfg,
+        format!("[[input]]\nkind = \"kernelbook\"\npath = {junk:?}\n[output]\ndir = \"o\"\n"),
+    )
+    .unwrap();
+    let out = run(tf(&state).args(["data", "build", "--config"]).arg(&cfg));
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("junk.parquet") && err.contains("parquet"),
+        "{err}"
+    );
+}

@@ -1,0 +1,347 @@
+//! `data.toml`: the inputs, and each stage's settings. Every stage can be switched off;
+//! an unknown key is an error (a misspelt setting must not silently do nothing).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::DataError;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(rename = "input", default)]
+    pub inputs: Vec<Input>,
+    pub output: Output,
+    #[serde(default)]
+    pub prompts: PromptsCfg,
+    #[serde(default)]
+    pub thinking: Thinking,
+    #[serde(default)]
+    pub length: Length,
+    #[serde(default)]
+    pub quality: Quality,
+    #[serde(default)]
+    pub dedup: Dedup,
+    #[serde(default)]
+    pub decontaminate: Decontaminate,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "lowercase")]
+pub enum Input {
+    /// KernelBook-shaped rows: `.jsonl` or `.parquet` (`python_code`, `triton_code`,
+    /// `entry_point`, `uuid`, ...; other columns are kept as metadata).
+    Kernelbook { path: PathBuf },
+    /// The suite's `train` problems with their reference solutions.
+    Suite {
+        #[serde(default = "default_suite")]
+        path: PathBuf,
+    },
+    /// Episodes from a store that became correct: single-turn pairs, or the failed attempt,
+    /// its feedback and the fix as one multi-turn conversation.
+    Episodes {
+        store: PathBuf,
+        /// One run; every run when absent.
+        run: Option<String>,
+    },
+}
+
+fn default_suite() -> PathBuf {
+    PathBuf::from("bench")
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Output {
+    pub dir: PathBuf,
+    /// Share of rows in the validation split.
+    #[serde(default = "default_validation")]
+    pub validation: f64,
+    /// Salt of the split hash (another seed, another split).
+    #[serde(default)]
+    pub seed: u64,
+    /// `jsonl` and/or `parquet`.
+    #[serde(default = "default_formats")]
+    pub formats: Vec<String>,
+}
+
+fn default_validation() -> f64 {
+    0.05
+}
+
+fn default_formats() -> Vec<String> {
+    vec!["jsonl".into(), "parquet".into()]
+}
+
+/// The agent's prompt templates (the same task text as inference) and the target they name.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptsCfg {
+    /// Replacement templates, as `tritonforge run --prompts`.
+    pub dir: Option<PathBuf>,
+    #[serde(default = "default_device")]
+    pub device: String,
+    #[serde(default = "default_dtype")]
+    pub dtype: String,
+}
+
+impl Default for PromptsCfg {
+    fn default() -> Self {
+        PromptsCfg {
+            dir: None,
+            device: default_device(),
+            dtype: default_dtype(),
+        }
+    }
+}
+
+fn default_device() -> String {
+    "NVIDIA GPU (CUDA)".into()
+}
+
+fn default_dtype() -> String {
+    "float32".into()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ThinkingMode {
+    /// Provided reasoning goes in `<think>…</think>` before the answer.
+    #[default]
+    Wrap,
+    /// No thinking tags at all (provided reasoning is dropped, recorded thinking stripped).
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Thinking {
+    #[serde(default)]
+    pub mode: ThinkingMode,
+    /// The input column holding reasoning.
+    #[serde(default = "default_reasoning_field")]
+    pub field: String,
+}
+
+impl Default for Thinking {
+    fn default() -> Self {
+        Thinking {
+            mode: ThinkingMode::Wrap,
+            field: default_reasoning_field(),
+        }
+    }
+}
+
+fn default_reasoning_field() -> String {
+    "reasoning".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Length {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Model directory with `tokenizer.json` and a chat template. Without it the stage
+    /// is off (and says so in the stats).
+    pub tokenizer: Option<PathBuf>,
+    #[serde(default = "default_min")]
+    pub min: usize,
+    #[serde(default = "default_max")]
+    pub max: usize,
+}
+
+impl Default for Length {
+    fn default() -> Self {
+        Length {
+            enabled: true,
+            tokenizer: None,
+            min: default_min(),
+            max: default_max(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_min() -> usize {
+    100
+}
+
+fn default_max() -> usize {
+    8192
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quality {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Run the guard on answers (a launched `@triton.jit` kernel, no fallback, no cheat).
+    #[serde(default = "yes")]
+    pub guard: bool,
+    /// A guard policy file instead of the default policy.
+    pub policy: Option<PathBuf>,
+}
+
+impl Default for Quality {
+    fn default() -> Self {
+        Quality {
+            enabled: true,
+            guard: true,
+            policy: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dedup {
+    #[serde(default = "yes")]
+    pub exact: bool,
+    #[serde(default = "yes")]
+    pub near: bool,
+    /// Estimated Jaccard similarity of answers at or above which two rows are one cluster.
+    #[serde(default = "default_threshold")]
+    pub threshold: f64,
+    #[serde(default = "default_perms")]
+    pub permutations: usize,
+    #[serde(default = "default_bands")]
+    pub bands: usize,
+    /// Tokens per shingle.
+    #[serde(default = "default_shingle")]
+    pub shingle: usize,
+}
+
+impl Default for Dedup {
+    fn default() -> Self {
+        Dedup {
+            exact: true,
+            near: true,
+            threshold: default_threshold(),
+            permutations: default_perms(),
+            bands: default_bands(),
+            shingle: default_shingle(),
+        }
+    }
+}
+
+fn default_threshold() -> f64 {
+    0.8
+}
+
+fn default_perms() -> usize {
+    128
+}
+
+fn default_bands() -> usize {
+    32
+}
+
+fn default_shingle() -> usize {
+    5
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Decontaminate {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The suite whose `heldout` problems no training row may resemble.
+    #[serde(default = "default_suite")]
+    pub suite: PathBuf,
+    /// Jaccard similarity (of token shingles) of a row's PyTorch module to a heldout
+    /// problem at or above which the row is dropped.
+    #[serde(default = "default_contamination")]
+    pub threshold: f64,
+}
+
+impl Default for Decontaminate {
+    fn default() -> Self {
+        Decontaminate {
+            enabled: true,
+            suite: default_suite(),
+            threshold: default_contamination(),
+        }
+    }
+}
+
+fn default_contamination() -> f64 {
+    0.6
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, DataError> {
+        let text = std::fs::read_to_string(path).map_err(|e| DataError::Config {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        let mut cfg: Config = toml::from_str(&text).map_err(|e| DataError::Config {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        // Relative paths are relative to the config file.
+        let base = path.parent().unwrap_or(Path::new("."));
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        for input in &mut cfg.inputs {
+            match input {
+                Input::Kernelbook { path } | Input::Suite { path } => fix(path),
+                Input::Episodes { store, .. } => fix(store),
+            }
+        }
+        fix(&mut cfg.output.dir);
+        if let Some(d) = &mut cfg.prompts.dir {
+            fix(d);
+        }
+        if let Some(t) = &mut cfg.length.tokenizer {
+            fix(t);
+        }
+        if let Some(p) = &mut cfg.quality.policy {
+            fix(p);
+        }
+        fix(&mut cfg.decontaminate.suite);
+        cfg.check().map_err(|reason| DataError::Config {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.inputs.is_empty() {
+            return Err("no [[input]]".into());
+        }
+        if !(0.0..1.0).contains(&self.output.validation) {
+            return Err("output.validation must be in [0, 1)".into());
+        }
+        for f in &self.output.formats {
+            if f != "jsonl" && f != "parquet" {
+                return Err(format!(
+                    "output.formats: unknown format {f:?} (jsonl, parquet)"
+                ));
+            }
+        }
+        let d = &self.dedup;
+        if d.bands == 0 || d.permutations == 0 || !d.permutations.is_multiple_of(d.bands) {
+            return Err("dedup.permutations must be a positive multiple of dedup.bands".into());
+        }
+        if d.shingle == 0 {
+            return Err("dedup.shingle must be at least 1".into());
+        }
+        if !(0.0..=1.0).contains(&d.threshold)
+            || !(0.0..=1.0).contains(&self.decontaminate.threshold)
+        {
+            return Err("thresholds are similarities in [0, 1]".into());
+        }
+        if self.length.min > self.length.max {
+            return Err("length.min is above length.max".into());
+        }
+        Ok(())
+    }
+}

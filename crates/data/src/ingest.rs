@@ -1,0 +1,295 @@
+//! Reading rows: KernelBook-shaped JSONL and parquet, the suite's train pairs, and
+//! episodes from a store. A bad row is counted with its reason and its place, never fatal.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use serde_json::{Map, Value};
+use tritonforge_agent::{ChatMessage, Episode};
+
+use crate::{Bad, DataError, Row};
+
+/// The KernelBook columns this pipeline reads; every other column is kept as metadata.
+const PROBLEM: &str = "python_code";
+const ANSWER: &str = "triton_code";
+
+/// Rows of a `.jsonl` or `.parquet` file in the KernelBook shape.
+pub fn kernelbook(path: &Path, reasoning_field: &str) -> Result<(Vec<Row>, Vec<Bad>), DataError> {
+    let name = path.display().to_string();
+    let mut rows = Vec::new();
+    let mut bad = Vec::new();
+    let is_parquet = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
+    let io = |e: std::io::Error| DataError::Input {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    if is_parquet {
+        let file = std::fs::File::open(path).map_err(io)?;
+        let reader = SerializedFileReader::new(file).map_err(|e| DataError::Input {
+            path: path.to_path_buf(),
+            reason: format!("not a readable parquet file: {e}"),
+        })?;
+        let iter = reader.get_row_iter(None).map_err(|e| DataError::Input {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        for (i, row) in iter.enumerate() {
+            let place = format!("{name}#row{}", i + 1);
+            match row {
+                Ok(r) => match parquet_row(&r) {
+                    Ok(obj) => match from_object(obj, &place, reasoning_field) {
+                        Ok(row) => rows.push(row),
+                        Err(reason) => bad.push(Bad::new("ingest", &reason, &place)),
+                    },
+                    Err(reason) => bad.push(Bad::new("ingest", &reason, &place)),
+                },
+                Err(e) => bad.push(Bad::new("ingest", &format!("unreadable_row: {e}"), &place)),
+            }
+        }
+    } else {
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut reader = BufReader::new(file);
+        let mut buf = Vec::new();
+        let mut line_no = 0usize;
+        loop {
+            buf.clear();
+            let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            let place = format!("{name}:{line_no}");
+            let Ok(text) = std::str::from_utf8(&buf) else {
+                bad.push(Bad::new("ingest", "non_utf8", &place));
+                continue;
+            };
+            if text.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(obj)) => match from_object(obj, &place, reasoning_field) {
+                    Ok(row) => rows.push(row),
+                    Err(reason) => bad.push(Bad::new("ingest", &reason, &place)),
+                },
+                Ok(_) => bad.push(Bad::new("ingest", "not_an_object", &place)),
+                Err(_) => bad.push(Bad::new("ingest", "malformed_json", &place)),
+            }
+        }
+    }
+    Ok((rows, bad))
+}
+
+/// A parquet record as a JSON object. Byte columns must be UTF-8 text; nested values
+/// are kept as their display form (metadata only).
+fn parquet_row(r: &parquet::record::Row) -> Result<Map<String, Value>, String> {
+    use parquet::record::Field;
+    let mut obj = Map::new();
+    for (name, field) in r.get_column_iter() {
+        let v = match field {
+            Field::Null => Value::Null,
+            Field::Bool(b) => Value::from(*b),
+            Field::Byte(x) => Value::from(*x),
+            Field::Short(x) => Value::from(*x),
+            Field::Int(x) => Value::from(*x),
+            Field::Long(x) => Value::from(*x),
+            Field::UByte(x) => Value::from(*x),
+            Field::UShort(x) => Value::from(*x),
+            Field::UInt(x) => Value::from(*x),
+            Field::ULong(x) => Value::from(*x),
+            Field::Float(x) => Value::from(f64::from(*x)),
+            Field::Double(x) => Value::from(*x),
+            Field::Str(s) => Value::from(s.clone()),
+            Field::Bytes(b) => match std::str::from_utf8(b.data()) {
+                Ok(s) => Value::from(s),
+                Err(_) => return Err("non_utf8".into()),
+            },
+            other => Value::from(other.to_string()),
+        };
+        obj.insert(name.clone(), v);
+    }
+    Ok(obj)
+}
+
+fn take_string(obj: &mut Map<String, Value>, key: &str) -> Result<String, String> {
+    match obj.remove(key) {
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s),
+        Some(Value::String(_)) => Err(format!("empty_field:{key}")),
+        Some(Value::Null) | None => Err(format!("missing_field:{key}")),
+        Some(_) => Err(format!("not_a_string:{key}")),
+    }
+}
+
+/// The first `class Name(` of a module: the entry point when the row names none.
+fn first_class(src: &str) -> Option<String> {
+    src.lines().find_map(|l| {
+        let rest = l.strip_prefix("class ")?;
+        let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+        (end > 0).then(|| rest[..end].to_string())
+    })
+}
+
+fn from_object(
+    mut obj: Map<String, Value>,
+    place: &str,
+    reasoning_field: &str,
+) -> Result<Row, String> {
+    let problem = take_string(&mut obj, PROBLEM)?;
+    let answer = take_string(&mut obj, ANSWER)?;
+    let entry_point = match obj.get("entry_point") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        _ => first_class(&problem).ok_or_else(|| "missing_field:entry_point".to_string())?,
+    };
+    let reasoning = match obj.remove(reasoning_field) {
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s),
+        _ => None,
+    };
+    let id = match obj.get("uuid") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => place.to_string(),
+    };
+    let stars = obj.get("stars").and_then(Value::as_f64).unwrap_or(0.0);
+    Ok(Row {
+        id,
+        origin: place.to_string(),
+        problem,
+        answer,
+        entry_point,
+        reasoning,
+        history: Vec::new(),
+        meta: obj,
+        stars,
+        ..Row::default()
+    })
+}
+
+/// The suite's `train` problems that have a reference solution.
+pub fn suite(root: &Path) -> Result<(Vec<Row>, Vec<Bad>), DataError> {
+    let suite = tritonforge_bench::Suite::load(root).map_err(|e| DataError::Input {
+        path: root.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let mut rows = Vec::new();
+    let mut bad = Vec::new();
+    for e in &suite.entries {
+        if e.meta.split.as_deref() != Some("train") {
+            continue;
+        }
+        let place = format!("suite:{}", e.key);
+        let Some(sol) = &e.solution_path else {
+            bad.push(Bad::new("ingest", "no_solution", &place));
+            continue;
+        };
+        let read =
+            |p: &Path| std::fs::read_to_string(p).map_err(|err| format!("unreadable: {err}"));
+        match (read(&e.problem_path), read(sol)) {
+            (Ok(problem), Ok(answer)) => {
+                let mut meta = Map::new();
+                meta.insert("suite_key".into(), Value::from(e.key.clone()));
+                meta.insert("level".into(), Value::from(e.meta.level));
+                meta.insert("family".into(), Value::from(e.meta.family.clone()));
+                rows.push(Row {
+                    id: format!("suite/{}", e.key),
+                    origin: place,
+                    problem,
+                    answer,
+                    entry_point: "Model".into(),
+                    meta,
+                    verified: true,
+                    ..Row::default()
+                })
+            }
+            (Err(r), _) | (_, Err(r)) => bad.push(Bad::new("ingest", &r, &place)),
+        }
+    }
+    Ok((rows, bad))
+}
+
+/// Episodes that became correct. Solved on the first turn: a plain pair. Solved later:
+/// the conversation up to the fixing turn (failed attempts and their feedback included)
+/// plus the fix.
+pub fn episodes(store: &Path, run: Option<&str>) -> Result<(Vec<Row>, Vec<Bad>), DataError> {
+    let err = |e: tritonforge_store::StoreError| DataError::Input {
+        path: store.to_path_buf(),
+        reason: e.to_string(),
+    };
+    if !store.is_file() {
+        return Err(DataError::Input {
+            path: store.to_path_buf(),
+            reason: "no such store".into(),
+        });
+    }
+    let db = tritonforge_store::Store::open(store).map_err(err)?;
+    let all = match run {
+        Some(r) => db
+            .episodes(r)
+            .map_err(err)?
+            .into_iter()
+            .map(|(_, text)| (r.to_string(), text))
+            .collect(),
+        None => db.all_episodes().map_err(err)?,
+    };
+    let mut rows = Vec::new();
+    let mut bad = Vec::new();
+    let mut sources: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for (run, text) in all {
+        let ep: Episode = match serde_json::from_str(&text) {
+            Ok(e) => e,
+            Err(_) => {
+                bad.push(Bad::new(
+                    "ingest",
+                    "malformed_episode",
+                    &format!("episodes:{run}"),
+                ));
+                continue;
+            }
+        };
+        let place = format!("episode:{}", ep.id);
+        let Some(k) = ep.turns.iter().position(|t| t.outcome == "correct") else {
+            bad.push(Bad::new("ingest", "episode_unsolved", &place));
+            continue;
+        };
+        let turn = &ep.turns[k];
+        let Some(code) = turn.code.clone() else {
+            bad.push(Bad::new("ingest", "episode_without_code", &place));
+            continue;
+        };
+        let problem = sources
+            .entry(ep.problem_path.clone())
+            .or_insert_with(|| std::fs::read_to_string(&ep.problem_path).ok())
+            .clone();
+        let Some(problem) = problem else {
+            bad.push(Bad::new("ingest", "episode_problem_unreadable", &place));
+            continue;
+        };
+        let mut meta = Map::new();
+        meta.insert("run".into(), Value::from(run));
+        meta.insert("problem".into(), Value::from(ep.problem.clone()));
+        meta.insert("turns_to_fix".into(), Value::from(k + 1));
+        rows.push(Row {
+            id: ep.id.clone(),
+            origin: place,
+            problem,
+            answer: code,
+            entry_point: "Model".into(),
+            // The exact messages the policy saw (system, task, attempts, feedback) and
+            // the reply that fixed it.
+            history: turn.messages.clone(),
+            final_reply: Some(turn.completion.text.clone()),
+            meta,
+            verified: true,
+            ..Row::default()
+        });
+    }
+    Ok((rows, bad))
+}
+
+/// Messages of a conversation, checked: roles known, contents strings.
+pub fn valid_history(h: &[ChatMessage]) -> bool {
+    h.iter()
+        .all(|m| matches!(m.role.as_str(), "system" | "user" | "assistant"))
+}

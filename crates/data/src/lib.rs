@@ -1,0 +1,679 @@
+//! The SFT data pipeline: KernelBook-style pairs, the suite's train pairs and our own
+//! episodes become one clean set of conversations, with a record of what was kept and
+//! why. Stages (each optional): ingest, normalise (the agent's own prompt templates, so
+//! training and inference see the same task text; thinking tags), length filter (real
+//! token counts), quality filter (both sides parse; the answer passes the guard), exact
+//! and near-duplicate removal (MinHash LSH, keeping the best row of a cluster),
+//! decontamination against heldout suite problems, split and write (JSONL, parquet, stats
+//! in Markdown and JSON). Bad rows are counted and logged with their reason, never fatal.
+//! A library that never prints: progress goes through a callback.
+
+pub mod config;
+pub mod ingest;
+pub mod minhash;
+pub mod synth;
+pub mod write;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tritonforge_agent::{ChatMessage, Prompts, Target};
+
+pub use config::Config;
+use config::{Input, ThinkingMode};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error("{path}: {reason}")]
+    Config { path: PathBuf, reason: String },
+    #[error("input {path}: {reason}")]
+    Input { path: PathBuf, reason: String },
+    #[error("output {path}: {reason}")]
+    Output { path: PathBuf, reason: String },
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// One training example on its way through the stages.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Row {
+    pub id: String,
+    /// Where it came from: `file:line`, `file#rowN`, `suite:key`, `episode:id`.
+    pub origin: String,
+    /// The PyTorch module (its class renamed to `Model` by the normalise stage).
+    pub problem: String,
+    /// The Triton answer (its class renamed to `ModelNew`).
+    pub answer: String,
+    /// The problem's class name in the source data.
+    pub entry_point: String,
+    pub reasoning: Option<String>,
+    /// Episodes: the exact messages before the fixing reply.
+    pub history: Vec<ChatMessage>,
+    /// Episodes: the fixing reply as the policy wrote it.
+    pub final_reply: Option<String>,
+    /// Columns not read by the pipeline, kept.
+    pub meta: Map<String, Value>,
+    pub stars: f64,
+    /// Known correct (the suite's solutions, episodes that ended correct).
+    pub verified: bool,
+    pub messages: Vec<ChatMessage>,
+    pub tokens: Option<usize>,
+    /// Guard warnings on the answer (fewer is better when choosing among duplicates).
+    pub warnings: usize,
+}
+
+impl Row {
+    /// Which row of a duplicate cluster to keep: verified, then clean, then popular.
+    pub fn quality(&self) -> f64 {
+        f64::from(u8::from(self.verified)) * 2.0 - 0.1 * self.warnings as f64
+            + 0.1 * (1.0 + self.stars.max(0.0)).ln()
+            + if self.reasoning.is_some() { 0.05 } else { 0.0 }
+    }
+}
+
+/// A row that did not make it, and why.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Bad {
+    pub stage: String,
+    pub reason: String,
+    /// `origin` of the row (file and line for malformed input).
+    pub place: String,
+    /// The row's id, when it got far enough to have one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The row kept in its place, for duplicates and look-alikes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instead: Option<String>,
+}
+
+impl Bad {
+    pub fn new(stage: &str, reason: &str, place: &str) -> Bad {
+        Bad {
+            stage: stage.into(),
+            reason: reason.into(),
+            place: place.into(),
+            id: None,
+            instead: None,
+        }
+    }
+
+    fn of(stage: &str, reason: &str, row: &Row) -> Bad {
+        let mut b = Bad::new(stage, reason, &row.origin);
+        b.id = Some(row.id.clone());
+        b
+    }
+}
+
+/// What one stage did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StageStats {
+    pub stage: String,
+    pub rows_in: usize,
+    pub rows_out: usize,
+    /// Dropped rows by reason.
+    pub dropped: BTreeMap<String, usize>,
+    pub seconds: f64,
+    /// Why the stage did nothing, when it did nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Report {
+    pub stages: Vec<StageStats>,
+    pub train: usize,
+    pub validation: usize,
+    /// Token-length histogram of kept rows: (upper bound, rows); the last bound is open.
+    pub token_histogram: Vec<(String, usize)>,
+    pub seconds: f64,
+    pub rows_per_second: f64,
+    pub outputs: Vec<String>,
+}
+
+fn drop_reason(b: &Bad) -> String {
+    // Reasons like `guard:no-modelnew` are counted under the full reason.
+    b.reason.clone()
+}
+
+struct Stage<'a> {
+    stats: StageStats,
+    started: Instant,
+    bad: &'a mut Vec<Bad>,
+}
+
+impl<'a> Stage<'a> {
+    fn start(name: &str, rows_in: usize, bad: &'a mut Vec<Bad>) -> Stage<'a> {
+        Stage {
+            stats: StageStats {
+                stage: name.into(),
+                rows_in,
+                ..StageStats::default()
+            },
+            started: Instant::now(),
+            bad,
+        }
+    }
+
+    fn drop(&mut self, b: Bad) {
+        *self.stats.dropped.entry(drop_reason(&b)).or_default() += 1;
+        self.bad.push(b);
+    }
+
+    fn finish(mut self, rows_out: usize, note: Option<String>) -> StageStats {
+        self.stats.rows_out = rows_out;
+        self.stats.seconds = self.started.elapsed().as_secs_f64();
+        self.stats.note = note;
+        self.stats
+    }
+}
+
+/// Runs `f` on every row in parallel; rows it rejects are dropped with their reason.
+fn filter_rows<F>(stage: &mut Stage<'_>, rows: Vec<Row>, f: F) -> Vec<Row>
+where
+    F: Fn(&mut Row) -> Result<(), String> + Sync + Send,
+{
+    let results: Vec<(Row, Result<(), String>)> = rows
+        .into_par_iter()
+        .map(|mut r| {
+            let res = f(&mut r);
+            (r, res)
+        })
+        .collect();
+    let name = stage.stats.stage.clone();
+    let mut kept = Vec::with_capacity(results.len());
+    for (r, res) in results {
+        match res {
+            Ok(()) => kept.push(r),
+            Err(reason) => stage.drop(Bad::of(&name, &reason, &r)),
+        }
+    }
+    kept
+}
+
+fn rename(src: &str, from: &str, to: &str) -> String {
+    if from == to {
+        return src.to_string();
+    }
+    match regex::Regex::new(&format!(r"\b{}\b", regex::escape(from))) {
+        Ok(re) => re.replace_all(src, to).into_owned(),
+        Err(_) => src.to_string(),
+    }
+}
+
+/// Drops `<think>…</think>` blocks (thinking mode `none` on recorded replies).
+fn strip_thinking(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<think>") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find("</think>") {
+            Some(end) => rest = &rest[start + end + "</think>".len()..],
+            None => {
+                rest = "";
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out.trim_start().to_string()
+}
+
+/// The whole pipeline. `progress` hears each stage's name as it starts.
+pub fn build(
+    cfg: &Config,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<(Report, Vec<Bad>), DataError> {
+    let started = Instant::now();
+    let mut bad: Vec<Bad> = Vec::new();
+    let mut stages = Vec::new();
+
+    // 1. Ingest.
+    progress("ingest");
+    let t = Instant::now();
+    let mut rows = Vec::new();
+    let mut ingest_bad = Vec::new();
+    for input in &cfg.inputs {
+        let (r, b) = match input {
+            Input::Kernelbook { path } => ingest::kernelbook(path, &cfg.thinking.field)?,
+            Input::Suite { path } => ingest::suite(path)?,
+            Input::Episodes { store, run } => ingest::episodes(store, run.as_deref())?,
+        };
+        rows.extend(r);
+        ingest_bad.extend(b);
+    }
+    let mut st = StageStats {
+        stage: "ingest".into(),
+        rows_in: rows.len() + ingest_bad.len(),
+        rows_out: rows.len(),
+        seconds: t.elapsed().as_secs_f64(),
+        ..StageStats::default()
+    };
+    for b in &ingest_bad {
+        *st.dropped.entry(drop_reason(b)).or_default() += 1;
+    }
+    bad.extend(ingest_bad);
+    stages.push(st);
+    let total_in = stages[0].rows_in;
+
+    // 2-4. Normalise to conversations with the agent's templates; thinking tags.
+    progress("normalise");
+    let prompts =
+        Prompts::load(cfg.prompts.dir.as_deref()).map_err(|e| DataError::Setup(e.to_string()))?;
+    let target = Target {
+        device: cfg.prompts.device.clone(),
+        dtype: cfg.prompts.dtype.clone(),
+        timing: true,
+    };
+    let system = prompts
+        .system()
+        .map_err(|e| DataError::Setup(e.to_string()))?;
+    let mode = cfg.thinking.mode;
+    let mut stage = Stage::start("normalise", rows.len(), &mut bad);
+    let rows = filter_rows(&mut stage, rows, |r| {
+        r.problem = rename(&r.problem, &r.entry_point, "Model");
+        r.answer = rename(&r.answer, &format!("{}New", r.entry_point), "ModelNew");
+        if !r.problem.contains("class Model") {
+            return Err("no_model_class".into());
+        }
+        if !r.history.is_empty() {
+            if !ingest::valid_history(&r.history) {
+                return Err("bad_history".into());
+            }
+            let reply = r.final_reply.clone().unwrap_or_default();
+            let reply = match mode {
+                ThinkingMode::Wrap => reply,
+                ThinkingMode::None => strip_thinking(&reply),
+            };
+            r.messages = r.history.clone();
+            r.messages.push(ChatMessage::new("assistant", reply));
+            return Ok(());
+        }
+        let name = r
+            .meta
+            .get("module_name")
+            .and_then(Value::as_str)
+            .unwrap_or(&r.entry_point)
+            .to_string();
+        let task = prompts
+            .task(&name, &r.problem, &target)
+            .map_err(|e| format!("template_error: {e}"))?;
+        let fenced = format!("```python\n{}\n```", r.answer.trim_end());
+        let reply = match (&r.reasoning, mode) {
+            (Some(why), ThinkingMode::Wrap) => {
+                format!("<think>\n{}\n</think>\n\n{fenced}", why.trim())
+            }
+            _ => fenced,
+        };
+        r.messages = vec![
+            ChatMessage::new("system", system.clone()),
+            ChatMessage::new("user", task),
+            ChatMessage::new("assistant", reply),
+        ];
+        Ok(())
+    });
+    stages.push(stage.finish(rows.len(), None));
+
+    // 5. Length by real token counts.
+    progress("length");
+    let mut stage = Stage::start("length", rows.len(), &mut bad);
+    let rows = match (&cfg.length.tokenizer, cfg.length.enabled) {
+        (Some(dir), true) => {
+            let tok = tritonforge_chat::ChatTokenizer::from_dir(dir)
+                .map_err(|e| DataError::Setup(e.to_string()))?;
+            let (min, max) = (cfg.length.min, cfg.length.max);
+            let rows = filter_rows(&mut stage, rows, |r| {
+                let (_, ids) = tok
+                    .encode_chat(&r.messages, false)
+                    .map_err(|e| format!("template_error: {e}"))?;
+                r.tokens = Some(ids.len());
+                if ids.len() < min {
+                    Err("too_short".into())
+                } else if ids.len() > max {
+                    Err("too_long".into())
+                } else {
+                    Ok(())
+                }
+            });
+            let n = rows.len();
+            stages.push(stage.finish(n, None));
+            rows
+        }
+        (None, true) => {
+            let n = rows.len();
+            stages.push(stage.finish(n, Some("off: no length.tokenizer configured".into())));
+            rows
+        }
+        (_, false) => {
+            let n = rows.len();
+            stages.push(stage.finish(n, Some("off".into())));
+            rows
+        }
+    };
+
+    // 6. Quality: both sides parse; the answer passes the guard.
+    progress("quality");
+    let mut stage = Stage::start("quality", rows.len(), &mut bad);
+    let rows = if cfg.quality.enabled {
+        let policy = match &cfg.quality.policy {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| DataError::Config {
+                    path: p.clone(),
+                    reason: e.to_string(),
+                })?;
+                tritonforge_guard::Policy::from_toml(&text, &p.display().to_string()).map_err(
+                    |e| DataError::Config {
+                        path: p.clone(),
+                        reason: e.to_string(),
+                    },
+                )?
+            }
+            None => tritonforge_guard::Policy::default(),
+        };
+        let use_guard = cfg.quality.guard;
+        let rows = filter_rows(&mut stage, rows, |r| {
+            let p = tritonforge_guard::check(&r.problem, &policy);
+            if p.parse_error.is_some() {
+                return Err("problem_unparsable".into());
+            }
+            let a = tritonforge_guard::check(&r.answer, &policy);
+            if a.parse_error.is_some() {
+                return Err("answer_unparsable".into());
+            }
+            if use_guard {
+                if let Some(f) = a
+                    .findings
+                    .iter()
+                    .find(|f| f.severity == tritonforge_guard::Severity::Reject)
+                {
+                    return Err(format!("guard:{}", f.rule));
+                }
+                r.warnings = a.findings.len();
+            }
+            Ok(())
+        });
+        let n = rows.len();
+        stages.push(stage.finish(n, None));
+        rows
+    } else {
+        let n = rows.len();
+        stages.push(stage.finish(n, Some("off".into())));
+        rows
+    };
+
+    // 7. Dedup: exact, then near (MinHash LSH on the answers).
+    progress("dedup");
+    let rows = dedup(cfg, rows, &mut bad, &mut stages);
+
+    // 8. Decontamination against heldout suite problems.
+    progress("decontaminate");
+    let rows = decontaminate(cfg, rows, &mut bad, &mut stages)?;
+
+    // 9. Split and write.
+    progress("write");
+    let t = Instant::now();
+    let (train, validation): (Vec<Row>, Vec<Row>) = rows
+        .into_iter()
+        .partition(|r| !in_validation(&r.id, cfg.output.seed, cfg.output.validation));
+    let outputs = write::write_all(cfg, &train, &validation, &bad)?;
+    stages.push(StageStats {
+        stage: "split+write".into(),
+        rows_in: train.len() + validation.len(),
+        rows_out: train.len() + validation.len(),
+        seconds: t.elapsed().as_secs_f64(),
+        ..StageStats::default()
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    let report = Report {
+        token_histogram: histogram(train.iter().chain(&validation)),
+        stages,
+        train: train.len(),
+        validation: validation.len(),
+        seconds,
+        rows_per_second: total_in as f64 / seconds.max(1e-9),
+        outputs,
+    };
+    write::write_stats(cfg, &report)?;
+    Ok((report, bad))
+}
+
+/// A stable, seeded assignment: the same id lands in the same split every run.
+fn in_validation(id: &str, seed: u64, share: f64) -> bool {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{seed}:{id}").as_bytes());
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&digest[..8]);
+    (u64::from_le_bytes(x) as f64 / u64::MAX as f64) < share
+}
+
+fn histogram<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<(String, usize)> {
+    let bounds = [128usize, 256, 512, 1024, 2048, 4096, 8192];
+    let mut counts = vec![0usize; bounds.len() + 1];
+    let mut any = false;
+    for r in rows {
+        if let Some(t) = r.tokens {
+            any = true;
+            let i = bounds.iter().position(|b| t < *b).unwrap_or(bounds.len());
+            counts[i] += 1;
+        }
+    }
+    if !any {
+        return Vec::new();
+    }
+    let mut out: Vec<(String, usize)> = bounds
+        .iter()
+        .zip(&counts)
+        .map(|(b, c)| (format!("<{b}"), *c))
+        .collect();
+    out.push((
+        format!(">={}", bounds[bounds.len() - 1]),
+        counts[bounds.len()],
+    ));
+    out
+}
+
+/// Keeps the best row of each group of indices (by quality, then id for determinism).
+fn best_of(rows: &[Row], members: &[usize]) -> usize {
+    let mut best = members[0];
+    for &m in &members[1..] {
+        let (q, qb) = (rows[m].quality(), rows[best].quality());
+        if q > qb || (q == qb && rows[m].id < rows[best].id) {
+            best = m;
+        }
+    }
+    best
+}
+
+fn dedup(
+    cfg: &Config,
+    rows: Vec<Row>,
+    bad: &mut Vec<Bad>,
+    stages: &mut Vec<StageStats>,
+) -> Vec<Row> {
+    use sha2::{Digest, Sha256};
+    // Exact: the same normalised problem and answer.
+    let mut stage = Stage::start("dedup_exact", rows.len(), bad);
+    let rows = if cfg.dedup.exact {
+        let keys: Vec<String> = rows
+            .par_iter()
+            .map(|r| {
+                let text = format!(
+                    "{}\u{0}{}",
+                    minhash::normalize_code(&r.problem),
+                    minhash::normalize_code(&r.answer)
+                );
+                hex::encode(Sha256::digest(text.as_bytes()))
+            })
+            .collect();
+        let mut groups: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            groups.entry(k.as_str()).or_default().push(i);
+        }
+        let mut keep = vec![false; rows.len()];
+        let mut dropped = Vec::new();
+        for members in groups.values() {
+            let best = best_of(&rows, members);
+            keep[best] = true;
+            for &m in members {
+                if m != best {
+                    dropped.push((m, best));
+                }
+            }
+        }
+        dropped.sort_unstable();
+        for (m, best) in dropped {
+            let mut b = Bad::of("dedup_exact", "exact_duplicate", &rows[m]);
+            b.instead = Some(rows[best].id.clone());
+            stage.drop(b);
+        }
+        rows.into_iter()
+            .zip(keep)
+            .filter_map(|(r, k)| k.then_some(r))
+            .collect::<Vec<_>>()
+    } else {
+        rows
+    };
+    let n = rows.len();
+    stages.push(stage.finish(n, (!cfg.dedup.exact).then(|| "off".into())));
+
+    // Near: MinHash signatures of the answers, LSH candidates, clusters by union-find.
+    let mut stage = Stage::start("dedup_near", rows.len(), bad);
+    if !cfg.dedup.near || rows.len() < 2 {
+        let n = rows.len();
+        stages.push(stage.finish(n, (!cfg.dedup.near).then(|| "off".into())));
+        return rows;
+    }
+    let d = &cfg.dedup;
+    let hasher = minhash::MinHasher::new(d.permutations, 0);
+    let sigs: Vec<Vec<u64>> = rows
+        .par_iter()
+        .map(|r| hasher.signature(&minhash::shingles(&r.answer, d.shingle)))
+        .collect();
+    let mut clusters = minhash::Clusters::new(rows.len());
+    for (a, b) in minhash::candidate_pairs(&sigs, d.bands) {
+        if minhash::estimate(&sigs[a], &sigs[b]) >= d.threshold {
+            clusters.union(a, b);
+        }
+    }
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for i in 0..rows.len() {
+        let root = clusters.find(i);
+        groups.entry(root).or_default().push(i);
+    }
+    let mut keep = vec![false; rows.len()];
+    let mut dropped = Vec::new();
+    for members in groups.values() {
+        let best = best_of(&rows, members);
+        keep[best] = true;
+        for &m in members {
+            if m != best {
+                dropped.push((m, best));
+            }
+        }
+    }
+    dropped.sort_unstable();
+    for (m, best) in dropped {
+        let mut b = Bad::of("dedup_near", "near_duplicate", &rows[m]);
+        b.instead = Some(rows[best].id.clone());
+        stage.drop(b);
+    }
+    let rows: Vec<Row> = rows
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(r, k)| k.then_some(r))
+        .collect();
+    let n = rows.len();
+    stages.push(stage.finish(n, None));
+    rows
+}
+
+fn decontaminate(
+    cfg: &Config,
+    rows: Vec<Row>,
+    bad: &mut Vec<Bad>,
+    stages: &mut Vec<StageStats>,
+) -> Result<Vec<Row>, DataError> {
+    let mut stage = Stage::start("decontaminate", rows.len(), bad);
+    if !cfg.decontaminate.enabled {
+        let n = rows.len();
+        stages.push(stage.finish(n, Some("off".into())));
+        return Ok(rows);
+    }
+    let suite =
+        tritonforge_bench::Suite::load(&cfg.decontaminate.suite).map_err(|e| DataError::Input {
+            path: cfg.decontaminate.suite.clone(),
+            reason: e.to_string(),
+        })?;
+    let k = cfg.dedup.shingle;
+    let mut heldout = Vec::new();
+    for e in &suite.entries {
+        if e.meta.split.as_deref() == Some("heldout") {
+            if let Ok(src) = std::fs::read_to_string(&e.problem_path) {
+                heldout.push((e.key.clone(), minhash::shingles(&src, k)));
+            }
+        }
+    }
+    let threshold = cfg.decontaminate.threshold;
+    let verdicts: Vec<Option<String>> = rows
+        .par_iter()
+        .map(|r| {
+            let s = minhash::shingles(&r.problem, k);
+            heldout
+                .iter()
+                .find(|(_, h)| minhash::jaccard(&s, h) >= threshold)
+                .map(|(key, _)| key.clone())
+        })
+        .collect();
+    let mut kept = Vec::with_capacity(rows.len());
+    for (r, v) in rows.into_iter().zip(verdicts) {
+        match v {
+            Some(key) => {
+                let mut b = Bad::of("decontaminate", "heldout_lookalike", &r);
+                b.instead = Some(format!("suite:{key}"));
+                stage.drop(b);
+            }
+            None => kept.push(r),
+        }
+    }
+    let n = kept.len();
+    stages.push(stage.finish(
+        n,
+        Some(format!("{} heldout problems compared", heldout.len())),
+    ));
+    Ok(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renames_whole_identifiers_only() {
+        let src = "class Foo(nn.Module):\n    pass\nclass FooNew(Foo):\n    x = Foobar\n";
+        assert_eq!(
+            rename(src, "Foo", "Model"),
+            "class Model(nn.Module):\n    pass\nclass FooNew(Model):\n    x = Foobar\n"
+        );
+    }
+
+    #[test]
+    fn thinking_is_stripped_when_asked() {
+        assert_eq!(
+            strip_thinking("<think>a</think>\n\nB <think>c</think>D"),
+            "B D"
+        );
+        assert_eq!(strip_thinking("A<think>unclosed"), "A");
+    }
+
+    #[test]
+    fn the_split_is_stable_and_near_its_share() {
+        let n = (0..10_000)
+            .filter(|i| in_validation(&format!("row-{i}"), 7, 0.1))
+            .count();
+        assert!((900..1100).contains(&n), "{n}");
+        assert_eq!(in_validation("x", 7, 0.5), in_validation("x", 7, 0.5));
+    }
+}
