@@ -180,7 +180,7 @@ fn every_stage_keeps_and_drops_what_it_should() {
         let n: usize = r["id"].as_str().unwrap()[3..].parse().unwrap();
         assert_eq!(
             answer.starts_with("<think>\n"),
-            n % 3 == 0,
+            n.is_multiple_of(3),
             "reasoning wrapped: {answer:.80}"
         );
         assert!(
