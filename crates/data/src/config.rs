@@ -203,7 +203,8 @@ pub struct Dedup {
     pub exact: bool,
     #[serde(default = "yes")]
     pub near: bool,
-    /// Estimated Jaccard similarity of answers at or above which two rows are one cluster.
+    /// Jaccard similarity of answers' token shingles at or above which two rows (nominated
+    /// by MinHash LSH) are one cluster.
     #[serde(default = "default_threshold")]
     pub threshold: f64,
     #[serde(default = "default_perms")]

@@ -548,15 +548,29 @@ fn dedup(
     }
     let d = &cfg.dedup;
     let hasher = minhash::MinHasher::new(d.permutations, 0);
-    let sigs: Vec<Vec<u64>> = rows
+    let sets: Vec<_> = rows
         .par_iter()
-        .map(|r| hasher.signature(&minhash::shingles(&r.answer, d.shingle)))
+        .map(|r| minhash::shingles(&r.answer, d.shingle))
+        .collect();
+    let sigs: Vec<Vec<u64>> = sets.par_iter().map(|s| hasher.signature(s)).collect();
+    // Each member of a band bucket is checked against the bucket's first member with the
+    // exact Jaccard similarity of their shingle sets (the signature only nominates): a
+    // bucket of k rows costs k checks, not k² (boilerplate-heavy code fills big buckets).
+    let buckets = minhash::band_buckets(&sigs, d.bands);
+    let similar: Vec<(usize, usize)> = buckets
+        .par_iter()
+        .flat_map_iter(|members| {
+            let first = members[0];
+            members[1..]
+                .iter()
+                .filter(|&&m| minhash::jaccard(&sets[first], &sets[m]) >= d.threshold)
+                .map(move |&m| (first, m))
+                .collect::<Vec<_>>()
+        })
         .collect();
     let mut clusters = minhash::Clusters::new(rows.len());
-    for (a, b) in minhash::candidate_pairs(&sigs, d.bands) {
-        if minhash::estimate(&sigs[a], &sigs[b]) >= d.threshold {
-            clusters.union(a, b);
-        }
+    for (a, b) in similar {
+        clusters.union(a, b);
     }
     let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for i in 0..rows.len() {

@@ -145,11 +145,12 @@ pub fn estimate(a: &[u64], b: &[u64]) -> f64 {
     same as f64 / a.len().max(1) as f64
 }
 
-/// Pairs of indices sharing at least one LSH band (`bands` bands of equal width).
-pub fn candidate_pairs(sigs: &[Vec<u64>], bands: usize) -> Vec<(usize, usize)> {
-    let mut pairs = BTreeSet::new();
+/// For each LSH band (`bands` bands of equal width), the groups of indices whose band
+/// values are identical: candidates for being near duplicates of each other.
+pub fn band_buckets(sigs: &[Vec<u64>], bands: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
     let Some(width) = sigs.first().map(|s| s.len() / bands.max(1)) else {
-        return Vec::new();
+        return out;
     };
     for band in 0..bands {
         let mut buckets: HashMap<u64, Vec<usize>> = HashMap::new();
@@ -161,15 +162,9 @@ pub fn candidate_pairs(sigs: &[Vec<u64>], bands: usize) -> Vec<(usize, usize)> {
             }
             buckets.entry(h).or_default().push(i);
         }
-        for members in buckets.values() {
-            for (k, &a) in members.iter().enumerate() {
-                for &b in &members[k + 1..] {
-                    pairs.insert((a, b));
-                }
-            }
-        }
+        out.extend(buckets.into_values().filter(|m| m.len() > 1));
     }
-    pairs.into_iter().collect()
+    out
 }
 
 /// Union-find over row indices.
@@ -225,7 +220,8 @@ mod tests {
         assert!(estimate(&ga, &gb) > 0.9, "{}", estimate(&ga, &gb));
         assert!(estimate(&ga, &gc) < 0.1);
         assert!((estimate(&ga, &gb) - jaccard(&sa, &sb)).abs() < 0.1);
-        let pairs = candidate_pairs(&[ga, gb, gc], 32);
-        assert_eq!(pairs, vec![(0, 1)]);
+        let buckets = band_buckets(&[ga, gb, gc], 32);
+        assert!(!buckets.is_empty());
+        assert!(buckets.iter().all(|b| b == &vec![0, 1]), "{buckets:?}");
     }
 }
