@@ -7,9 +7,11 @@ pandas, field checks), normalise (class renames, the agent's Jinja templates, th
 wrapped), length (the model's chat template rendered with Jinja2 as transformers does,
 `tokenizers` batch encoding, 100..8192), quality (`ast.parse` of both sides and a
 structural check: a `@triton.jit` function launched as `name[grid](...)`), exact dedup
-(sha256 of comment-stripped, whitespace-collapsed code), near dedup (MinHash, 128
-permutations, numpy, 32 LSH bands, threshold 0.8, keeping the best row), decontamination
-(token 5-gram Jaccard >= 0.6 against heldout suite problems), seeded split, JSONL and
+(sha256 of comment-stripped, whitespace-collapsed code), near dedup (token
+5-grams of problem and answer, shingles in more than 5% of rows set aside, MinHash with
+128 permutations in numpy, 32 LSH bands nominate, Jaccard >= 0.8 against the bucket's first
+row confirms, keeping the best row), decontamination (the same distinctive 5-grams,
+Jaccard >= 0.6 against heldout suite problems), seeded split, JSONL and
 parquet out. It is a baseline, not a reimplementation of the guard: its quality check is
 lighter than the Rust guard's.
 
@@ -74,7 +76,19 @@ def shingles(code: str, k: int = 5) -> set:
 
 
 def jaccard(a: set, b: set) -> float:
-    return len(a & b) / max(len(a | b), 1)
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def drop_boilerplate(sets: list, share: float = 0.05) -> list:
+    """Sets without the shingles found in more than `share` of them (and in at least 3)."""
+    df: dict = {}
+    for s in sets:
+        for h in s:
+            df[h] = df.get(h, 0) + 1
+    limit = max(int(share * len(sets)), 3)
+    return [{h for h in s if df[h] <= limit} for s in sets]
 
 
 MERSENNE = (1 << 61) - 1
@@ -191,7 +205,7 @@ def main() -> int:
     df = df.drop_duplicates("exact")
     mark("dedup_exact", len(df))
 
-    sets = [shingles(a) for a in df["answer"]]
+    sets = drop_boilerplate([shingles(p) | shingles(a) for p, a in zip(df["problem"], df["answer"])])
     sigs = [signature(s) for s in sets]
     parent = list(range(len(sigs)))
 
@@ -218,7 +232,9 @@ def main() -> int:
     manifest = tomllib.loads((Path(args.suite) / "manifest.toml").read_text())
     heldout = [shingles((Path(args.suite) / f"{k}.py").read_text())
                for k, m in manifest["problems"].items() if m.get("split") == "heldout"]
-    clean = [not any(jaccard(shingles(p), h) >= 0.6 for h in heldout) for p in df["problem"]]
+    both = drop_boilerplate(heldout + [shingles(p) for p in df["problem"]])
+    heldout, own = both[:len(heldout)], both[len(heldout):]
+    clean = [not any(jaccard(s, h) >= 0.6 for h in heldout) for s in own]
     df = df[clean].copy()
     mark("decontaminate", len(df))
 

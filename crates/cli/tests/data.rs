@@ -310,3 +310,84 @@ fn broken_configs_and_inputs_are_named() {
         "{err}"
     );
 }
+
+fn turn(n: u32, messages: &[(&str, &str)], reply: &str, code: &str, outcome: &str) -> Value {
+    let msgs: Vec<Value> = messages
+        .iter()
+        .map(|(r, c)| json!({"role": r, "content": c}))
+        .collect();
+    json!({
+        "turn": n, "messages": msgs,
+        "completion": {"text": reply, "token_ids": null, "logprobs": null, "prompt_tokens": null,
+                       "completion_tokens": null, "finish_reason": "stop", "latency_ms": 1.0, "attempts": 1},
+        "code": code, "outcome": outcome, "stage": null, "message": "", "record": null,
+        "speedup": null, "reward": 0.0, "ret": 0.0,
+    })
+}
+
+#[test]
+fn a_solved_episode_becomes_its_failed_attempt_feedback_and_fix() {
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    let store_path = root.path().join("eps.sqlite");
+    let problem = repo().join("bench/level1/relu.py");
+    let right = std::fs::read_to_string(repo().join("bench/solutions/level1/relu.py")).unwrap();
+    let wrong = right.replace("tl.maximum(x, 0.0)", "x");
+    let store = tritonforge_store::Store::open(&store_path).unwrap();
+    let first = [("system", "SYS"), ("user", "TASK relu")];
+    let fixed_reply = format!("<think>mask negatives</think>\n```python\n{right}```");
+    let solved = json!({
+        "id": "r/relu/0", "run": "r", "problem": "relu", "problem_path": problem, "sample": 0,
+        "backend": "mock", "error": null,
+        "turns": [
+            turn(0, &first, &format!("```python\n{wrong}```"), &wrong, "incorrect"),
+            turn(1, &[("system", "SYS"), ("user", "TASK relu"), ("assistant", "ATTEMPT"), ("user", "FEEDBACK: output is wrong")],
+                 &fixed_reply, &right, "correct"),
+        ],
+    });
+    let unsolved = json!({
+        "id": "r/relu/1", "run": "r", "problem": "relu", "problem_path": problem, "sample": 1,
+        "backend": "mock", "error": null,
+        "turns": [turn(0, &first, "no idea", &wrong, "incorrect")],
+    });
+    for ep in [&solved, &unsolved] {
+        store
+            .put_episode(
+                ep["id"].as_str().unwrap(),
+                "r",
+                "relu",
+                ep["sample"].as_u64().unwrap() as u32,
+                &ep.to_string(),
+            )
+            .unwrap();
+    }
+    drop(store);
+    let cfg = root.path().join("eps.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[input]]\nkind = \"episodes\"\nstore = {store_path:?}\n\n[output]\ndir = {:?}\nvalidation = 0.0\n\n[thinking]\nmode = \"none\"\n\n[decontaminate]\nsuite = {:?}\n",
+            root.path().join("out"),
+            repo().join("bench")
+        ),
+    )
+    .unwrap();
+    let report = build(&state, &cfg);
+    assert_eq!(
+        stage(&report, "ingest")["dropped"]["episode_unsolved"],
+        1,
+        "{report}"
+    );
+    let rows = jsonl(&root.path().join("out/train.jsonl"));
+    assert_eq!(rows.len(), 1, "{report}");
+    let m = rows[0]["messages"].as_array().unwrap();
+    let roles: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user", "assistant"]);
+    assert_eq!(m[3]["content"], "FEEDBACK: output is wrong");
+    let fix = m[4]["content"].as_str().unwrap();
+    assert!(
+        fix.starts_with("```python") && fix.contains("tl.maximum"),
+        "thinking stripped: {fix}"
+    );
+    assert_eq!(rows[0]["meta"]["turns_to_fix"], 2);
+}

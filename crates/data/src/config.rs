@@ -203,8 +203,9 @@ pub struct Dedup {
     pub exact: bool,
     #[serde(default = "yes")]
     pub near: bool,
-    /// Jaccard similarity of answers' token shingles at or above which two rows (nominated
-    /// by MinHash LSH) are one cluster.
+    /// Jaccard similarity of two rows' distinctive token shingles (problem and answer,
+    /// boilerplate set aside) at or above which they are one cluster (candidates come from
+    /// MinHash LSH).
     #[serde(default = "default_threshold")]
     pub threshold: f64,
     #[serde(default = "default_perms")]
@@ -214,6 +215,10 @@ pub struct Dedup {
     /// Tokens per shingle.
     #[serde(default = "default_shingle")]
     pub shingle: usize,
+    /// Shingles found in more than this share of files are boilerplate and ignored when
+    /// comparing (here and in decontamination); 1.0 compares everything.
+    #[serde(default = "default_boilerplate")]
+    pub boilerplate: f64,
 }
 
 impl Default for Dedup {
@@ -225,8 +230,13 @@ impl Default for Dedup {
             permutations: default_perms(),
             bands: default_bands(),
             shingle: default_shingle(),
+            boilerplate: default_boilerplate(),
         }
     }
+}
+
+fn default_boilerplate() -> f64 {
+    0.05
 }
 
 fn default_threshold() -> f64 {
@@ -253,8 +263,8 @@ pub struct Decontaminate {
     /// The suite whose `heldout` problems no training row may resemble.
     #[serde(default = "default_suite")]
     pub suite: PathBuf,
-    /// Jaccard similarity (of token shingles) of a row's PyTorch module to a heldout
-    /// problem at or above which the row is dropped.
+    /// Jaccard similarity (of distinctive token shingles, boilerplate set aside) of a
+    /// row's PyTorch module to a heldout problem at or above which the row is dropped.
     #[serde(default = "default_contamination")]
     pub threshold: f64,
 }

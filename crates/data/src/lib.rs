@@ -194,14 +194,29 @@ where
     kept
 }
 
+/// Replaces `from` where it is a whole identifier (not part of a longer name).
 fn rename(src: &str, from: &str, to: &str) -> String {
-    if from == to {
+    if from == to || from.is_empty() {
         return src.to_string();
     }
-    match regex::Regex::new(&format!(r"\b{}\b", regex::escape(from))) {
-        Ok(re) => re.replace_all(src, to).into_owned(),
-        Err(_) => src.to_string(),
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(src.len());
+    let mut last = 0;
+    for (at, _) in src.match_indices(from) {
+        if at < last {
+            continue;
+        }
+        let before = src[..at].chars().next_back();
+        let after = src[at + from.len()..].chars().next();
+        if before.is_some_and(ident) || after.is_some_and(ident) {
+            continue;
+        }
+        out.push_str(&src[last..at]);
+        out.push_str(to);
+        last = at + from.len();
     }
+    out.push_str(&src[last..]);
+    out
 }
 
 /// Drops `<think>…</think>` blocks (thinking mode `none` on recorded replies).
@@ -548,10 +563,18 @@ fn dedup(
     }
     let d = &cfg.dedup;
     let hasher = minhash::MinHasher::new(d.permutations, 0);
-    let sets: Vec<_> = rows
+    // A duplicate is the same example: the problem and the answer together, compared on
+    // what is distinctive once shared boilerplate is set aside.
+    let mut sets: Vec<_> = rows
         .par_iter()
-        .map(|r| minhash::shingles(&r.answer, d.shingle))
+        .map(|r| {
+            minhash::union(
+                &minhash::shingles(&r.problem, d.shingle),
+                &minhash::shingles(&r.answer, d.shingle),
+            )
+        })
         .collect();
+    minhash::drop_boilerplate(&mut sets, d.boilerplate);
     let sigs: Vec<Vec<u64>> = sets.par_iter().map(|s| hasher.signature(s)).collect();
     // Each member of a band bucket is checked against the bucket's first member with the
     // exact Jaccard similarity of their shingle sets (the signature only nominates): a
@@ -622,23 +645,34 @@ fn decontaminate(
             reason: e.to_string(),
         })?;
     let k = cfg.dedup.shingle;
-    let mut heldout = Vec::new();
+    let mut keys = Vec::new();
+    let mut sets = Vec::new();
     for e in &suite.entries {
         if e.meta.split.as_deref() == Some("heldout") {
             if let Ok(src) = std::fs::read_to_string(&e.problem_path) {
-                heldout.push((e.key.clone(), minhash::shingles(&src, k)));
+                keys.push(e.key.clone());
+                sets.push(minhash::shingles(&src, k));
             }
         }
     }
+    let held = sets.len();
+    // Boilerplate is judged over the heldout problems and the rows' problems together.
+    sets.extend(
+        rows.par_iter()
+            .map(|r| minhash::shingles(&r.problem, k))
+            .collect::<Vec<_>>(),
+    );
+    minhash::drop_boilerplate(&mut sets, cfg.dedup.boilerplate);
+    let (heldout, own) = sets.split_at(held);
     let threshold = cfg.decontaminate.threshold;
-    let verdicts: Vec<Option<String>> = rows
+    let verdicts: Vec<Option<String>> = own
         .par_iter()
-        .map(|r| {
-            let s = minhash::shingles(&r.problem, k);
+        .map(|s| {
             heldout
                 .iter()
-                .find(|(_, h)| minhash::jaccard(&s, h) >= threshold)
-                .map(|(key, _)| key.clone())
+                .zip(&keys)
+                .find(|(h, _)| minhash::jaccard(s, h) >= threshold)
+                .map(|(_, key)| key.clone())
         })
         .collect();
     let mut kept = Vec::with_capacity(rows.len());
@@ -653,10 +687,7 @@ fn decontaminate(
         }
     }
     let n = kept.len();
-    stages.push(stage.finish(
-        n,
-        Some(format!("{} heldout problems compared", heldout.len())),
-    ));
+    stages.push(stage.finish(n, Some(format!("{held} heldout problems compared"))));
     Ok(kept)
 }
 

@@ -1,7 +1,11 @@
 //! Code normalisation, token shingles, MinHash signatures and LSH banding: how near
 //! duplicates (and heldout look-alikes) are found without comparing every pair.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
+
+/// A set of shingle hashes: sorted, without repeats (cheaper than a tree set to build,
+/// filter and intersect).
+pub type Shingles = Vec<u64>;
 
 /// Source with `#` comments removed (quote-aware) and whitespace collapsed: two files
 /// differing only in comments, blank lines or indentation width normalise alike.
@@ -81,20 +85,64 @@ fn fnv1a(parts: &[&str]) -> u64 {
 }
 
 /// Hashes of the `k`-token shingles of (normalised) code, as a set.
-pub fn shingles(code: &str, k: usize) -> BTreeSet<u64> {
+pub fn shingles(code: &str, k: usize) -> Shingles {
     let norm = normalize_code(code);
     let toks = tokens(&norm);
     if toks.len() <= k {
-        return std::iter::once(fnv1a(&toks)).collect();
+        return vec![fnv1a(&toks)];
     }
-    toks.windows(k).map(fnv1a).collect()
+    let mut out: Vec<u64> = toks.windows(k).map(fnv1a).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
-pub fn jaccard(a: &BTreeSet<u64>, b: &BTreeSet<u64>) -> f64 {
-    if a.is_empty() && b.is_empty() {
-        return 1.0;
+/// The union of two shingle sets.
+pub fn union(a: &[u64], b: &[u64]) -> Shingles {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    out.extend_from_slice(a);
+    out.extend_from_slice(b);
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Drops from every set the shingles found in more than `share` of the sets (and in at
+/// least 3): imports, signatures, launch boilerplate — what every file of a kind has. What
+/// is left is what tells files apart. `share >= 1` keeps everything.
+pub fn drop_boilerplate(sets: &mut [Shingles], share: f64) {
+    if share >= 1.0 || sets.is_empty() {
+        return;
     }
-    let inter = a.intersection(b).count();
+    let mut df: HashMap<u64, usize> = HashMap::new();
+    for s in sets.iter() {
+        for h in s {
+            *df.entry(*h).or_default() += 1;
+        }
+    }
+    let limit = ((share * sets.len() as f64).floor() as usize).max(3);
+    for s in sets.iter_mut() {
+        s.retain(|h| df.get(h).is_some_and(|n| *n <= limit));
+    }
+}
+
+/// Jaccard similarity; two empty sets (nothing distinctive left) are not similar.
+pub fn jaccard(a: &[u64], b: &[u64]) -> f64 {
+    if a.is_empty() || b.is_empty() {
+        return 0.0;
+    }
+    let (mut i, mut j, mut inter) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                inter += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
     inter as f64 / (a.len() + b.len() - inter) as f64
 }
 
@@ -121,7 +169,7 @@ impl MinHasher {
         MinHasher { seeds }
     }
 
-    pub fn signature(&self, shingles: &BTreeSet<u64>) -> Vec<u64> {
+    pub fn signature(&self, shingles: &[u64]) -> Vec<u64> {
         self.seeds
             .iter()
             .map(|&(x0, m)| {
