@@ -183,7 +183,9 @@ def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str) -> List[Gen
     n = len(jobs)
     shared = min(_common_prefix(prompts), min(len(p) for p in prompts) - 1)
     past = None
-    if shared >= _PREFIX_MIN:
+    # Only a prefix shared by several rows is worth keeping: a lone row's "prefix" is its
+    # whole prompt, and caching it would push the system prompt out of the cache.
+    if n > 1 and shared >= _PREFIX_MIN:
         past = _prefix_cache(net, prompts[0][:shared], n, device)
     else:
         shared = 0
@@ -204,8 +206,11 @@ def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str) -> List[Gen
     done = [job.max_tokens <= 0 for job in jobs]
     finish = ["length"] * n
     rows = [r for r in range(n) if not done[r]]  # batch position -> request
+    if not rows:
+        return [Generated(text="", prompt_ids=prompts[r], token_ids=[], logprobs=[], finish_reason="length")
+                for r in range(n)]
     if len(rows) < n:
-        keep = torch.tensor(rows, device=device)
+        keep = torch.tensor(rows, dtype=torch.long, device=device)
         ids, mask, step_pos = ids[keep], mask[keep], step_pos[keep]
         if past is not None:
             past.batch_select_indices(keep)
@@ -237,7 +242,7 @@ def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str) -> List[Gen
             mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
             if len(keep_at) < len(rows):
                 # Finished rows leave the batch: the rest no longer pay for them.
-                keep = torch.tensor(keep_at, device=device)
+                keep = torch.tensor(keep_at, dtype=torch.long, device=device)
                 past.batch_select_indices(keep)
                 step_ids, step_pos, mask = step_ids[keep], step_pos[keep], mask[keep]
                 rows = [rows[i] for i in keep_at]
@@ -318,9 +323,14 @@ def _answer(tok: Any, net: Any, msgs: List[Any], device: str) -> None:
     start = time.perf_counter()
     try:
         results = generate_batch(tok, net, [m.job for m in msgs], device)
-    except Exception as exc:  # noqa: BLE001 - reported to each caller, who names the request
-        for m in msgs:
-            _send(Error(type="error", protocol=PROTOCOL_VERSION, id=m.id, message=f"{type(exc).__name__}: {exc}"))
+    except Exception as exc:  # noqa: BLE001 - reported to the caller, who names the request
+        if len(msgs) > 1:
+            # One bad request (a template that refuses its messages, a prompt too long for
+            # memory) must not fail the requests it happened to share a batch with.
+            for m in msgs:
+                _answer(tok, net, [m], device)
+            return
+        _send(Error(type="error", protocol=PROTOCOL_VERSION, id=msgs[0].id, message=f"{type(exc).__name__}: {exc}"))
         return
     elapsed = (time.perf_counter() - start) * 1000.0
     for m, result in zip(msgs, results):

@@ -289,9 +289,10 @@ impl Backend for EmbeddedBackend {
                     attempts: 1,
                 }),
                 Err(e) => {
-                    // A worker that died or stalled is replaced on the next request; one
-                    // that answered with an error for this request alone is kept.
-                    if !matches!(e, BackendError::Protocol { .. }) {
+                    // A worker that died is replaced on the next request. A timeout fails
+                    // this request alone: under load it may only have waited behind other
+                    // batches, and killing the worker would fail every request in flight.
+                    if matches!(e, BackendError::Unreachable { .. }) {
                         worker.kill();
                     }
                     Err(e)

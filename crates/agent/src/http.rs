@@ -94,6 +94,21 @@ impl HttpClient {
         })
     }
 
+    /// The reply's JSON body: a body that is not JSON is a malformed reply; a body cut
+    /// short (timeout, reset) is a transport failure and worth a retry.
+    pub async fn json(&self, url: &str, resp: reqwest::Response) -> Result<Value, BackendError> {
+        resp.json().await.map_err(|e| {
+            if e.is_decode() {
+                BackendError::Protocol {
+                    url: url.to_string(),
+                    reason: e.to_string(),
+                }
+            } else {
+                self.transport(url, e)
+            }
+        })
+    }
+
     /// A transport failure, with the chain of causes (connection refused, DNS, ...).
     pub fn transport(&self, url: &str, e: reqwest::Error) -> BackendError {
         if e.is_timeout() {

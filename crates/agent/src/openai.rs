@@ -70,10 +70,7 @@ impl OpenAiBackend {
         if self.stream {
             self.read_stream(&url, resp).await
         } else {
-            let v: Value = resp.json().await.map_err(|e| BackendError::Protocol {
-                url: url.clone(),
-                reason: e.to_string(),
-            })?;
+            let v = self.http.json(&url, resp).await?;
             parse_reply(&url, &v)
         }
     }

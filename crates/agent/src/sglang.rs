@@ -38,10 +38,7 @@ impl SglangBackend {
     async fn attempt(&self, body: &Value, prompt_ids: &[u32]) -> Result<Completion, BackendError> {
         let url = self.url();
         let resp = self.http.post(&url, body).await?;
-        let v: Value = resp.json().await.map_err(|e| BackendError::Protocol {
-            url: url.clone(),
-            reason: e.to_string(),
-        })?;
+        let v = self.http.json(&url, resp).await?;
         parse_reply(&url, &v, prompt_ids, &self.tokenizer)
     }
 }

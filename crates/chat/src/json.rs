@@ -68,8 +68,8 @@ fn write(out: &mut String, v: &Value, style: &Style, level: usize) -> Result<(),
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
         ValueKind::Number => {
-            if let Ok(i) = i64::try_from(v.clone()) {
-                if v.is_integer() {
+            if v.is_integer() {
+                if let Ok(i) = i128::try_from(v.clone()) {
                     out.push_str(&i.to_string());
                     return Ok(());
                 }

@@ -67,6 +67,12 @@ pub fn kernelbook(path: &Path, reasoning_field: &str) -> Result<(Vec<Row>, Vec<B
                 bad.push(Bad::new("ingest", "non_utf8", &place));
                 continue;
             };
+            // A byte-order mark some editors write at the start of a file.
+            let text = if line_no == 1 {
+                text.trim_start_matches('\u{feff}')
+            } else {
+                text
+            };
             if text.trim().is_empty() {
                 continue;
             }

@@ -502,6 +502,34 @@ fn best_of(rows: &[Row], members: &[usize]) -> usize {
     best
 }
 
+/// Keeps the best row of each group (every row is in exactly one group); the others are
+/// dropped for `reason`, naming the row kept instead, in row order.
+fn keep_best<'g>(
+    rows: Vec<Row>,
+    groups: impl Iterator<Item = &'g Vec<usize>>,
+    stage: &mut Stage<'_>,
+    reason: &str,
+) -> Vec<Row> {
+    let mut keep = vec![false; rows.len()];
+    let mut dropped = Vec::new();
+    for members in groups {
+        let best = best_of(&rows, members);
+        keep[best] = true;
+        dropped.extend(members.iter().filter(|&&m| m != best).map(|&m| (m, best)));
+    }
+    dropped.sort_unstable();
+    let name = stage.stats.stage.clone();
+    for (m, best) in dropped {
+        let mut b = Bad::of(&name, reason, &rows[m]);
+        b.instead = Some(rows[best].id.clone());
+        stage.drop(b);
+    }
+    rows.into_iter()
+        .zip(keep)
+        .filter_map(|(r, k)| k.then_some(r))
+        .collect()
+}
+
 fn dedup(
     cfg: &Config,
     rows: Vec<Row>,
@@ -527,27 +555,7 @@ fn dedup(
         for (i, k) in keys.iter().enumerate() {
             groups.entry(k.as_str()).or_default().push(i);
         }
-        let mut keep = vec![false; rows.len()];
-        let mut dropped = Vec::new();
-        for members in groups.values() {
-            let best = best_of(&rows, members);
-            keep[best] = true;
-            for &m in members {
-                if m != best {
-                    dropped.push((m, best));
-                }
-            }
-        }
-        dropped.sort_unstable();
-        for (m, best) in dropped {
-            let mut b = Bad::of("dedup_exact", "exact_duplicate", &rows[m]);
-            b.instead = Some(rows[best].id.clone());
-            stage.drop(b);
-        }
-        rows.into_iter()
-            .zip(keep)
-            .filter_map(|(r, k)| k.then_some(r))
-            .collect::<Vec<_>>()
+        keep_best(rows, groups.values(), &mut stage, "exact_duplicate")
     } else {
         rows
     };
@@ -600,28 +608,7 @@ fn dedup(
         let root = clusters.find(i);
         groups.entry(root).or_default().push(i);
     }
-    let mut keep = vec![false; rows.len()];
-    let mut dropped = Vec::new();
-    for members in groups.values() {
-        let best = best_of(&rows, members);
-        keep[best] = true;
-        for &m in members {
-            if m != best {
-                dropped.push((m, best));
-            }
-        }
-    }
-    dropped.sort_unstable();
-    for (m, best) in dropped {
-        let mut b = Bad::of("dedup_near", "near_duplicate", &rows[m]);
-        b.instead = Some(rows[best].id.clone());
-        stage.drop(b);
-    }
-    let rows: Vec<Row> = rows
-        .into_iter()
-        .zip(keep)
-        .filter_map(|(r, k)| k.then_some(r))
-        .collect();
+    let rows = keep_best(rows, groups.values(), &mut stage, "near_duplicate");
     let n = rows.len();
     stages.push(stage.finish(n, None));
     rows

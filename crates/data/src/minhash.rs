@@ -11,37 +11,55 @@ pub type Shingles = Vec<u64>;
 /// differing only in comments, blank lines or indentation width normalise alike.
 pub fn normalize_code(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
-    let mut quote: Option<char> = None;
-    let mut chars = src.chars().peekable();
-    let mut in_comment = false;
-    while let Some(c) = chars.next() {
-        if in_comment {
-            if c == '\n' {
-                in_comment = false;
-                out.push('\n');
-            }
-            continue;
-        }
+    // Inside a string: its quote (one character, or three for `'''`/`"""`).
+    let mut quote: Option<&str> = None;
+    let mut rest = src;
+    while let Some(c) = rest.chars().next() {
         match quote {
             Some(q) => {
-                out.push(c);
                 if c == '\\' {
-                    if let Some(n) = chars.next() {
-                        out.push(n);
-                    }
-                } else if c == q {
-                    quote = None;
+                    let n = c.len_utf8()
+                        + rest[c.len_utf8()..]
+                            .chars()
+                            .next()
+                            .map_or(0, char::len_utf8);
+                    out.push_str(&rest[..n]);
+                    rest = &rest[n..];
+                    continue;
                 }
+                if rest.starts_with(q) {
+                    out.push_str(q);
+                    rest = &rest[q.len()..];
+                    quote = None;
+                    continue;
+                }
+                out.push(c);
             }
             None => match c {
-                '#' => in_comment = true,
+                '#' => {
+                    let end = rest.find('\n').unwrap_or(rest.len());
+                    rest = &rest[end..];
+                    continue;
+                }
                 '\'' | '"' => {
-                    quote = Some(c);
-                    out.push(c);
+                    let q = if rest.starts_with("'''") {
+                        "'''"
+                    } else if rest.starts_with("\"\"\"") {
+                        "\"\"\""
+                    } else if c == '\'' {
+                        "'"
+                    } else {
+                        "\""
+                    };
+                    out.push_str(q);
+                    rest = &rest[q.len()..];
+                    quote = Some(q);
+                    continue;
                 }
                 _ => out.push(c),
             },
         }
+        rest = &rest[c.len_utf8()..];
     }
     out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -107,8 +125,8 @@ pub fn union(a: &[u64], b: &[u64]) -> Shingles {
     out
 }
 
-/// Drops from every set the shingles found in more than `share` of the sets (and in at
-/// least 3): imports, signatures, launch boilerplate — what every file of a kind has. What
+/// Drops from every set the shingles found in more than `share` of the sets (and in more
+/// than 3): imports, signatures, launch boilerplate — what every file of a kind has. What
 /// is left is what tells files apart. `share >= 1` keeps everything.
 pub fn drop_boilerplate(sets: &mut [Shingles], share: f64) {
     if share >= 1.0 || sets.is_empty() {
@@ -254,6 +272,8 @@ mod tests {
         assert_eq!(normalize_code(a), normalize_code(b));
         let s = "s = '# not a comment'  # a comment";
         assert_eq!(normalize_code(s), "s = '# not a comment'");
+        let doc = "def f():\n    '''it's # kept'''\n    return 1  # dropped\n";
+        assert_eq!(normalize_code(doc), "def f(): '''it's # kept''' return 1");
     }
 
     #[test]
