@@ -2,7 +2,6 @@
 //! the real wire format: chat completions, server-sent-event streaming, usage), with the
 //! real evaluator (CPU mode) and a real SQLite store.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
@@ -94,23 +93,10 @@ async fn chat(State(s): State<Script>, headers: HeaderMap, Json(body): Json<Valu
 
 /// Serve `script` on a loopback port from a background thread; returns the base URL.
 fn serve(script: Script) -> String {
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let app = Router::new()
-                .route("/v1/chat/completions", post(chat))
-                .with_state(script);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    let addr = rx.recv().unwrap();
-    format!("http://{addr}/v1")
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .with_state(script);
+    format!("http://{}/v1", serve_on_loopback(app))
 }
 
 fn fenced(code: &str) -> String {
@@ -123,19 +109,6 @@ fn wrong_relu() -> String {
         .unwrap()
         .replace("tl.maximum(x, 0.0)", "x")
         .replace("tl.where(x > 0, x, 0.0)", "x")
-}
-
-fn episodes(state: &std::path::Path) -> Vec<Value> {
-    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
-    let mut stmt = db
-        .prepare("SELECT episode FROM episodes ORDER BY id")
-        .unwrap();
-    let rows = stmt
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(|t| serde_json::from_str(&t.unwrap()).unwrap())
-        .collect();
-    rows
 }
 
 #[test]

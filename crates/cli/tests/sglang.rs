@@ -5,7 +5,6 @@
 //! `apply_chat_template` makes of the stored messages, and that the stored completion
 //! ids are exactly the ones the server returned: no re-tokenisation anywhere.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -70,22 +69,10 @@ async fn generate(State(m): State<Mock>, Json(body): Json<Value>) -> Json<Value>
 }
 
 fn serve(mock: Mock) -> String {
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let app = Router::new()
-                .route("/generate", post(generate))
-                .with_state(mock);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    format!("http://{}", rx.recv().unwrap())
+    let app = Router::new()
+        .route("/generate", post(generate))
+        .with_state(mock);
+    format!("http://{}", serve_on_loopback(app))
 }
 
 fn export_tokenizer(state: &Path, dir: &Path) {
@@ -120,19 +107,6 @@ fn hf_ids(dir: &Path, work: &Path, chats: &[Value]) -> Vec<Vec<u32>> {
                 .collect()
         })
         .collect()
-}
-
-fn episodes(state: &Path) -> Vec<Value> {
-    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
-    let mut stmt = db
-        .prepare("SELECT episode FROM episodes ORDER BY id")
-        .unwrap();
-    let rows = stmt
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(|t| serde_json::from_str(&t.unwrap()).unwrap())
-        .collect();
-    rows
 }
 
 fn sglang_run(state: &Path, url: &str, tok: Option<&PathBuf>, out: &Path) -> std::process::Output {

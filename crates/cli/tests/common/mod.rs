@@ -46,3 +46,35 @@ pub fn run(cmd: &mut Command) -> Output {
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// Serves `app` on a loopback port from a background thread (its own runtime): the mock
+/// servers the agent tests talk to. Returns the address.
+pub fn serve_on_loopback(app: axum::Router) -> std::net::SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+/// Every episode in a state directory's store, by id.
+pub fn episodes(state: &Path) -> Vec<serde_json::Value> {
+    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
+    let mut stmt = db
+        .prepare("SELECT episode FROM episodes ORDER BY id")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|t| serde_json::from_str(&t.unwrap()).unwrap())
+        .collect();
+    rows
+}
