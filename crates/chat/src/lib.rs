@@ -11,6 +11,7 @@
 //! tokenizer's configuration.
 
 mod json;
+mod prefix;
 mod time;
 
 use std::collections::BTreeMap;
@@ -223,6 +224,8 @@ impl ChatTemplate {
 pub struct ChatTokenizer {
     pub template: ChatTemplate,
     tokenizer: tokenizers::Tokenizer,
+    /// Shared starts of texts tokenised once (`None`: a tokenizer it cannot prove exact for).
+    prefix: Option<prefix::PrefixCache>,
     path: PathBuf,
 }
 
@@ -230,14 +233,19 @@ impl ChatTokenizer {
     /// Loads `tokenizer.json` and the chat template from a model directory.
     pub fn from_dir(dir: &Path) -> Result<ChatTokenizer, ChatError> {
         let path = dir.join("tokenizer.json");
-        let tokenizer =
-            tokenizers::Tokenizer::from_file(&path).map_err(|e| ChatError::Tokenizer {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+        let fail = |reason: String| ChatError::Tokenizer {
+            path: path.clone(),
+            reason,
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| fail(e.to_string()))?;
+        let tokenizer = text
+            .parse::<tokenizers::Tokenizer>()
+            .map_err(|e| fail(e.to_string()))?;
+        let config: Json = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
         Ok(ChatTokenizer {
             template: ChatTemplate::from_dir(dir)?,
             tokenizer,
+            prefix: prefix::PrefixCache::new(&config),
             path,
         })
     }
@@ -250,12 +258,36 @@ impl ChatTokenizer {
     }
 
     /// Token ids of `text` with no special tokens added (the chat template already wrote them).
+    /// Long starts shared with earlier texts come from the prefix cache (see `prefix.rs`
+    /// for why that is exact).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, ChatError> {
+        match &self.prefix {
+            Some(cache) => cache
+                .encode(text, |t| self.encode_plain(t).map_err(|e| e.to_string()))
+                .map_err(|e| self.fail(e)),
+            None => self.encode_plain(text),
+        }
+    }
+
+    /// `encode` without the prefix cache: `tokenizers` on the whole text.
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ChatError> {
         // `encode_fast` skips character offsets, which nothing here reads.
         self.tokenizer
             .encode_fast(text, false)
             .map(|e| e.get_ids().to_vec())
             .map_err(|e| self.fail(e))
+    }
+
+    /// Whether shared starts are tokenised once (`false`: this tokenizer's configuration is
+    /// not one the cache is exact for, or it was switched off).
+    pub fn prefix_cache(&self) -> bool {
+        self.prefix.is_some()
+    }
+
+    /// Switches the prefix cache off (to compare against, or to rule it out).
+    pub fn without_prefix_cache(mut self) -> ChatTokenizer {
+        self.prefix = None;
+        self
     }
 
     /// The rendered prompt and its token ids: what `apply_chat_template(tokenize=True)` gives.

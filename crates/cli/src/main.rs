@@ -300,7 +300,7 @@ fn main() -> ExitCode {
             Cmd::Guard(args) => guard_cmd::run(args),
             Cmd::Doctor { json } => doctor::run(&cli.global, json).await,
             Cmd::Setup => setup(&cli.global),
-            Cmd::Data(cmd) => data_cmd::run(cmd),
+            Cmd::Data(cmd) => data_cmd::run(&cli.global, cmd).await,
             Cmd::Tokenizer(cmd) => tokenizer_cmd::run(&cli.global, cmd).await,
         }
     });

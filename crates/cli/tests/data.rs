@@ -391,3 +391,123 @@ fn a_solved_episode_becomes_its_failed_attempt_feedback_and_fix() {
     );
     assert_eq!(rows[0]["meta"]["turns_to_fix"], 2);
 }
+
+/// A tiny elementwise problem and a Triton answer computing `body` from `x`.
+fn pair(name: &str, torch_expr: &str, body: &str) -> (String, String) {
+    let problem = format!(
+        "import torch\nimport torch.nn as nn\n\n\nclass {name}(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n    def forward(self, x):\n        return {torch_expr}\n\n\ndef get_inputs():\n    return [torch.randn(4, 300)]\n\n\ndef get_init_inputs():\n    return []\n"
+    );
+    let answer = format!(
+        "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\ndef {name}_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n\n    x = tl.load(x_ptr + offs, mask=mask)\n    tl.store(y_ptr + offs, {body}, mask=mask)\n\n\nclass {name}New(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n    def forward(self, x):\n        x = x.contiguous()\n        y = torch.empty_like(x)\n        n = x.numel()\n        {name}_kernel[(triton.cdiv(n, 256),)](x, y, n, BLOCK=256)\n        return y\n"
+    );
+    (problem, answer)
+}
+
+#[test]
+fn verify_keeps_only_pairs_the_evaluator_finds_correct_and_reuses_its_verdicts() {
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    let rows = [
+        ("good", "Doubler", "x * 2.0", "x * 2.0"),
+        ("wrong", "PlusOne", "x + 1.0", "x + 2.0"),
+        ("broken", "Cuber", "x * x * x", "tl.cube_it(x)"),
+    ];
+    let input = root.path().join("rows.jsonl");
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|(uuid, name, t, body)| {
+            let (p, a) = pair(name, t, body);
+            json!({"uuid": uuid, "entry_point": name, "python_code": p, "triton_code": a})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let cfg = config(
+        root.path(),
+        &input,
+        "verified",
+        "[dedup]\nnear = false\n\n[verify]\ntrials = 2\n",
+    );
+    let text_cfg = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text_cfg.replace("[decontaminate]\n", "[decontaminate]\nenabled = false\n"),
+    )
+    .unwrap();
+
+    let verify = |state: &Path| -> Value {
+        let out = run(tf(state)
+            .args([
+                "--device", "cpu", "data", "build", "--json", "--verify", "--config",
+            ])
+            .arg(&cfg));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let report = verify(&state);
+    let v = stage(&report, "verify");
+    assert_eq!(v["rows_in"], 3, "{report}");
+    assert_eq!(v["rows_out"], 1, "{report}");
+    assert_eq!(v["note"], "0 of 3 verdicts from the store", "{report}");
+    let dropped: BTreeMap<String, u64> = serde_json::from_value(v["dropped"].clone()).unwrap();
+    assert_eq!(dropped.get("incorrect"), Some(&1), "{report}");
+    assert_eq!(dropped.values().sum::<u64>(), 2, "{report}");
+    assert!(!dropped.contains_key("correct"));
+
+    let out = root.path().join("verified");
+    let kept = kept(&out);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0]["id"], "good");
+    assert_eq!(kept[0]["meta"]["verdict"]["status"], "correct");
+    let key = kept[0]["meta"]["verdict"]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(key.len(), 64);
+
+    // Each failed row says which verdict dropped it and why.
+    let bad = jsonl(&out.join("dropped.jsonl"));
+    let by_id: BTreeMap<&str, &Value> = bad
+        .iter()
+        .filter(|b| b["stage"] == "verify")
+        .map(|b| (b["id"].as_str().unwrap(), b))
+        .collect();
+    assert_eq!(by_id.len(), 2, "{bad:?}");
+    assert_eq!(by_id["wrong"]["reason"], "incorrect");
+    assert!(
+        by_id["broken"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("cube_it"),
+        "{bad:?}"
+    );
+
+    // The verdicts are in the store: a second build evaluates nothing and decides the same.
+    let again = verify(&state);
+    let v2 = stage(&again, "verify");
+    assert_eq!(v2["note"], "3 of 3 verdicts from the store", "{again}");
+    assert_eq!(v2["dropped"], v["dropped"]);
+    assert_eq!(kept_ids(&out), vec!["good".to_string()]);
+    assert_eq!(kept_first_key(&out), key);
+
+    // Without --verify the stage is off and all three stay.
+    let plain = build(&state, &cfg);
+    assert_eq!(stage(&plain, "verify")["note"], "off");
+    assert_eq!(kept_ids(&out).len(), 3);
+}
+
+fn kept_ids(dir: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = kept(dir)
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn kept_first_key(dir: &Path) -> String {
+    kept(dir)[0]["meta"]["verdict"]["key"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}

@@ -25,6 +25,8 @@ pub struct Config {
     pub dedup: Dedup,
     #[serde(default)]
     pub decontaminate: Decontaminate,
+    #[serde(default)]
+    pub verify: Verify,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -149,6 +151,10 @@ pub struct Length {
     pub min: usize,
     #[serde(default = "default_max")]
     pub max: usize,
+    /// Tokenise the text rows share (system prompt, task rules, worked example) once;
+    /// exact by construction, switchable to compare.
+    #[serde(default = "yes")]
+    pub prefix_cache: bool,
 }
 
 impl Default for Length {
@@ -158,6 +164,7 @@ impl Default for Length {
             tokenizer: None,
             min: default_min(),
             max: default_max(),
+            prefix_cache: true,
         }
     }
 }
@@ -283,6 +290,47 @@ fn default_contamination() -> f64 {
     0.6
 }
 
+/// Run every remaining pair through the evaluator and keep only `correct` ones. Off by
+/// default: it costs an evaluation per row (verdicts are cached in the store, so a
+/// rerun or an interrupted build picks up where it stopped).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Verify {
+    #[serde(default)]
+    pub enabled: bool,
+    /// Correctness trials per pair.
+    #[serde(default = "default_trials")]
+    pub trials: u32,
+    /// Wall-clock budget per pair, seconds.
+    #[serde(default = "default_budget")]
+    pub budget_s: f64,
+    /// Also time each pair (only meaningful on a GPU; speedups are recorded).
+    #[serde(default)]
+    pub timing: bool,
+    /// Pairs evaluated at once [default: number of CPUs].
+    pub jobs: Option<usize>,
+}
+
+impl Default for Verify {
+    fn default() -> Self {
+        Verify {
+            enabled: false,
+            trials: default_trials(),
+            budget_s: default_budget(),
+            timing: false,
+            jobs: None,
+        }
+    }
+}
+
+fn default_trials() -> u32 {
+    3
+}
+
+fn default_budget() -> f64 {
+    120.0
+}
+
 impl Config {
     pub fn load(path: &Path) -> Result<Config, DataError> {
         let text = std::fs::read_to_string(path).map_err(|e| DataError::Config {
@@ -349,6 +397,10 @@ impl Config {
             || !(0.0..=1.0).contains(&self.decontaminate.threshold)
         {
             return Err("thresholds are similarities in [0, 1]".into());
+        }
+        let v = &self.verify;
+        if v.trials == 0 || v.budget_s.is_nan() || v.budget_s <= 0.0 || v.jobs == Some(0) {
+            return Err("verify.trials, verify.budget_s and verify.jobs must be positive".into());
         }
         if self.length.min > self.length.max {
             return Err("length.min is above length.max".into());

@@ -36,6 +36,43 @@ pub enum DataError {
     Output { path: PathBuf, reason: String },
     #[error("{0}")]
     Setup(String),
+    #[error("verify: {0}")]
+    Verify(String),
+}
+
+/// One pair for the evaluator: the row's PyTorch module and its Triton answer.
+#[derive(Debug, Clone)]
+pub struct VerifyItem {
+    pub id: String,
+    pub problem: String,
+    pub answer: String,
+}
+
+/// The evaluator's verdict on one pair, as much of it as the set records.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Verdict {
+    /// `correct`, `incorrect`, `compile_error`, ... (the evaluation record's status).
+    pub status: String,
+    pub message: String,
+    /// The evaluation record's key in the store.
+    pub key: String,
+    /// Served from the store (an earlier build or run evaluated this exact pair).
+    pub cached: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<f64>,
+}
+
+/// Runs pairs through the evaluator. The pipeline knows nothing of processes or devices;
+/// the binary supplies the real evaluator, whose verdicts are stored as they come, so an
+/// interrupted build loses no evaluation.
+pub trait Verifier: Sync {
+    /// One verdict per item, in order. `Err` only when the evaluator itself failed (not
+    /// a candidate): the build stops rather than drop rows for the tool's fault.
+    fn verify(
+        &self,
+        items: &[VerifyItem],
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Verdict>, String>;
 }
 
 /// One training example on its way through the stages.
@@ -88,6 +125,9 @@ pub struct Bad {
     /// The row kept in its place, for duplicates and look-alikes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instead: Option<String>,
+    /// More about the reason (the evaluator's message for a failed verification).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 impl Bad {
@@ -98,6 +138,7 @@ impl Bad {
             place: place.into(),
             id: None,
             instead: None,
+            detail: None,
         }
     }
 
@@ -241,7 +282,13 @@ fn strip_thinking(text: &str) -> String {
 pub fn build(
     cfg: &Config,
     progress: &(dyn Fn(&str) + Sync),
+    verifier: Option<&dyn Verifier>,
 ) -> Result<(Report, Vec<Bad>), DataError> {
+    if cfg.verify.enabled && verifier.is_none() {
+        return Err(DataError::Setup(
+            "verify is on but no evaluator was supplied".into(),
+        ));
+    }
     let started = Instant::now();
     let mut bad: Vec<Bad> = Vec::new();
     let mut stages = Vec::new();
@@ -337,8 +384,11 @@ pub fn build(
     let mut stage = Stage::start("length", rows.len(), &mut bad);
     let rows = match (&cfg.length.tokenizer, cfg.length.enabled) {
         (Some(dir), true) => {
-            let tok = tritonforge_chat::ChatTokenizer::from_dir(dir)
+            let mut tok = tritonforge_chat::ChatTokenizer::from_dir(dir)
                 .map_err(|e| DataError::Setup(e.to_string()))?;
+            if !cfg.length.prefix_cache {
+                tok = tok.without_prefix_cache();
+            }
             let (min, max) = (cfg.length.min, cfg.length.max);
             let rows = filter_rows(&mut stage, rows, |r| {
                 let (_, ids) = tok
@@ -427,6 +477,25 @@ pub fn build(
     progress("decontaminate");
     let rows = decontaminate(cfg, rows, &mut bad, &mut stages)?;
 
+    // 6b. Verify: last of the filters, so the evaluator only sees rows that would be
+    // kept (duplicates and look-alikes are never evaluated).
+    let rows = match verifier.filter(|_| cfg.verify.enabled) {
+        Some(v) => {
+            progress("verify");
+            verify(rows, v, progress, &mut bad, &mut stages)?
+        }
+        None => {
+            stages.push(StageStats {
+                stage: "verify".into(),
+                rows_in: rows.len(),
+                rows_out: rows.len(),
+                note: Some("off".into()),
+                ..StageStats::default()
+            });
+            rows
+        }
+    };
+
     // 9. Split and write.
     progress("write");
     let t = Instant::now();
@@ -453,6 +522,55 @@ pub fn build(
     };
     write::write_stats(cfg, &report)?;
     Ok((report, bad))
+}
+
+/// Evaluates every row; keeps the `correct` ones, with their verdict in `meta.verdict`.
+fn verify(
+    rows: Vec<Row>,
+    verifier: &dyn Verifier,
+    progress: &(dyn Fn(&str) + Sync),
+    bad: &mut Vec<Bad>,
+    stages: &mut Vec<StageStats>,
+) -> Result<Vec<Row>, DataError> {
+    let mut stage = Stage::start("verify", rows.len(), bad);
+    let items: Vec<VerifyItem> = rows
+        .iter()
+        .map(|r| VerifyItem {
+            id: r.id.clone(),
+            problem: r.problem.clone(),
+            answer: r.answer.clone(),
+        })
+        .collect();
+    let total = items.len();
+    let tick = |done: usize| progress(&format!("verify {done}/{total}"));
+    let verdicts = verifier.verify(&items, &tick).map_err(DataError::Verify)?;
+    if verdicts.len() != rows.len() {
+        return Err(DataError::Verify(format!(
+            "{} verdicts for {} pairs",
+            verdicts.len(),
+            rows.len()
+        )));
+    }
+    let cached = verdicts.iter().filter(|v| v.cached).count();
+    let mut kept = Vec::with_capacity(rows.len());
+    for (mut r, v) in rows.into_iter().zip(verdicts) {
+        let record = serde_json::to_value(&v).unwrap_or(Value::Null);
+        if v.status == "correct" {
+            r.verified = true;
+            r.meta.insert("verdict".into(), record);
+            kept.push(r);
+        } else {
+            let mut b = Bad::of("verify", &v.status, &r);
+            b.detail = Some(v.message.chars().take(500).collect());
+            stage.drop(b);
+        }
+    }
+    let n = kept.len();
+    stages.push(stage.finish(
+        n,
+        Some(format!("{cached} of {total} verdicts from the store")),
+    ));
+    Ok(kept)
 }
 
 /// A stable, seeded assignment: the same id lands in the same split every run.
