@@ -20,15 +20,20 @@ from typing import Any, List, Tuple
 
 from .protocol import (
     PROTOCOL_VERSION,
+    Checkpointed,
     Error,
     Generated,
     Generation,
     Hello,
     ProtocolError,
     Sandbox,
+    StepDone,
+    TrainReady,
     decode,
     encode,
 )
+
+TRAIN_MESSAGES = ("train_setup", "train_step", "eval_loss", "save_checkpoint")
 
 
 def _send(msg: Any) -> None:
@@ -268,8 +273,10 @@ def _take_batch(inbox: "queue.Queue[str | None]", limit: int, window_s: float) -
 
 
 def serve_policy(argv: List[str]) -> int:
+    train = "--train" in argv
+    argv = [a for a in argv if a != "--train"]
     if len(argv) != 2:
-        sys.stderr.write("usage: python -m tritonforge_worker policy MODEL DEVICE\n")
+        sys.stderr.write("usage: python -m tritonforge_worker policy MODEL DEVICE [--train]\n")
         return 2
     model, device = argv
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -277,7 +284,9 @@ def serve_policy(argv: List[str]) -> int:
     window_s = float(os.environ.get("TRITONFORGE_POLICY_WINDOW_MS", "50")) / 1000.0
     from .envinfo import collect
 
-    tok, net = load(model, device)
+    # A training worker loads its model when `train_setup` says how.
+    tok, net = (None, None) if train else load(model, device)
+    trainer: List[Any] = []
     sandbox = Sandbox(landlock_abi=None, filesystem=False, network=False, signals=False,
                       gpu_memory_fraction=None, notes=["policy worker: no sandbox (it runs our model, not candidates)"])
     _send(Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version="policy", pid=os.getpid(),
@@ -308,6 +317,17 @@ def serve_policy(argv: List[str]) -> int:
             if msg.type == "shutdown":
                 stop = True
                 break
+            if msg.type in TRAIN_MESSAGES:
+                # Training is strictly in order: generations asked for before it go first.
+                if jobs:
+                    _answer(tok, net, jobs, device)
+                    jobs = []
+                _train(trainer, msg, device)
+                continue
+            if msg.type == "generate" and net is None:
+                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=msg.id,
+                            message="this policy worker was started for training, not generation"))
+                continue
             if msg.type != "generate":
                 _send(Error(type="error", protocol=PROTOCOL_VERSION, id=getattr(msg, "id", None),
                             message=f"the policy worker does not handle {msg.type!r}"))
@@ -335,3 +355,42 @@ def _answer(tok: Any, net: Any, msgs: List[Any], device: str) -> None:
     elapsed = (time.perf_counter() - start) * 1000.0
     for m, result in zip(msgs, results):
         _send(Generation(type="generation", protocol=PROTOCOL_VERSION, id=m.id, result=result, elapsed_ms=elapsed))
+
+
+def _train(state: List[Any], msg: Any, device: str) -> None:
+    """One training request, answered in order; errors name the request and keep the
+    worker alive (nothing already trained is lost)."""
+    from .trainer import Trainer, TrainError, describe_oom
+
+    try:
+        if msg.type == "train_setup":
+            state.clear()
+            state.append(Trainer(msg.setup, device))
+            _send(TrainReady(type="train_ready", protocol=PROTOCOL_VERSION, id=msg.id, info=state[0].info()))
+            return
+        if not state:
+            raise TrainError(f"{msg.type} before train_setup")
+        trainer = state[0]
+        if msg.type == "train_step":
+            stats = trainer.train_step(msg.batch)
+            _send(StepDone(type="step_done", protocol=PROTOCOL_VERSION, id=msg.id, stats=stats))
+        elif msg.type == "eval_loss":
+            stats = trainer.eval_loss(msg.batch)
+            _send(StepDone(type="step_done", protocol=PROTOCOL_VERSION, id=msg.id, stats=stats))
+        elif msg.type == "save_checkpoint":
+            trainer.save(msg.save)
+            _send(Checkpointed(type="checkpointed", protocol=PROTOCOL_VERSION, id=msg.id,
+                               dir=msg.save.dir, step=trainer.step))
+    except Exception as exc:  # noqa: BLE001 - every failure goes back to the host, named
+        text = f"{type(exc).__name__}: {exc}"
+        if "OutOfMemoryError" in type(exc).__name__ and msg.type in ("train_step", "eval_loss"):
+            text = describe_oom(exc, msg.batch)
+            try:
+                import torch
+
+                for p in state[0].params:
+                    p.grad = None
+                torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        _send(Error(type="error", protocol=PROTOCOL_VERSION, id=msg.id, message=text))

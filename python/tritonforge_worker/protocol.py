@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 Status = Literal["rejected", "compile_error", "runtime_error", "timeout", "incorrect", "correct"]
 Stage = Literal["guard", "import", "init", "correctness", "provenance", "timing", "process"]
@@ -358,11 +358,147 @@ class Generation:
     elapsed_ms: float
 
 
+@dataclass
+class LoraSetup:
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: List[str]
+
+
+@dataclass
+class TrainSetupJob:
+    model: str
+    resume: Optional[str]
+    lora: Optional[LoraSetup]
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    total_steps: int
+    weight_decay: float
+    grad_clip: float
+    gradient_checkpointing: bool
+    dtype: str
+    seed: int
+    attention: str
+
+
+@dataclass
+class TrainInfo:
+    parameters: int
+    trainable: int
+    head_parameters: int
+    vocab_size: int
+    layers: int
+    attention_width: int
+    dtype: str
+    device: str
+    world_size: int
+    gpu_name: Optional[str]
+    step: int
+
+
+@dataclass
+class MicroBatch:
+    input_ids: List[List[int]]
+    loss_mask: List[List[int]]
+    position_ids: List[List[int]]
+
+
+@dataclass
+class TrainBatch:
+    micro: List[MicroBatch]
+
+
+@dataclass
+class StepStats:
+    step: int
+    loss: float
+    loss_tokens: int
+    tokens: int
+    grad_norm: Optional[float]
+    lr: float
+    elapsed_ms: float
+    memory_bytes: Optional[int]
+
+
+@dataclass
+class SaveJob:
+    dir: str
+    merge_lora: bool
+    trainer_state: bool
+
+
+@dataclass
+class TrainSetup:
+    TYPE: ClassVar[str] = "train_setup"
+    type: Literal["train_setup"]
+    protocol: int
+    id: str
+    setup: TrainSetupJob
+
+
+@dataclass
+class TrainReady:
+    TYPE: ClassVar[str] = "train_ready"
+    type: Literal["train_ready"]
+    protocol: int
+    id: str
+    info: TrainInfo
+
+
+@dataclass
+class TrainStep:
+    TYPE: ClassVar[str] = "train_step"
+    type: Literal["train_step"]
+    protocol: int
+    id: str
+    batch: TrainBatch
+
+
+@dataclass
+class EvalLoss:
+    TYPE: ClassVar[str] = "eval_loss"
+    type: Literal["eval_loss"]
+    protocol: int
+    id: str
+    batch: TrainBatch
+
+
+@dataclass
+class StepDone:
+    TYPE: ClassVar[str] = "step_done"
+    type: Literal["step_done"]
+    protocol: int
+    id: str
+    stats: StepStats
+
+
+@dataclass
+class SaveCheckpoint:
+    TYPE: ClassVar[str] = "save_checkpoint"
+    type: Literal["save_checkpoint"]
+    protocol: int
+    id: str
+    save: SaveJob
+
+
+@dataclass
+class Checkpointed:
+    TYPE: ClassVar[str] = "checkpointed"
+    type: Literal["checkpointed"]
+    protocol: int
+    id: str
+    dir: str
+    step: int
+
+
 MESSAGE_TYPES: Dict[str, type] = {
     cls.TYPE: cls  # type: ignore[attr-defined]
     for cls in (
         Hello, Evaluate, EvalResult, Error, Shutdown, CheckProblem, ProblemReportMessage,
         LeaseRequest, LeaseGrant, LeaseRelease, Generate, Generation,
+        TrainSetup, TrainReady, TrainStep, EvalLoss, StepDone, SaveCheckpoint, Checkpointed,
     )
 }
 

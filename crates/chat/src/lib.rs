@@ -284,6 +284,12 @@ impl ChatTokenizer {
         self.prefix.is_some()
     }
 
+    /// This tokenizer with another chat template (a template override for the model).
+    pub fn with_template(mut self, template: ChatTemplate) -> ChatTokenizer {
+        self.template = template;
+        self
+    }
+
     /// Switches the prefix cache off (to compare against, or to rule it out).
     pub fn without_prefix_cache(mut self) -> ChatTokenizer {
         self.prefix = None;
@@ -305,6 +311,11 @@ impl ChatTokenizer {
         self.tokenizer
             .decode(ids, skip_special_tokens)
             .map_err(|e| self.fail(e))
+    }
+
+    /// Tokens in the vocabulary, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.tokenizer.get_vocab_size(true)
     }
 
     /// The id of a token string (a special token such as `<|im_end|>`), if the vocabulary has it.

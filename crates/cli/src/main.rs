@@ -21,6 +21,7 @@ mod guard_cmd;
 mod report;
 mod run_cmd;
 mod tokenizer_cmd;
+mod train_cmd;
 
 /// Exit codes: 0 all correct, 1 some verdict other than correct, 2 bad input, 3 environment failure.
 pub const EXIT_CORRECT: u8 = 0;
@@ -106,6 +107,9 @@ enum Cmd {
     /// A model's tokenizer and chat template: export one, render chats with it.
     #[command(subcommand)]
     Tokenizer(tokenizer_cmd::TokenizerCmd),
+    /// Train a policy: supervised fine-tuning (`train sft --config sft.toml`).
+    #[command(subcommand)]
+    Train(train_cmd::TrainCmd),
 }
 
 impl Global {
@@ -302,6 +306,7 @@ fn main() -> ExitCode {
             Cmd::Setup => setup(&cli.global),
             Cmd::Data(cmd) => data_cmd::run(&cli.global, cmd).await,
             Cmd::Tokenizer(cmd) => tokenizer_cmd::run(&cli.global, cmd).await,
+            Cmd::Train(cmd) => train_cmd::run(&cli.global, cmd).await,
         }
     });
     match code {

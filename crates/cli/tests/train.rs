@@ -1,0 +1,261 @@
+//! `tritonforge train sft` on the real policy worker: a tiny randomly initialised
+//! Llama-architecture model (`configs/models/tiny-llama`) with SmolLM2's tokenizer,
+//! trained on CPU on conversations written here. Loss falls; metrics reach the store;
+//! checkpoints load in plain transformers with the logits the trainer had; a run stopped
+//! and resumed takes the same steps with the same losses as one that ran through; bad
+//! rows are counted, bad settings named.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+mod common;
+use common::*;
+
+fn chat(i: usize) -> Value {
+    let ops = ["relu", "sigmoid", "tanh", "exp", "abs", "neg"];
+    let op = ops[i % ops.len()];
+    let answer = format!(
+        "```python\n@triton.jit\ndef {op}_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n    x = tl.load(x_ptr + offs, mask=offs < n)\n    tl.store(y_ptr + offs, {op}(x), mask=offs < n)\n```"
+    );
+    json!({"id": format!("row-{i}"), "messages": [
+        {"role": "system", "content": "You write Triton kernels."},
+        {"role": "user", "content": format!("Write a Triton kernel for {op} (variant {}).", i % 7)},
+        {"role": "assistant", "content": answer},
+    ]})
+}
+
+struct Setup {
+    root: tempfile::TempDir,
+    state: PathBuf,
+    tok: PathBuf,
+}
+
+/// SmolLM2's tokenizer, exported once for all tests of this file (loading the GGUF file
+/// takes a while).
+fn tokenizer() -> PathBuf {
+    static TOK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TOK.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let tok = dir.join("tok");
+        let out = run(tf(&dir.join("state"))
+            .args(["tokenizer", "export", "--out"])
+            .arg(&tok));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        tok
+    })
+    .clone()
+}
+
+fn setup() -> Setup {
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    let tok = tokenizer();
+    let mut train: Vec<String> = (0..40).map(|i| chat(i).to_string()).collect();
+    // Rows the trainer must skip and count: no answer, too long, not JSON.
+    train.push(json!({"messages": [{"role": "user", "content": "hi"}]}).to_string());
+    let long = "word ".repeat(3000);
+    train.push(json!({"messages": [{"role": "user", "content": long}, {"role": "assistant", "content": "ok"}]}).to_string());
+    train.push("{not json".into());
+    std::fs::write(root.path().join("train.jsonl"), train.join("\n")).unwrap();
+    let val: Vec<String> = (100..106).map(|i| chat(i).to_string()).collect();
+    std::fs::write(root.path().join("validation.jsonl"), val.join("\n")).unwrap();
+    Setup { root, state, tok }
+}
+
+fn config(s: &Setup, name: &str, model: &Path, extra: &str) -> PathBuf {
+    let path = s.root.path().join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "model = {model:?}\ntokenizer = {:?}\n[data]\ntrain = \"train.jsonl\"\nvalidation = \"validation.jsonl\"\n[output]\ndir = {name:?}\n{extra}",
+            s.tok
+        ),
+    )
+    .unwrap();
+    path
+}
+
+const SCHEDULE: &str = "[train]\nsteps = 4\nseq_len = 1024\nmicro_batch = 2\ngrad_accum = 2\nlr = 3e-3\nmin_lr = 3e-4\nwarmup_steps = 1\neval_every = 2\nsave_every = 2\nseed = 3\n";
+
+fn tiny() -> PathBuf {
+    repo().join("configs/models/tiny-llama")
+}
+
+/// Runs `train sft --json`; returns the exit code, the events and stderr.
+fn train(s: &Setup, cfg: &Path, extra: &[&str]) -> (i32, Vec<Value>, String) {
+    let out = run(tf(&s.state)
+        .args(["--device", "cpu", "train", "sft", "--json", "--config"])
+        .arg(cfg)
+        .args(extra));
+    let events = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    (out.status.code().unwrap_or(-1), events, text(&out.stderr))
+}
+
+fn losses(events: &[Value], split: &str) -> Vec<(u64, f64)> {
+    events
+        .iter()
+        .filter(|e| e["event"] == "metric" && e["metric"]["split"] == split)
+        .map(|e| {
+            (
+                e["metric"]["step"].as_u64().unwrap(),
+                e["metric"]["loss"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn check_checkpoint(dir: &Path) -> Value {
+    let out = std::process::Command::new(venv().join("bin/python"))
+        .arg(fixture("train/check_checkpoint.py"))
+        .arg(dir)
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn sft_trains_checkpoints_and_resumes_exactly() {
+    let s = setup();
+    let cfg = config(&s, "full", &tiny(), SCHEDULE);
+    let (code, events, err) = train(&s, &cfg, &[]);
+    assert_eq!(code, 0, "{err}");
+
+    let prepared = events.iter().find(|e| e["event"] == "prepared").unwrap();
+    assert_eq!(prepared["train"], 40, "{prepared}");
+    assert_eq!(prepared["validation"], 6);
+    assert_eq!(
+        prepared["skipped"],
+        json!({"malformed_json": 1, "no_assistant_turn": 1, "too_long": 1})
+    );
+    let ready = events.iter().find(|e| e["event"] == "ready").unwrap();
+    assert_eq!(ready["info"]["vocab_size"], 49152);
+    assert_eq!(ready["info"]["parameters"], ready["info"]["trainable"]);
+
+    // Loss falls, on the training steps and on the validation split.
+    let tr = losses(&events, "train");
+    assert_eq!(tr.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    assert!(tr[3].1 < tr[0].1 - 0.05, "{tr:?}");
+    let va = losses(&events, "validation");
+    assert_eq!(va.iter().map(|x| x.0).collect::<Vec<_>>(), vec![2, 4]);
+    assert!(va[1].1 < va[0].1, "{va:?}");
+
+    // Every metric is in the store as it happened.
+    let db = rusqlite::Connection::open(s.state.join("tritonforge.sqlite")).unwrap();
+    let n: i64 = db
+        .query_row("SELECT COUNT(*) FROM train_metrics", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 6);
+    let stored: String = db
+        .query_row(
+            "SELECT metric FROM train_metrics WHERE step = 4 AND split = 'train'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(stored["loss"].as_f64().unwrap(), tr[3].1);
+    assert!(stored["tokens_per_s"].as_f64().unwrap() > 0.0);
+
+    // Checkpoints in the Hugging Face layout; plain transformers reproduces the logits.
+    let out = s.root.path().join("full");
+    let last = out.join("checkpoint-000004");
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "chat_template.jinja",
+        "trainer_state.pt",
+    ] {
+        assert!(last.join(f).is_file(), "{f} missing in {}", last.display());
+    }
+    let check = check_checkpoint(&last);
+    assert_eq!(check["equal"], true, "{check}");
+    assert!(
+        check["chat"]
+            .as_str()
+            .unwrap()
+            .contains("<|im_start|>assistant"),
+        "{check}"
+    );
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["done"], true);
+    assert_eq!(state["latest"], "checkpoint-000004");
+
+    // The same run stopped after step 2 and resumed takes the same steps with the same
+    // losses: weights, optimizer, schedule and data order all came back.
+    let cfg_b = config(&s, "split", &tiny(), SCHEDULE);
+    let (code, first, err) = train(&s, &cfg_b, &["--until", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(losses(&first, "train"), tr[..2].to_vec());
+    let (code, second, err) = train(&s, &cfg_b, &["--resume"]);
+    assert_eq!(code, 0, "{err}");
+    let prepared = second.iter().find(|e| e["event"] == "prepared").unwrap();
+    assert_eq!(prepared["start"], 2);
+    assert_eq!(losses(&second, "train"), tr[2..].to_vec());
+    assert_eq!(losses(&second, "validation"), va[1..].to_vec());
+
+    // A finished run is not silently overwritten, and a resume must match its plan.
+    let (code, _, err) = train(&s, &cfg, &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--resume"), "{err}");
+    let changed = config(
+        &s,
+        "full",
+        &tiny(),
+        &SCHEDULE.replace("seed = 3", "seed = 4"),
+    );
+    let (code, _, err) = train(&s, &changed, &["--resume"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("other settings"), "{err}");
+}
+
+#[test]
+fn lora_merges_into_a_loadable_model_and_bad_settings_are_named() {
+    let s = setup();
+    let lora = "[train]\nsteps = 2\nseq_len = 1024\nmicro_batch = 2\nlr = 1e-2\n[lora]\nenabled = true\nrank = 4\nalpha = 8\ntarget_modules = [\"q_proj\", \"v_proj\"]\n";
+    let cfg = config(&s, "lora", &tiny(), lora);
+    let (code, events, err) = train(&s, &cfg, &[]);
+    assert_eq!(code, 0, "{err}");
+    let ready = events.iter().find(|e| e["event"] == "ready").unwrap();
+    let (all, trained) = (
+        ready["info"]["parameters"].as_u64().unwrap(),
+        ready["info"]["trainable"].as_u64().unwrap(),
+    );
+    // Rank-4 adapters on two projections of two layers: (64*4 + 4*64) + (64*4 + 4*32).
+    assert_eq!(trained, 2 * (64 * 4 + 4 * 64 + 64 * 4 + 4 * 32), "{ready}");
+    assert!(all > trained * 100);
+    let last = s.root.path().join("lora/checkpoint-000002");
+    assert!(last.join("adapter/adapter_config.json").is_file());
+    let check = check_checkpoint(&last);
+    // Merging sums the adapter into the weights: the same function up to rounding.
+    assert!(check["max_diff"].as_f64().unwrap() < 1e-4, "{check}");
+
+    // A model that is not there, and a tokenizer the model cannot embed.
+    let missing = config(&s, "missing", &s.root.path().join("no-such-model"), "");
+    let (code, _, err) = train(&s, &missing, &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no-such-model"), "{err}");
+    let small = s.root.path().join("small-vocab");
+    std::fs::create_dir_all(&small).unwrap();
+    let mut c: Value =
+        serde_json::from_str(&std::fs::read_to_string(tiny().join("config.json")).unwrap())
+            .unwrap();
+    c["vocab_size"] = json!(1000);
+    std::fs::write(small.join("config.json"), c.to_string()).unwrap();
+    let mismatch = config(
+        &s,
+        "mismatch",
+        &small,
+        "[train]\nsteps = 1\nseq_len = 1024\n",
+    );
+    let (code, _, err) = train(&s, &mismatch, &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a pair") && err.contains("1000"), "{err}");
+}

@@ -1,0 +1,317 @@
+//! `sft.toml`: the model, the data, and how to train. Unknown keys are errors (a misspelt
+//! setting must not silently train with the default).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::TrainError;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SftConfig {
+    /// A Hugging Face model directory (a `config.json` alone: random weights), a `.gguf`
+    /// file, or `smollm2` (the bundled SmolLM2-135M-Instruct).
+    pub model: String,
+    /// Directory with `tokenizer.json` and the chat template [default: the model directory].
+    pub tokenizer: Option<PathBuf>,
+    pub data: DataCfg,
+    pub output: OutputCfg,
+    #[serde(default)]
+    pub train: TrainCfg,
+    #[serde(default)]
+    pub lora: LoraCfg,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataCfg {
+    /// JSONL or parquet with a `messages` column (what `tritonforge data build` writes).
+    pub train: PathBuf,
+    pub validation: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputCfg {
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainCfg {
+    /// Passes over the training set (ignored when `steps` is set).
+    #[serde(default = "one")]
+    pub epochs: u32,
+    /// Optimizer steps in all; 0: as many as `epochs` make.
+    #[serde(default)]
+    pub steps: u64,
+    /// Longest row in tokens; a longer conversation is skipped and counted.
+    #[serde(default = "default_seq_len")]
+    pub seq_len: usize,
+    /// Rows per micro-batch.
+    #[serde(default = "one_usize")]
+    pub micro_batch: usize,
+    /// Micro-batches per optimizer step.
+    #[serde(default = "one_usize")]
+    pub grad_accum: usize,
+    /// Several conversations per row (attention stays inside each).
+    #[serde(default = "yes")]
+    pub packing: bool,
+    #[serde(default = "default_lr")]
+    pub lr: f64,
+    #[serde(default = "default_min_lr")]
+    pub min_lr: f64,
+    #[serde(default)]
+    pub warmup_steps: u64,
+    #[serde(default)]
+    pub weight_decay: f64,
+    /// 0: no clipping.
+    #[serde(default = "default_clip")]
+    pub grad_clip: f64,
+    #[serde(default)]
+    pub gradient_checkpointing: bool,
+    /// `auto` (bf16 on a GPU, fp32 on a CPU), `bf16` or `fp32`.
+    #[serde(default = "default_dtype")]
+    pub dtype: String,
+    #[serde(default)]
+    pub seed: u64,
+    /// Validation loss every this many steps (and at the end); 0: only at the end.
+    #[serde(default)]
+    pub eval_every: u64,
+    /// A checkpoint every this many steps (and at the end); 0: only at the end.
+    #[serde(default)]
+    pub save_every: u64,
+    /// Write checkpoints at all (off: a throughput benchmark, nothing to keep).
+    #[serde(default = "yes")]
+    pub checkpoints: bool,
+    /// Checkpoints kept (older ones are deleted); the final one is always kept.
+    #[serde(default = "default_keep")]
+    pub keep_checkpoints: usize,
+    /// The accelerator's dense bf16 peak, TFLOP/s, for MFU [default: by GPU name].
+    pub peak_tflops: Option<f64>,
+    /// transformers' attention implementation: `sdpa`, `flex_attention` (compiled block
+    /// masks: packed rows at full speed) or `eager`.
+    #[serde(default = "default_attention")]
+    pub attention: String,
+}
+
+impl Default for TrainCfg {
+    fn default() -> Self {
+        toml::from_str("").unwrap_or_else(|_| unreachable_default())
+    }
+}
+
+/// Only reached if the serde defaults above stop parsing an empty table, which a unit
+/// test rules out.
+fn unreachable_default() -> TrainCfg {
+    TrainCfg {
+        epochs: 1,
+        steps: 0,
+        seq_len: default_seq_len(),
+        micro_batch: 1,
+        grad_accum: 1,
+        packing: true,
+        lr: default_lr(),
+        min_lr: default_min_lr(),
+        warmup_steps: 0,
+        weight_decay: 0.0,
+        grad_clip: default_clip(),
+        gradient_checkpointing: false,
+        dtype: default_dtype(),
+        seed: 0,
+        eval_every: 0,
+        save_every: 0,
+        checkpoints: true,
+        keep_checkpoints: default_keep(),
+        peak_tflops: None,
+        attention: default_attention(),
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraCfg {
+    #[serde(default)]
+    pub enabled: bool,
+    #[serde(default = "default_rank")]
+    pub rank: u32,
+    #[serde(default = "default_alpha")]
+    pub alpha: f64,
+    #[serde(default = "default_lora_dropout")]
+    pub dropout: f64,
+    #[serde(default = "default_targets")]
+    pub target_modules: Vec<String>,
+    /// The final checkpoint holds the merged model (loadable anywhere); intermediate ones
+    /// hold the adapter only.
+    #[serde(default = "yes")]
+    pub merge: bool,
+}
+
+impl Default for LoraCfg {
+    fn default() -> Self {
+        LoraCfg {
+            enabled: false,
+            rank: default_rank(),
+            alpha: default_alpha(),
+            dropout: default_lora_dropout(),
+            target_modules: default_targets(),
+            merge: true,
+        }
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+fn one_usize() -> usize {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn default_seq_len() -> usize {
+    4096
+}
+fn default_lr() -> f64 {
+    1e-5
+}
+fn default_min_lr() -> f64 {
+    1e-6
+}
+fn default_clip() -> f64 {
+    1.0
+}
+fn default_dtype() -> String {
+    "auto".into()
+}
+fn default_attention() -> String {
+    "sdpa".into()
+}
+fn default_keep() -> usize {
+    2
+}
+fn default_rank() -> u32 {
+    16
+}
+fn default_alpha() -> f64 {
+    32.0
+}
+fn default_lora_dropout() -> f64 {
+    0.05
+}
+fn default_targets() -> Vec<String> {
+    [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+impl SftConfig {
+    pub fn load(path: &Path) -> Result<SftConfig, TrainError> {
+        let bad = |reason: String| TrainError::Config {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let mut cfg: SftConfig = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        // Relative paths are relative to the config file.
+        let base = path.parent().unwrap_or(Path::new("."));
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        fix(&mut cfg.data.train);
+        if let Some(v) = &mut cfg.data.validation {
+            fix(v);
+        }
+        fix(&mut cfg.output.dir);
+        if let Some(t) = &mut cfg.tokenizer {
+            fix(t);
+        }
+        if cfg.model != "smollm2" && !Path::new(&cfg.model).is_absolute() {
+            let candidate = base.join(&cfg.model);
+            if candidate.exists() {
+                cfg.model = candidate.display().to_string();
+            }
+        }
+        if cfg.model != "smollm2" && !Path::new(&cfg.model).exists() {
+            return Err(bad(format!(
+                "model {}: no such file or directory",
+                cfg.model
+            )));
+        }
+        cfg.check().map_err(bad)?;
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let t = &self.train;
+        if t.seq_len < 2 || t.micro_batch == 0 || t.grad_accum == 0 {
+            return Err(
+                "train.seq_len must be at least 2, micro_batch and grad_accum at least 1".into(),
+            );
+        }
+        if t.steps == 0 && t.epochs == 0 {
+            return Err("train.epochs or train.steps must be positive".into());
+        }
+        if !(t.lr > 0.0 && t.min_lr >= 0.0 && t.min_lr <= t.lr) {
+            return Err("train.lr must be positive and train.min_lr in [0, lr]".into());
+        }
+        if !(t.grad_clip >= 0.0 && t.weight_decay >= 0.0) {
+            return Err("train.grad_clip and train.weight_decay must not be negative".into());
+        }
+        if !["auto", "bf16", "fp32"].contains(&t.dtype.as_str()) {
+            return Err(format!("train.dtype {:?}: auto, bf16 or fp32", t.dtype));
+        }
+        if !["sdpa", "flex_attention", "eager"].contains(&t.attention.as_str()) {
+            return Err(format!(
+                "train.attention {:?}: sdpa, flex_attention or eager",
+                t.attention
+            ));
+        }
+        if t.keep_checkpoints == 0 {
+            return Err("train.keep_checkpoints must be at least 1".into());
+        }
+        let l = &self.lora;
+        if l.enabled && (l.rank == 0 || l.target_modules.is_empty()) {
+            return Err("lora.rank must be positive and lora.target_modules not empty".into());
+        }
+        Ok(())
+    }
+
+    /// The settings that fix the schedule and data order: a resumed run must match them.
+    pub fn schedule_fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let t = &self.train;
+        let parts = serde_json::json!({
+            "model": self.model, "train": self.data.train, "epochs": t.epochs, "steps": t.steps,
+            "seq_len": t.seq_len, "micro_batch": t.micro_batch, "grad_accum": t.grad_accum,
+            "packing": t.packing, "seed": t.seed, "lr": t.lr, "min_lr": t.min_lr,
+            "warmup": t.warmup_steps, "lora": self.lora.enabled,
+        });
+        hex::encode(Sha256::digest(parts.to_string().as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_train_table_takes_the_documented_defaults() {
+        let t: TrainCfg = toml::from_str("").unwrap();
+        assert_eq!(t.seq_len, 4096);
+        assert_eq!(t.lr, 1e-5);
+        assert_eq!(t.min_lr, 1e-6);
+        assert!(t.packing);
+    }
+}

@@ -1,0 +1,213 @@
+//! The policy worker as a trainer: `python -m tritonforge_worker policy MODEL DEVICE
+//! --train`, one request at a time over the JSON-lines protocol. Its stderr goes to a
+//! log file, and its last lines into any error, so a crash explains itself.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use tritonforge_protocol::{
+    Message, SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetup, PROTOCOL_VERSION,
+};
+
+use crate::{Policy, TrainError};
+
+pub struct WorkerSpec {
+    pub python: PathBuf,
+    /// Directory holding `tritonforge_worker/`.
+    pub worker_path: PathBuf,
+    pub device: String,
+    /// Where the worker's stderr is written.
+    pub log: PathBuf,
+}
+
+pub struct WorkerPolicy {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    next: u64,
+}
+
+impl WorkerPolicy {
+    pub fn start(spec: &WorkerSpec, model: &str) -> Result<WorkerPolicy, TrainError> {
+        let mut path = spec.worker_path.clone().into_os_string();
+        if let Some(extra) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+            path.push(":");
+            path.push(extra);
+        }
+        let mut child = Command::new(&spec.python)
+            .args(["-u", "-m", "tritonforge_worker", "policy", model])
+            .arg(&spec.device)
+            .arg("--train")
+            .env("PYTHONPATH", path)
+            .env("HF_HUB_OFFLINE", "1")
+            .env("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+            .env("TOKENIZERS_PARALLELISM", "false")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                TrainError::Worker(format!("could not start {}: {e}", spec.python.display()))
+            })?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(TrainError::Worker(
+                "the worker's pipes were not set up".into(),
+            ));
+        };
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let log = spec.log.clone();
+        let tail_w = tail.clone();
+        std::thread::spawn(move || drain(stderr, &log, &tail_w));
+        let mut w = WorkerPolicy {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            tail,
+            next: 0,
+        };
+        match w.read()? {
+            Message::Hello { .. } => Ok(w),
+            other => Err(w.fail(format!("expected hello, got {other:?}"))),
+        }
+    }
+
+    fn fail(&self, reason: impl Into<String>) -> TrainError {
+        let tail: Vec<String> = self
+            .tail
+            .lock()
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default();
+        let mut reason = reason.into();
+        if !tail.is_empty() {
+            reason = format!("{reason}; its stderr ends:\n  {}", tail.join("\n  "));
+        }
+        TrainError::Worker(reason)
+    }
+
+    fn read(&mut self) -> Result<Message, TrainError> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self
+                .stdout
+                .read_line(&mut line)
+                .map_err(|e| self.fail(format!("reading from the worker: {e}")))?;
+            if n == 0 {
+                // Give the stderr thread a moment to collect the last words.
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let status = self.child.try_wait().ok().flatten();
+                return Err(self.fail(format!(
+                    "the worker exited{}",
+                    status.map(|s| format!(" ({s})")).unwrap_or_default()
+                )));
+            }
+            if line.trim().is_empty() {
+                continue;
+            }
+            return Message::from_line(&line).map_err(|e| self.fail(format!("bad reply: {e}")));
+        }
+    }
+
+    fn ask(&mut self, make: impl FnOnce(String) -> Message) -> Result<Message, TrainError> {
+        self.next += 1;
+        let id = format!("t{}", self.next);
+        let line = make(id.clone()).to_line();
+        writeln!(self.stdin, "{line}")
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| self.fail(format!("writing to the worker: {e}")))?;
+        match self.read()? {
+            Message::Error { message, .. } => Err(TrainError::Step(message)),
+            reply => Ok(reply),
+        }
+    }
+}
+
+fn drain(stderr: std::process::ChildStderr, log: &Path, tail: &Mutex<VecDeque<String>>) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .ok();
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        if let Some(f) = file.as_mut() {
+            let _ = writeln!(f, "{line}");
+        }
+        if let Ok(mut t) = tail.lock() {
+            if t.len() == 8 {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    }
+}
+
+impl Policy for WorkerPolicy {
+    fn setup(&mut self, setup: TrainSetup) -> Result<TrainInfo, TrainError> {
+        match self.ask(|id| Message::TrainSetup {
+            protocol: PROTOCOL_VERSION,
+            id,
+            setup,
+        })? {
+            Message::TrainReady { info, .. } => Ok(info),
+            other => Err(self.fail(format!("expected train_ready, got {other:?}"))),
+        }
+    }
+
+    fn step(&mut self, batch: TrainBatch) -> Result<StepStats, TrainError> {
+        match self.ask(|id| Message::TrainStep {
+            protocol: PROTOCOL_VERSION,
+            id,
+            batch,
+        })? {
+            Message::StepDone { stats, .. } => Ok(stats),
+            other => Err(self.fail(format!("expected step_done, got {other:?}"))),
+        }
+    }
+
+    fn eval(&mut self, batch: TrainBatch) -> Result<StepStats, TrainError> {
+        match self.ask(|id| Message::EvalLoss {
+            protocol: PROTOCOL_VERSION,
+            id,
+            batch,
+        })? {
+            Message::StepDone { stats, .. } => Ok(stats),
+            other => Err(self.fail(format!("expected step_done, got {other:?}"))),
+        }
+    }
+
+    fn save(&mut self, save: SaveJob) -> Result<u64, TrainError> {
+        match self.ask(|id| Message::SaveCheckpoint {
+            protocol: PROTOCOL_VERSION,
+            id,
+            save,
+        })? {
+            Message::Checkpointed { step, .. } => Ok(step),
+            other => Err(self.fail(format!("expected checkpointed, got {other:?}"))),
+        }
+    }
+}
+
+impl Drop for WorkerPolicy {
+    fn drop(&mut self) {
+        let line = Message::Shutdown {
+            protocol: PROTOCOL_VERSION,
+        }
+        .to_line();
+        let _ = writeln!(self.stdin, "{line}");
+        let _ = self.stdin.flush();
+        for _ in 0..50 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,293 @@
+"""The policy worker's trainer: tensor math only.
+
+Rust renders, tokenises, masks, packs and schedules; this module receives batches of
+token ids with a loss mask and position ids, and does forward, backward and the
+optimizer step. It loads a model for training (a Hugging Face directory; a directory
+with a config alone gives random weights; a GGUF file, dequantised), optionally wraps it
+in LoRA adapters, and writes checkpoints in the Hugging Face layout with the optimizer,
+schedule and random state beside them so a run can resume exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Optional, Tuple
+
+from .protocol import MicroBatch, SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetupJob
+
+STATE_FILE = "trainer_state.pt"
+ADAPTER_DIR = "adapter"
+PROBE_FILE = "probe.pt"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
+
+
+class TrainError(RuntimeError):
+    """A training request that cannot be done, said plainly."""
+
+
+def _has_weights(path: Path) -> bool:
+    return any(p.name.endswith(WEIGHT_SUFFIXES) for p in path.iterdir())
+
+
+def _dtype(name: str, device: str) -> Any:
+    import torch
+
+    if name == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    table = {"bf16": torch.bfloat16, "fp32": torch.float32}
+    if name not in table:
+        raise TrainError(f"dtype {name!r}: expected bf16, fp32 or auto")
+    return table[name]
+
+
+def load_for_training(model: str, dtype: Any, seed: int, attention: str = "sdpa", device: str = "cpu") -> Any:
+    """The model to train: from weights, or randomly initialised from a config alone
+    (directly on the device: initialising billions of weights on the CPU is slow)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from .policy import resolve
+
+    path, gguf = resolve(model)
+    p = Path(path)
+    if not p.exists():
+        raise TrainError(f"model {model}: no such file or directory")
+    if gguf is None and p.is_dir() and not _has_weights(p):
+        if not (p / "config.json").is_file():
+            raise TrainError(f"model {model}: neither weights nor config.json in the directory")
+        config = AutoConfig.from_pretrained(path)
+        torch.manual_seed(seed)
+        with torch.device(device):
+            return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention)
+    kw = {"gguf_file": gguf} if gguf else {}
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention, **kw)
+
+
+def _lr_at(step: int, setup: TrainSetupJob) -> float:
+    """Linear warm-up to `lr`, then cosine decay to `min_lr` at `total_steps`."""
+    if setup.warmup_steps > 0 and step < setup.warmup_steps:
+        return setup.lr * (step + 1) / setup.warmup_steps
+    span = max(1, setup.total_steps - setup.warmup_steps)
+    progress = min(1.0, (step - setup.warmup_steps) / span)
+    return setup.min_lr + 0.5 * (setup.lr - setup.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+class Trainer:
+    def __init__(self, setup: TrainSetupJob, device: str) -> None:
+        import torch
+
+        self.setup = setup
+        self.device = device
+        self.dtype = _dtype(setup.dtype, device)
+        torch.manual_seed(setup.seed)
+        random.seed(setup.seed)
+        resume = Path(setup.resume) if setup.resume else None
+        if resume is not None and not (resume / STATE_FILE).is_file():
+            raise TrainError(f"resume {resume}: not a checkpoint of ours (no {STATE_FILE})")
+        # Full fine-tuning resumes from the checkpoint's weights; LoRA from the base model
+        # plus the checkpoint's adapter.
+        source = str(resume) if resume is not None and setup.lora is None else setup.model
+        if setup.attention not in ("sdpa", "flex_attention", "eager"):
+            raise TrainError(f"attention {setup.attention!r}: expected sdpa, flex_attention or eager")
+        net = load_for_training(source, self.dtype, setup.seed, setup.attention, device)
+        net.config.use_cache = False
+        if setup.gradient_checkpointing:
+            net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if setup.lora is not None:
+            from peft import LoraConfig, PeftModel, get_peft_model
+
+            if resume is not None:
+                net = PeftModel.from_pretrained(net, str(resume / ADAPTER_DIR), is_trainable=True)
+            else:
+                cfg = LoraConfig(r=setup.lora.rank, lora_alpha=setup.lora.alpha,
+                                 lora_dropout=setup.lora.dropout,
+                                 target_modules=list(setup.lora.target_modules), task_type="CAUSAL_LM")
+                net = get_peft_model(net, cfg)
+            if setup.gradient_checkpointing:
+                net.enable_input_require_grads()
+        self.net = net.to(device)
+        self.net.train()
+        self.params = [p for p in self.net.parameters() if p.requires_grad]
+        decay = [p for p in self.params if p.dim() >= 2]
+        no_decay = [p for p in self.params if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": setup.weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        self.opt = torch.optim.AdamW(groups, lr=setup.lr, betas=(0.9, 0.95), eps=1e-8,
+                                     fused=device.startswith("cuda"))
+        self.step = 0
+        if resume is not None:
+            self._load_state(resume)
+
+    # -- the model's parts, for a loss computed only where it counts ----------------------
+
+    def _base(self) -> Any:
+        return self.net.get_base_model() if hasattr(self.net, "get_base_model") else self.net
+
+    def info(self) -> TrainInfo:
+        import torch
+
+        base = self._base()
+        cfg = base.config
+        head = base.get_output_embeddings()
+        heads = getattr(cfg, "num_attention_heads", 0) or 0
+        head_dim = getattr(cfg, "head_dim", None) or (cfg.hidden_size // max(1, heads))
+        gpu = torch.cuda.get_device_name(0) if self.device.startswith("cuda") else None
+        return TrainInfo(
+            parameters=sum(p.numel() for p in self.net.parameters()),
+            trainable=sum(p.numel() for p in self.params),
+            head_parameters=head.weight.numel() if head is not None else 0,
+            vocab_size=int(base.get_input_embeddings().weight.shape[0]),
+            layers=int(getattr(cfg, "num_hidden_layers", 0)),
+            attention_width=int(heads * head_dim),
+            dtype=str(self.dtype).replace("torch.", ""),
+            device=self.device,
+            world_size=1,
+            gpu_name=gpu,
+            step=self.step,
+        )
+
+    def _loss_sum(self, mb: MicroBatch) -> Tuple[Any, int, int]:
+        """(sum of target-token losses, target tokens, tokens) for one micro-batch. Position
+        t predicts token t+1, so the mask is read shifted by one; logits are computed only
+        at positions whose next token is a target (most of a prompt never is)."""
+        import torch
+        import torch.nn.functional as F
+
+        ids = torch.tensor(mb.input_ids, dtype=torch.long, device=self.device)
+        pos = torch.tensor(mb.position_ids, dtype=torch.long, device=self.device)
+        mask = torch.tensor(mb.loss_mask, dtype=torch.bool, device=self.device)
+        targets = ids[:, 1:]
+        where = mask[:, 1:]
+        n = int(where.sum().item())
+        base = self._base()
+        decoder = getattr(base, "model", None)
+        head = base.get_output_embeddings()
+        if decoder is not None and head is not None:
+            hidden = decoder(input_ids=ids, position_ids=pos).last_hidden_state[:, :-1]
+            logits = head(hidden[where])
+        else:
+            logits = self.net(input_ids=ids, position_ids=pos).logits[:, :-1][where]
+        loss = F.cross_entropy(logits.float(), targets[where], reduction="sum")
+        return loss, n, int(ids.numel())
+
+    def _stats(self, loss: float, n: int, tokens: int, grad_norm: Optional[float], lr: float,
+               started: float) -> StepStats:
+        import torch
+
+        mem = None
+        if self.device.startswith("cuda"):
+            mem = int(torch.cuda.max_memory_allocated())
+            torch.cuda.reset_peak_memory_stats()
+        return StepStats(step=self.step, loss=loss, loss_tokens=n, tokens=tokens, grad_norm=grad_norm,
+                         lr=lr, elapsed_ms=(time.perf_counter() - started) * 1000.0, memory_bytes=mem)
+
+    def train_step(self, batch: TrainBatch) -> StepStats:
+        import torch
+
+        started = time.perf_counter()
+        total = sum(sum(sum(row[1:]) for row in mb.loss_mask) for mb in batch.micro)
+        if total == 0:
+            raise TrainError("a step with no target tokens (no assistant token in any row)")
+        lr = _lr_at(self.step, self.setup)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        self.net.train()
+        loss_sum, tokens = 0.0, 0
+        for mb in batch.micro:
+            loss, _, t = self._loss_sum(mb)
+            # Every target token weighs the same whatever micro-batch it is in.
+            (loss / total).backward()
+            loss_sum += float(loss.detach())
+            tokens += t
+        clip = self.setup.grad_clip if self.setup.grad_clip > 0 else float("inf")
+        norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+        if not math.isfinite(norm):
+            self.opt.zero_grad(set_to_none=True)
+            raise TrainError(f"step {self.step + 1}: gradient norm is {norm}; the step was not applied")
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.step += 1
+        return self._stats(loss_sum / total, total, tokens, norm, lr, started)
+
+    def eval_loss(self, batch: TrainBatch) -> StepStats:
+        import torch
+
+        started = time.perf_counter()
+        self.net.eval()
+        loss_sum, n_sum, tokens = 0.0, 0, 0
+        with torch.no_grad():
+            for mb in batch.micro:
+                loss, n, t = self._loss_sum(mb)
+                loss_sum += float(loss)
+                n_sum += n
+                tokens += t
+        self.net.train()
+        if n_sum == 0:
+            raise TrainError("an evaluation batch with no target tokens")
+        return self._stats(loss_sum / n_sum, n_sum, tokens, None, _lr_at(self.step, self.setup), started)
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def save(self, job: SaveJob) -> None:
+        import torch
+
+        out = Path(job.dir)
+        out.mkdir(parents=True, exist_ok=True)
+        if self.setup.lora is not None:
+            self.net.save_pretrained(str(out / ADAPTER_DIR))
+            if job.merge_lora:
+                merged = copy.deepcopy(self.net).merge_and_unload()
+                merged.save_pretrained(str(out), safe_serialization=True)
+        else:
+            self.net.save_pretrained(str(out), safe_serialization=True)
+        self._probe(out)
+        if job.trainer_state:
+            state = {
+                "step": self.step,
+                "optimizer": self.opt.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            }
+            tmp = out / (STATE_FILE + ".partial")
+            torch.save(state, tmp)
+            os.replace(tmp, out / STATE_FILE)
+
+    def _probe(self, out: Path) -> None:
+        """The last position's logits for a fixed input, from the model as saved: whoever
+        loads the checkpoint can check that it reproduces them."""
+        import torch
+
+        vocab = self.info().vocab_size
+        gen = torch.Generator().manual_seed(1234)
+        ids = torch.randint(0, vocab, (1, 16), generator=gen).to(self.device)
+        was_training = self.net.training
+        self.net.eval()
+        with torch.no_grad():
+            logits = self.net(input_ids=ids).logits[:, -1].float().cpu()
+        if was_training:
+            self.net.train()
+        torch.save({"input_ids": ids.cpu(), "logits": logits}, out / PROBE_FILE)
+
+    def _load_state(self, ckpt: Path) -> None:
+        import torch
+
+        state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
+        self.opt.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["python_rng"])
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+def describe_oom(exc: BaseException, batch: TrainBatch) -> str:
+    rows = sum(len(mb.input_ids) for mb in batch.micro)
+    longest = max((len(r) for mb in batch.micro for r in mb.input_ids), default=0)
+    return (f"out of memory on a batch of {rows} rows of up to {longest} tokens "
+            f"({type(exc).__name__}); lower micro_batch or seq_len, or turn on gradient_checkpointing")

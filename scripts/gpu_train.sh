@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# GPU figures for `tritonforge train sft` (docs/training.md).
+# usage: scripts/gpu_train.sh BINARY OUTDIR PHASE CARRY
+#   PHASE mfu06 | mfu17: throughput and MFU of randomly initialised Qwen3 0.6B / 1.7B at
+#         sequence length 4096, ours and a plain transformers Trainer (packed and plain);
+#   PHASE smol: fine-tune SmolLM2-135M-Instruct on the suite's train pairs, then
+#         `tritonforge run` pass@1 on the heldout split before and after.
+# CARRY holds tok/ (SmolLM2's tokenizer), synth.jsonl (an SFT set from `data synth` +
+# `data build`) and suite/ (`data build` of the suite: train.jsonl, validation.jsonl).
+set -uo pipefail
+B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}; C=${4:?carry}
+S=/tmp/tf-train; mkdir -p "$S" "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
+
+ours() { # tag model micro grad_accum attention [extra toml]
+  local tag=$1 model=$2 mb=$3 ga=$4 attn=$5
+  rm -rf "$S/$tag"
+  cat > "$S/$tag.toml" <<TOML
+model = "$model"
+tokenizer = "$C/tok"
+[data]
+train = "$C/synth.jsonl"
+[output]
+dir = "$S/$tag"
+[train]
+steps = 16
+seq_len = 4096
+micro_batch = $mb
+grad_accum = $ga
+lr = 1e-5
+min_lr = 1e-6
+warmup_steps = 2
+attention = "$attn"
+checkpoints = false
+TOML
+  local t0=$(date +%s)
+  "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json --config "$S/$tag.toml" \
+    > "$OUT/$tag.jsonl" 2> "$OUT/$tag.err"
+  echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$OUT/$tag.err"
+  python3 - "$OUT/$tag.jsonl" "$tag" >> "$OUT/summary.jsonl" <<'PY'
+import json, statistics, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+m = [e["metric"] for e in ev if e.get("event") == "metric" and e["metric"]["split"] == "train"][3:]
+info = next((e["info"] for e in ev if e.get("event") == "ready"), {})
+if m:
+    print(json.dumps({"trainer": "tritonforge", "tag": sys.argv[2], "steps": len(m) + 3,
+        "median_step_s": statistics.median(x["seconds"] for x in m),
+        "tokens_per_s": statistics.median(x["tokens_per_s"] for x in m),
+        "mfu": statistics.median(x["mfu"] for x in m),
+        "peak_memory_gib": max((x["memory_bytes"] or 0) for x in m) / 2**30,
+        "parameters": info.get("parameters"), "gpu": info.get("gpu_name")}))
+else:
+    print(json.dumps({"trainer": "tritonforge", "tag": sys.argv[2], "error": "no metrics"}))
+PY
+}
+
+baseline() { # tag model micro grad_accum mode
+  local tag=$1
+  python3 scripts/bench_sft_trainer.py --model "$2" --tokenizer "$C/tok" --data "$C/synth.jsonl" \
+    --micro-batch "$3" --grad-accum "$4" --mode "$5" --steps 16 > "$OUT/$tag.json" 2> "$OUT/$tag.err"
+  echo "exit $?" >> "$OUT/$tag.err"
+  (cat "$OUT/$tag.json"; echo) | head -1 >> "$OUT/summary.jsonl"
+}
+
+case "$PHASE" in
+  mfu06)
+    ours ours-06-sdpa configs/models/qwen3-0.6b 4 1 sdpa
+    baseline trainer-06-packed configs/models/qwen3-0.6b 4 1 packed
+    baseline trainer-06-plain configs/models/qwen3-0.6b 8 1 plain
+    ours ours-06-flex configs/models/qwen3-0.6b 4 1 flex_attention
+    ;;
+  mfu17)
+    ours ours-17-sdpa configs/models/qwen3-1.7b 2 2 sdpa
+    baseline trainer-17-packed configs/models/qwen3-1.7b 2 2 packed
+    baseline trainer-17-plain configs/models/qwen3-1.7b 4 2 plain
+    ;;
+  smol)
+    export PYTHONPATH="/tmp/pydeps:${PYTHONPATH:-}"
+    t0=$(date +%s)
+    "$B" --python python3 --state-dir "$S/state" run --split heldout --turns 1 --out "$OUT/before" \
+      > "$OUT/before.md" 2> "$OUT/before.err"
+    echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$OUT/before.err"
+    cat > "$S/smol.toml" <<TOML
+model = "smollm2"
+tokenizer = "$C/tok"
+[data]
+train = "$C/suite/train.jsonl"
+validation = "$C/suite/validation.jsonl"
+[output]
+dir = "$S/smol"
+[train]
+epochs = 3
+seq_len = 4096
+micro_batch = 4
+lr = 5e-5
+min_lr = 5e-6
+warmup_steps = 2
+eval_every = 4
+keep_checkpoints = 1
+TOML
+    rm -rf "$S/smol"; t0=$(date +%s)
+    "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json --config "$S/smol.toml" \
+      > "$OUT/smol-train.jsonl" 2> "$OUT/smol-train.err"
+    echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$OUT/smol-train.err"
+    ck=$(ls -d "$S"/smol/checkpoint-* | tail -1)
+    t0=$(date +%s)
+    "$B" --python python3 --state-dir "$S/state" run --embedded-model "$ck" --split heldout --turns 1 \
+      --out "$OUT/after" > "$OUT/after.md" 2> "$OUT/after.err"
+    echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$OUT/after.err"
+    ;;
+esac
+tail -n 3 "$OUT"/*.err
+cat "$OUT/summary.jsonl" 2>/dev/null
