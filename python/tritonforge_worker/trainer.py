@@ -11,12 +11,13 @@ schedule and random state beside them so a run can resume exactly.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .protocol import MicroBatch, SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetupJob
 
@@ -26,8 +27,52 @@ PROBE_FILE = "probe.pt"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
 
+VARLEN = "tritonforge_varlen"
+
+
 class TrainError(RuntimeError):
     """A training request that cannot be done, said plainly."""
+
+
+def _register_varlen() -> bool:
+    """Registers flash attention over packed rows with transformers: each conversation of
+    a row attends only to itself, with no dense mask (PyTorch's `varlen_attn`; CUDA only).
+    The sequence boundaries arrive as `cu_seq_lens_q` with each forward."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError:
+        return False
+
+    def attend(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+               scaling: Optional[float] = None, dropout: float = 0.0, **kw: Any) -> Tuple[Any, None]:
+        cu, longest = kw["cu_seq_lens_q"], kw["max_length_q"]
+        b, h, t, d = query.shape
+        q = query.transpose(1, 2).reshape(b * t, h, d)
+        k, v = key.transpose(1, 2), value.transpose(1, 2)
+        if k.shape[2] != h:  # grouped-query attention: one key/value head per group
+            k = k.repeat_interleave(h // k.shape[2], dim=2)
+            v = v.repeat_interleave(h // v.shape[2], dim=2)
+        out = varlen_attn(q, k.reshape(b * t, h, d), v.reshape(b * t, h, d), cu, cu, longest, longest,
+                          scale=scaling, window_size=(-1, 0))
+        return out.reshape(b, t, h, d), None
+
+    AttentionInterface.register(VARLEN, attend)
+    AttentionMaskInterface.register(VARLEN, lambda *a, **k: None)
+    return True
+
+
+def _boundaries(position_ids: List[List[int]], device: str) -> Tuple[Any, int]:
+    """Cumulative sequence starts over the flattened batch (a sequence starts wherever
+    its position is 0) and the longest sequence."""
+    import torch
+
+    width = len(position_ids[0]) if position_ids else 0
+    starts = [r * width + j for r, row in enumerate(position_ids) for j, p in enumerate(row) if p == 0]
+    starts.append(len(position_ids) * width)
+    longest = max(b - a for a, b in zip(starts, starts[1:]))
+    return torch.tensor(starts, dtype=torch.int32, device=device), longest
 
 
 def _has_weights(path: Path) -> bool:
@@ -65,7 +110,27 @@ def load_for_training(model: str, dtype: Any, seed: int, attention: str = "sdpa"
         with torch.device(device):
             return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention)
     kw = {"gguf_file": gguf} if gguf else {}
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention, **kw)
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention, **kw)
+    if gguf:
+        # The weights were dequantised on load; what is trained and saved is a plain model.
+        net.hf_quantizer = None
+        net.is_quantized = False
+        if hasattr(net.config, "quantization_config"):
+            del net.config.quantization_config
+    return net
+
+
+def _plain_attention(out: Path) -> None:
+    """A checkpoint must load anywhere: no trace of our own attention function in its
+    configuration."""
+    path = out / "config.json"
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text())
+    if config.get("_attn_implementation") == VARLEN or config.get("attn_implementation") == VARLEN:
+        config.pop("_attn_implementation", None)
+        config.pop("attn_implementation", None)
+        path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _lr_at(step: int, setup: TrainSetupJob) -> float:
@@ -92,9 +157,17 @@ class Trainer:
         # Full fine-tuning resumes from the checkpoint's weights; LoRA from the base model
         # plus the checkpoint's adapter.
         source = str(resume) if resume is not None and setup.lora is None else setup.model
-        if setup.attention not in ("sdpa", "flex_attention", "eager"):
-            raise TrainError(f"attention {setup.attention!r}: expected sdpa, flex_attention or eager")
-        net = load_for_training(source, self.dtype, setup.seed, setup.attention, device)
+        attention = setup.attention
+        if attention == "auto":
+            attention = VARLEN if device.startswith("cuda") and _register_varlen() else "sdpa"
+        elif attention == "varlen":
+            if not (device.startswith("cuda") and _register_varlen()):
+                raise TrainError("attention 'varlen' needs CUDA and torch.nn.attention.varlen")
+            attention = VARLEN
+        elif attention not in ("sdpa", "flex_attention", "eager"):
+            raise TrainError(f"attention {attention!r}: expected auto, varlen, sdpa, flex_attention or eager")
+        self.attention = attention
+        net = load_for_training(source, self.dtype, setup.seed, attention, device)
         net.config.use_cache = False
         if setup.gradient_checkpointing:
             net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -160,6 +233,7 @@ class Trainer:
 
         ids = torch.tensor(mb.input_ids, dtype=torch.long, device=self.device)
         pos = torch.tensor(mb.position_ids, dtype=torch.long, device=self.device)
+        extra = self._varlen_kwargs(mb.position_ids)
         mask = torch.tensor(mb.loss_mask, dtype=torch.bool, device=self.device)
         targets = ids[:, 1:]
         where = mask[:, 1:]
@@ -168,12 +242,18 @@ class Trainer:
         decoder = getattr(base, "model", None)
         head = base.get_output_embeddings()
         if decoder is not None and head is not None:
-            hidden = decoder(input_ids=ids, position_ids=pos).last_hidden_state[:, :-1]
+            hidden = decoder(input_ids=ids, position_ids=pos, **extra).last_hidden_state[:, :-1]
             logits = head(hidden[where])
         else:
-            logits = self.net(input_ids=ids, position_ids=pos).logits[:, :-1][where]
+            logits = self.net(input_ids=ids, position_ids=pos, **extra).logits[:, :-1][where]
         loss = F.cross_entropy(logits.float(), targets[where], reduction="sum")
         return loss, n, int(ids.numel())
+
+    def _varlen_kwargs(self, position_ids: List[List[int]]) -> Dict[str, Any]:
+        if self.attention != VARLEN:
+            return {}
+        cu, longest = _boundaries(position_ids, self.device)
+        return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
 
     def _stats(self, loss: float, n: int, tokens: int, grad_norm: Optional[float], lr: float,
                started: float) -> StepStats:
@@ -245,6 +325,7 @@ class Trainer:
                 merged.save_pretrained(str(out), safe_serialization=True)
         else:
             self.net.save_pretrained(str(out), safe_serialization=True)
+        _plain_attention(out)
         self._probe(out)
         if job.trainer_state:
             state = {
@@ -269,7 +350,8 @@ class Trainer:
         was_training = self.net.training
         self.net.eval()
         with torch.no_grad():
-            logits = self.net(input_ids=ids).logits[:, -1].float().cpu()
+            extra = self._varlen_kwargs([list(range(ids.shape[1]))])
+            logits = self.net(input_ids=ids, **extra).logits[:, -1].float().cpu()
         if was_training:
             self.net.train()
         torch.save({"input_ids": ids.cpu(), "logits": logits}, out / PROBE_FILE)

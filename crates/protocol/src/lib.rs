@@ -559,7 +559,8 @@ pub struct TrainSetup {
     /// `bf16`, `fp32`, or `auto` (bf16 on a GPU, fp32 on a CPU).
     pub dtype: String,
     pub seed: u64,
-    /// transformers' attention implementation: `sdpa`, `flex_attention`, `eager`.
+    /// `auto`, `varlen` (flash attention over packed rows), or transformers' `sdpa`,
+    /// `flex_attention`, `eager`.
     pub attention: String,
 }
 

@@ -90,8 +90,9 @@ pub struct TrainCfg {
     pub keep_checkpoints: usize,
     /// The accelerator's dense bf16 peak, TFLOP/s, for MFU [default: by GPU name].
     pub peak_tflops: Option<f64>,
-    /// transformers' attention implementation: `sdpa`, `flex_attention` (compiled block
-    /// masks: packed rows at full speed) or `eager`.
+    /// Attention: `auto` (`varlen` on a GPU, `sdpa` on a CPU), `varlen` (flash attention
+    /// over packed rows, no dense mask), or transformers' `sdpa`, `flex_attention`, `eager`
+    /// (packed rows get a dense block-diagonal mask).
     #[serde(default = "default_attention")]
     pub attention: String,
 }
@@ -186,7 +187,7 @@ fn default_dtype() -> String {
     "auto".into()
 }
 fn default_attention() -> String {
-    "sdpa".into()
+    "auto".into()
 }
 fn default_keep() -> usize {
     2
@@ -272,9 +273,9 @@ impl SftConfig {
         if !["auto", "bf16", "fp32"].contains(&t.dtype.as_str()) {
             return Err(format!("train.dtype {:?}: auto, bf16 or fp32", t.dtype));
         }
-        if !["sdpa", "flex_attention", "eager"].contains(&t.attention.as_str()) {
+        if !["auto", "varlen", "sdpa", "flex_attention", "eager"].contains(&t.attention.as_str()) {
             return Err(format!(
-                "train.attention {:?}: sdpa, flex_attention or eager",
+                "train.attention {:?}: auto, varlen, sdpa, flex_attention or eager",
                 t.attention
             ));
         }
