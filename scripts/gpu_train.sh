@@ -63,6 +63,56 @@ baseline() { # tag model micro grad_accum mode
 }
 
 case "$PHASE" in
+  fsdp)
+    # One GPU against two (FSDP2 under torchrun), the two-GPU run stopped after step 3
+    # and resumed from its checkpoint.
+    for g in 1 2; do
+      rm -rf "$S/fsdp$g"
+      cat > "$S/fsdp$g.toml" <<TOML
+model = "configs/models/qwen3-0.6b"
+tokenizer = "$C/tok"
+[data]
+train = "$C/synth.jsonl"
+[output]
+dir = "$S/fsdp$g"
+[train]
+steps = 8
+seq_len = 4096
+micro_batch = 4
+lr = 1e-4
+min_lr = 1e-5
+warmup_steps = 2
+gpus = $g
+TOML
+    done
+    t0=$(date +%s)
+    "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json --config "$S/fsdp1.toml" \
+      > "$S/fsdp1.jsonl" 2> "$S/fsdp1.err"
+    echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/fsdp1.err"
+    t0=$(date +%s)
+    "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json --config "$S/fsdp2.toml" \
+      --until 3 > "$S/fsdp2a.jsonl" 2> "$S/fsdp2a.err"
+    echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/fsdp2a.err"
+    t0=$(date +%s)
+    "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json --config "$S/fsdp2.toml" \
+      --resume > "$S/fsdp2b.jsonl" 2> "$S/fsdp2b.err"
+    echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/fsdp2b.err"
+    python3 - "$S" > "$OUT/fsdp.txt" <<'PY'
+import json, sys
+S = sys.argv[1]
+def m(name):
+    ev = [json.loads(l) for l in open(f"{S}/{name}.jsonl") if l.startswith("{")]
+    return ([e["metric"] for e in ev if e.get("event") == "metric" and e["metric"]["split"] == "train"],
+            next((e["info"] for e in ev if e.get("event") == "ready"), None))
+one, info1 = m("fsdp1")
+a, info2 = m("fsdp2a")
+b, _ = m("fsdp2b")
+print("world sizes", info1 and info1["world_size"], info2 and info2["world_size"])
+for x, y in zip(one, a + b):
+    print(x["step"], round(x["loss"], 6), round(y["loss"], 6), "tok/s", round(x["tokens_per_s"]), round(y["tokens_per_s"]),
+          "mem GiB", round((x["memory_bytes"] or 0) / 2**30, 1), round((y["memory_bytes"] or 0) / 2**30, 1))
+PY
+    ;;
   profile)
     for a in auto sdpa; do
       python3 scripts/profile_train_step.py --model configs/models/qwen3-0.6b --attention $a \

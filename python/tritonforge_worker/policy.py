@@ -280,6 +280,8 @@ def serve_policy(argv: List[str]) -> int:
         return 2
     model, device = argv
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if train and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return _serve_ranks(device)
     limit = max(1, int(os.environ.get("TRITONFORGE_POLICY_BATCH", "16")))
     window_s = float(os.environ.get("TRITONFORGE_POLICY_WINDOW_MS", "50")) / 1000.0
     from .envinfo import collect
@@ -357,7 +359,55 @@ def _answer(tok: Any, net: Any, msgs: List[Any], device: str) -> None:
         _send(Generation(type="generation", protocol=PROTOCOL_VERSION, id=m.id, result=result, elapsed_ms=elapsed))
 
 
-def _train(state: List[Any], msg: Any, device: str) -> None:
+def _serve_ranks(device: str) -> int:
+    """Training under `torchrun`: rank 0 reads the protocol and broadcasts every message;
+    all ranks run it (FSDP2 shards the model over them); only rank 0 answers."""
+    import torch
+    import torch.distributed as dist
+
+    from .envinfo import collect
+
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if device.startswith("cuda"):
+        torch.cuda.set_device(local)
+        device, backend = f"cuda:{local}", "nccl"
+    else:
+        backend = "gloo"
+    dist.init_process_group(backend)
+    speak = rank == 0
+    if speak:
+        sandbox = Sandbox(landlock_abi=None, filesystem=False, network=False, signals=False, gpu_memory_fraction=None,
+                          notes=["policy worker: no sandbox (it runs our model, not candidates)"])
+        _send(Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version="policy", pid=os.getpid(),
+                    env=collect("cuda" if device.startswith("cuda") else "cpu"), sandbox=sandbox))
+    trainer: List[Any] = []
+    while True:
+        box: List[Any] = [sys.stdin.readline() or None] if speak else [None]
+        dist.broadcast_object_list(box, src=0)
+        line = box[0]
+        if line is None:
+            break
+        if not line.strip():
+            continue
+        try:
+            msg = decode(line)
+        except ProtocolError as exc:
+            if speak:
+                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=str(exc)))
+            continue
+        if msg.type == "shutdown":
+            break
+        if msg.type not in TRAIN_MESSAGES:
+            if speak:
+                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=getattr(msg, "id", None),
+                            message=f"a worker of several ranks only trains; {msg.type!r} is not handled"))
+            continue
+        _train(trainer, msg, device, speak)
+    dist.destroy_process_group()
+    return 0
+
+
+def _train(state: List[Any], msg: Any, device: str, speak: bool = True) -> None:
     """One training request, answered in order; errors name the request and keep the
     worker alive (nothing already trained is lost)."""
     from .trainer import Trainer, TrainError, describe_oom
@@ -366,21 +416,25 @@ def _train(state: List[Any], msg: Any, device: str) -> None:
         if msg.type == "train_setup":
             state.clear()
             state.append(Trainer(msg.setup, device))
-            _send(TrainReady(type="train_ready", protocol=PROTOCOL_VERSION, id=msg.id, info=state[0].info()))
+            if speak:
+                _send(TrainReady(type="train_ready", protocol=PROTOCOL_VERSION, id=msg.id, info=state[0].info()))
             return
         if not state:
             raise TrainError(f"{msg.type} before train_setup")
         trainer = state[0]
+        reply: Any = None
         if msg.type == "train_step":
-            stats = trainer.train_step(msg.batch)
-            _send(StepDone(type="step_done", protocol=PROTOCOL_VERSION, id=msg.id, stats=stats))
+            reply = StepDone(type="step_done", protocol=PROTOCOL_VERSION, id=msg.id,
+                             stats=trainer.train_step(msg.batch))
         elif msg.type == "eval_loss":
-            stats = trainer.eval_loss(msg.batch)
-            _send(StepDone(type="step_done", protocol=PROTOCOL_VERSION, id=msg.id, stats=stats))
+            reply = StepDone(type="step_done", protocol=PROTOCOL_VERSION, id=msg.id,
+                             stats=trainer.eval_loss(msg.batch))
         elif msg.type == "save_checkpoint":
             trainer.save(msg.save)
-            _send(Checkpointed(type="checkpointed", protocol=PROTOCOL_VERSION, id=msg.id,
-                               dir=msg.save.dir, step=trainer.step))
+            reply = Checkpointed(type="checkpointed", protocol=PROTOCOL_VERSION, id=msg.id,
+                                 dir=msg.save.dir, step=trainer.step)
+        if speak and reply is not None:
+            _send(reply)
     except Exception as exc:  # noqa: BLE001 - every failure goes back to the host, named
         text = f"{type(exc).__name__}: {exc}"
         if "OutOfMemoryError" in type(exc).__name__ and msg.type in ("train_step", "eval_loss"):
@@ -393,4 +447,5 @@ def _train(state: List[Any], msg: Any, device: str) -> None:
                 torch.cuda.empty_cache()
             except Exception:  # noqa: BLE001 - best effort
                 pass
-        _send(Error(type="error", protocol=PROTOCOL_VERSION, id=msg.id, message=text))
+        if speak:
+            _send(Error(type="error", protocol=PROTOCOL_VERSION, id=msg.id, message=text))

@@ -120,6 +120,39 @@ def load_for_training(model: str, dtype: Any, seed: int, attention: str = "sdpa"
     return net
 
 
+def _world() -> Tuple[int, int]:
+    """(world size, rank): several when running under `torchrun`."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return 1, 0
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def _my_rows(mb: MicroBatch, rank: int, world: int) -> MicroBatch:
+    """This rank's rows of a micro-batch (every rank must run forward and backward, so a
+    rank left without a row gets the first one with no targets)."""
+    take = list(range(rank, len(mb.input_ids), world))
+    if take:
+        return MicroBatch(input_ids=[mb.input_ids[i] for i in take], loss_mask=[mb.loss_mask[i] for i in take],
+                          position_ids=[mb.position_ids[i] for i in take])
+    return MicroBatch(input_ids=mb.input_ids[:1], loss_mask=[[0] * len(mb.loss_mask[0])],
+                      position_ids=mb.position_ids[:1])
+
+
+def _sum_over_ranks(world: int, device: str, *values: float) -> Tuple[Any, ...]:
+    if world == 1:
+        return values
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return tuple(t.tolist())
+
+
 def _plain_attention(out: Path) -> None:
     """A checkpoint must load anywhere: no trace of our own attention function in its
     configuration."""
@@ -183,7 +216,18 @@ class Trainer:
                 net = get_peft_model(net, cfg)
             if setup.gradient_checkpointing:
                 net.enable_input_require_grads()
+        self.world, self.rank = _world()
         self.net = net.to(device)
+        if self.world > 1:
+            if setup.lora is not None:
+                raise TrainError("LoRA on several GPUs is not supported yet; use one GPU or full fine-tuning")
+            from torch.distributed.fsdp import fully_shard
+
+            # FSDP2: every decoder layer is its own unit (its weights gathered just in time),
+            # the rest (embeddings, final norm, head) the root unit.
+            for layer in self._base().model.layers:
+                fully_shard(layer)
+            fully_shard(self.net)
         self.net.train()
         self.params = [p for p in self.net.parameters() if p.requires_grad]
         decay = [p for p in self.params if p.dim() >= 2]
@@ -219,7 +263,7 @@ class Trainer:
             attention_width=int(heads * head_dim),
             dtype=str(self.dtype).replace("torch.", ""),
             device=self.device,
-            world_size=1,
+            world_size=self.world,
             gpu_name=gpu,
             step=self.step,
         )
@@ -231,6 +275,8 @@ class Trainer:
         import torch
         import torch.nn.functional as F
 
+        if self.world > 1:
+            mb = _my_rows(mb, self.rank, self.world)
         ids = torch.tensor(mb.input_ids, dtype=torch.long, device=self.device)
         pos = torch.tensor(mb.position_ids, dtype=torch.long, device=self.device)
         extra = self._varlen_kwargs(mb.position_ids)
@@ -241,7 +287,7 @@ class Trainer:
         base = self._base()
         decoder = getattr(base, "model", None)
         head = base.get_output_embeddings()
-        if decoder is not None and head is not None:
+        if decoder is not None and head is not None and self.world == 1:
             hidden = decoder(input_ids=ids, position_ids=pos, **extra).last_hidden_state[:, :-1]
             logits = head(hidden[where])
         else:
@@ -280,19 +326,22 @@ class Trainer:
         loss_sum, tokens = 0.0, 0
         for mb in batch.micro:
             loss, _, t = self._loss_sum(mb)
-            # Every target token weighs the same whatever micro-batch it is in.
-            (loss / total).backward()
+            # Every target token weighs the same whatever micro-batch (or rank) it is in;
+            # FSDP averages gradients over ranks, so each rank's share is scaled back up.
+            (loss * self.world / total).backward()
             loss_sum += float(loss.detach())
             tokens += t
+        loss_sum, tokens = _sum_over_ranks(self.world, self.device, loss_sum, tokens)
         clip = self.setup.grad_clip if self.setup.grad_clip > 0 else float("inf")
-        norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+        norm_t = torch.nn.utils.clip_grad_norm_(self.params, clip)
+        norm = float(norm_t.full_tensor() if hasattr(norm_t, "full_tensor") else norm_t)
         if not math.isfinite(norm):
             self.opt.zero_grad(set_to_none=True)
             raise TrainError(f"step {self.step + 1}: gradient norm is {norm}; the step was not applied")
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
-        return self._stats(loss_sum / total, total, tokens, norm, lr, started)
+        return self._stats(loss_sum / total, total, int(tokens), norm, lr, started)
 
     def eval_loss(self, batch: TrainBatch) -> StepStats:
         import torch
@@ -307,9 +356,10 @@ class Trainer:
                 n_sum += n
                 tokens += t
         self.net.train()
+        loss_sum, n_sum, tokens = _sum_over_ranks(self.world, self.device, loss_sum, n_sum, tokens)
         if n_sum == 0:
             raise TrainError("an evaluation batch with no target tokens")
-        return self._stats(loss_sum / n_sum, n_sum, tokens, None, _lr_at(self.step, self.setup), started)
+        return self._stats(loss_sum / n_sum, int(n_sum), int(tokens), None, _lr_at(self.step, self.setup), started)
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -318,6 +368,9 @@ class Trainer:
 
         out = Path(job.dir)
         out.mkdir(parents=True, exist_ok=True)
+        if self.world > 1:
+            self._save_sharded(out, job)
+            return
         if self.setup.lora is not None:
             self.net.save_pretrained(str(out / ADAPTER_DIR))
             if job.merge_lora:
@@ -339,6 +392,29 @@ class Trainer:
             torch.save(state, tmp)
             os.replace(tmp, out / STATE_FILE)
 
+    def _save_sharded(self, out: Path, job: SaveJob) -> None:
+        """Several ranks: the full weights and optimizer state are gathered to rank 0 (on
+        the CPU), which writes the same files a single device writes."""
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                             get_optimizer_state_dict)
+
+        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(self.net, options=full)
+        optim = get_optimizer_state_dict(self.net, self.opt, options=full) if job.trainer_state else None
+        if self.rank == 0:
+            self.net.save_pretrained(str(out), state_dict=weights, safe_serialization=True)
+            _plain_attention(out)
+        self._probe(out)
+        if self.rank == 0 and optim is not None:
+            state = {"step": self.step, "optimizer": optim, "torch_rng": torch.get_rng_state(),
+                     "python_rng": random.getstate(), "cuda_rng": None, "world": self.world}
+            tmp = out / (STATE_FILE + ".partial")
+            torch.save(state, tmp)
+            os.replace(tmp, out / STATE_FILE)
+        dist.barrier()
+
     def _probe(self, out: Path) -> None:
         """The last position's logits for a fixed input, from the model as saved: whoever
         loads the checkpoint can check that it reproduces them."""
@@ -354,13 +430,20 @@ class Trainer:
             logits = self.net(input_ids=ids, **extra).logits[:, -1].float().cpu()
         if was_training:
             self.net.train()
-        torch.save({"input_ids": ids.cpu(), "logits": logits}, out / PROBE_FILE)
+        if self.rank == 0:
+            torch.save({"input_ids": ids.cpu(), "logits": logits}, out / PROBE_FILE)
 
     def _load_state(self, ckpt: Path) -> None:
         import torch
 
         state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
-        self.opt.load_state_dict(state["optimizer"])
+        if self.world > 1:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+            set_optimizer_state_dict(self.net, self.opt, optim_state_dict=state["optimizer"],
+                                     options=StateDictOptions(full_state_dict=True))
+        else:
+            self.opt.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])

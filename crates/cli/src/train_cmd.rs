@@ -75,6 +75,8 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
         worker_path: py.worker_path.clone(),
         device,
         log: cfg.output.dir.join("worker.log"),
+        procs: cfg.train.gpus,
+        torchrun: cfg.train.torchrun.clone(),
     };
     let opts = RunOptions {
         resume,

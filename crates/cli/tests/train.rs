@@ -259,3 +259,33 @@ fn lora_merges_into_a_loadable_model_and_bad_settings_are_named() {
     assert_eq!(code, 2);
     assert!(err.contains("not a pair") && err.contains("1000"), "{err}");
 }
+
+/// Two ranks under `torchrun` (FSDP2 over gloo on the CPU): the same losses as one
+/// process, a checkpoint gathered from the shards that loads with the same logits, and a
+/// resume from it that carries on with the same loss.
+#[test]
+fn two_ranks_train_like_one_and_resume_from_their_checkpoint() {
+    let s = setup();
+    let schedule = "[train]\nsteps = 3\nseq_len = 1024\nmicro_batch = 2\ngrad_accum = 2\nlr = 3e-3\nmin_lr = 3e-4\nwarmup_steps = 1\nseed = 5\n";
+    let one = config(&s, "one", &tiny(), schedule);
+    let (code, single, err) = train(&s, &one, &[]);
+    assert_eq!(code, 0, "{err}");
+    let two = config(&s, "two", &tiny(), &format!("{schedule}gpus = 2\n"));
+    let (code, first, err) = train(&s, &two, &["--until", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let ready = first.iter().find(|e| e["event"] == "ready").unwrap();
+    assert_eq!(ready["info"]["world_size"], 2, "{ready}");
+    let (code, second, err) = train(&s, &two, &["--resume"]);
+    assert_eq!(code, 0, "{err}");
+    let mut sharded = losses(&first, "train");
+    sharded.extend(losses(&second, "train"));
+    let whole = losses(&single, "train");
+    assert_eq!(sharded.len(), 3);
+    for ((sa, a), (sb, b)) in whole.iter().zip(&sharded) {
+        assert_eq!(sa, sb);
+        // Gradients summed over ranks in another order: equal up to rounding.
+        assert!((a - b).abs() < 1e-4 * a.abs(), "step {sa}: {a} vs {b}");
+    }
+    let check = check_checkpoint(&s.root.path().join("two/checkpoint-000003"));
+    assert_eq!(check["equal"], true, "{check}");
+}

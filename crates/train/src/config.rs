@@ -90,6 +90,13 @@ pub struct TrainCfg {
     pub keep_checkpoints: usize,
     /// The accelerator's dense bf16 peak, TFLOP/s, for MFU [default: by GPU name].
     pub peak_tflops: Option<f64>,
+    /// Processes training together (FSDP2 under `torchrun`, one per GPU); 1: one device.
+    #[serde(default = "one")]
+    pub gpus: u32,
+    /// Arguments for `torchrun` in place of `--standalone` (several nodes: `--nnodes`,
+    /// `--node-rank`, `--rdzv-endpoint`, ...; see docs/training.md).
+    #[serde(default)]
+    pub torchrun: Vec<String>,
     /// Attention: `auto` (`varlen` on a GPU, `sdpa` on a CPU), `varlen` (flash attention
     /// over packed rows, no dense mask), or transformers' `sdpa`, `flex_attention`, `eager`
     /// (packed rows get a dense block-diagonal mask).
@@ -126,6 +133,8 @@ fn unreachable_default() -> TrainCfg {
         checkpoints: true,
         keep_checkpoints: default_keep(),
         peak_tflops: None,
+        gpus: 1,
+        torchrun: Vec::new(),
         attention: default_attention(),
     }
 }
@@ -279,6 +288,9 @@ impl SftConfig {
                 t.attention
             ));
         }
+        if t.gpus == 0 {
+            return Err("train.gpus must be at least 1".into());
+        }
         if t.keep_checkpoints == 0 {
             return Err("train.keep_checkpoints must be at least 1".into());
         }
@@ -298,6 +310,8 @@ impl SftConfig {
             "seq_len": t.seq_len, "micro_batch": t.micro_batch, "grad_accum": t.grad_accum,
             "packing": t.packing, "seed": t.seed, "lr": t.lr, "min_lr": t.min_lr,
             "warmup": t.warmup_steps, "lora": self.lora.enabled,
+            // The split of rows over ranks changes the arithmetic, not the plan; a resumed
+            // run may use another number of GPUs.
         });
         hex::encode(Sha256::digest(parts.to_string().as_bytes()))
     }

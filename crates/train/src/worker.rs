@@ -21,6 +21,10 @@ pub struct WorkerSpec {
     pub device: String,
     /// Where the worker's stderr is written.
     pub log: PathBuf,
+    /// Processes (one per GPU) under `torchrun`; 1 runs the worker directly.
+    pub procs: u32,
+    /// `torchrun` arguments in place of `--standalone`.
+    pub torchrun: Vec<String>,
 }
 
 pub struct WorkerPolicy {
@@ -38,11 +42,25 @@ impl WorkerPolicy {
             path.push(":");
             path.push(extra);
         }
-        let mut child = Command::new(&spec.python)
-            .args(["-u", "-m", "tritonforge_worker", "policy", model])
+        let mut cmd = Command::new(&spec.python);
+        cmd.arg("-u");
+        if spec.procs > 1 {
+            // Rank 0 speaks the protocol on the inherited stdin/stdout; the other ranks
+            // get every message from it over torch.distributed.
+            cmd.args(["-m", "torch.distributed.run"]);
+            if spec.torchrun.is_empty() {
+                cmd.arg("--standalone");
+            } else {
+                cmd.args(&spec.torchrun);
+            }
+            cmd.arg(format!("--nproc-per-node={}", spec.procs));
+        }
+        let mut child = cmd
+            .args(["-m", "tritonforge_worker", "policy", model])
             .arg(&spec.device)
             .arg("--train")
             .env("PYTHONPATH", path)
+            .env("PYTHONUNBUFFERED", "1")
             .env("HF_HUB_OFFLINE", "1")
             .env("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
             .env("TOKENIZERS_PARALLELISM", "false")
