@@ -31,6 +31,7 @@ lr = 1e-5
 min_lr = 1e-6
 warmup_steps = 2
 attention = "$attn"
+dtype = "${DTYPE:-bf16}"
 checkpoints = false
 TOML
   local t0=$(date +%s)
@@ -123,6 +124,9 @@ PY
     ours ours-06-varlen configs/models/qwen3-0.6b 4 1 auto
     baseline trainer-06-packed configs/models/qwen3-0.6b 4 1 packed
     baseline trainer-06-plain configs/models/qwen3-0.6b 8 1 plain
+    ;;
+  mixed06)
+    ours ours-06-mixed configs/models/qwen3-0.6b 4 1 auto
     ;;
   mfu17)
     ours ours-17-varlen configs/models/qwen3-1.7b 2 2 auto

@@ -373,7 +373,10 @@ def _serve_ranks(device: str) -> int:
         device, backend = f"cuda:{local}", "nccl"
     else:
         backend = "gloo"
-    dist.init_process_group(backend)
+    import datetime
+
+    # A rank stuck in a collective (its peer died) gives up instead of hanging forever.
+    dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))
     speak = rank == 0
     if speak:
         sandbox = Sandbox(landlock_abi=None, filesystem=False, network=False, signals=False, gpu_memory_fraction=None,
@@ -402,12 +405,14 @@ def _serve_ranks(device: str) -> int:
                 _send(Error(type="error", protocol=PROTOCOL_VERSION, id=getattr(msg, "id", None),
                             message=f"a worker of several ranks only trains; {msg.type!r} is not handled"))
             continue
-        _train(trainer, msg, device, speak)
+        # A failure on one rank leaves the others inside a collective: the whole group
+        # must go (torchrun stops every rank when one exits), after rank 0 said why.
+        _train(trainer, msg, device, speak, fatal=True)
     dist.destroy_process_group()
     return 0
 
 
-def _train(state: List[Any], msg: Any, device: str, speak: bool = True) -> None:
+def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: bool = False) -> None:
     """One training request, answered in order; errors name the request and keep the
     worker alive (nothing already trained is lost)."""
     from .trainer import Trainer, TrainError, describe_oom
@@ -449,3 +454,7 @@ def _train(state: List[Any], msg: Any, device: str, speak: bool = True) -> None:
                 pass
         if speak:
             _send(Error(type="error", protocol=PROTOCOL_VERSION, id=msg.id, message=text))
+        if fatal:
+            sys.stderr.write(f"rank {os.environ.get('RANK', '?')}: {text}\n")
+            sys.stderr.flush()
+            os._exit(1)

@@ -10,7 +10,6 @@ schedule and random state beside them so a run can resume exactly.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -39,6 +38,7 @@ def _register_varlen() -> bool:
     a row attends only to itself, with no dense mask (PyTorch's `varlen_attn`; CUDA only).
     The sequence boundaries arrive as `cu_seq_lens_q` with each forward."""
     try:
+        import torch
         from torch.nn.attention.varlen import varlen_attn
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface
@@ -48,6 +48,10 @@ def _register_varlen() -> bool:
     def attend(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
                scaling: Optional[float] = None, dropout: float = 0.0, **kw: Any) -> Tuple[Any, None]:
         cu, longest = kw["cu_seq_lens_q"], kw["max_length_q"]
+        if query.dtype not in (torch.float16, torch.bfloat16):
+            # Under autocast, rotary embeddings leave q and k in fp32; flash needs 16 bits.
+            low = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else torch.bfloat16
+            query, key, value = query.to(low), key.to(low), value.to(low)
         b, h, t, d = query.shape
         q = query.transpose(1, 2).reshape(b * t, h, d)
         k, v = key.transpose(1, 2), value.transpose(1, 2)
@@ -79,14 +83,22 @@ def _has_weights(path: Path) -> bool:
     return any(p.name.endswith(WEIGHT_SUFFIXES) for p in path.iterdir())
 
 
-def _dtype(name: str, device: str) -> Any:
+def _precision(name: str, device: str) -> Tuple[Any, Any]:
+    """(weight and optimizer dtype, compute dtype under autocast or None).
+
+    `mixed` keeps fp32 weights and optimizer state and computes in bf16: an AdamW step of
+    1e-5 is below half a bf16 ulp for most weights, so training bf16 weights directly
+    loses most updates. `bf16` does exactly that (half the memory, for throughput
+    measurements and very large models); `fp32` computes in fp32. `auto`: `mixed` on a
+    GPU, `fp32` on a CPU."""
     import torch
 
     if name == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    table = {"bf16": torch.bfloat16, "fp32": torch.float32}
+        name = "mixed" if device.startswith("cuda") else "fp32"
+    table = {"mixed": (torch.float32, torch.bfloat16), "bf16": (torch.bfloat16, None),
+             "fp32": (torch.float32, None)}
     if name not in table:
-        raise TrainError(f"dtype {name!r}: expected bf16, fp32 or auto")
+        raise TrainError(f"dtype {name!r}: expected auto, mixed, bf16 or fp32")
     return table[name]
 
 
@@ -181,7 +193,7 @@ class Trainer:
 
         self.setup = setup
         self.device = device
-        self.dtype = _dtype(setup.dtype, device)
+        self.dtype, self.compute = _precision(setup.dtype, device)
         torch.manual_seed(setup.seed)
         random.seed(setup.seed)
         resume = Path(setup.resume) if setup.resume else None
@@ -225,9 +237,16 @@ class Trainer:
 
             # FSDP2: every decoder layer is its own unit (its weights gathered just in time),
             # the rest (embeddings, final norm, head) the root unit.
+            kw: Dict[str, Any] = {}
+            if self.compute is not None:
+                from torch.distributed.fsdp import MixedPrecisionPolicy
+
+                # Weights gathered in bf16 for compute, gradients reduced in fp32.
+                kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=self.compute, reduce_dtype=torch.float32)
+                self.compute = None
             for layer in self._base().model.layers:
-                fully_shard(layer)
-            fully_shard(self.net)
+                fully_shard(layer, **kw)
+            fully_shard(self.net, **kw)
         self.net.train()
         self.params = [p for p in self.net.parameters() if p.requires_grad]
         decay = [p for p in self.params if p.dim() >= 2]
@@ -287,13 +306,23 @@ class Trainer:
         base = self._base()
         decoder = getattr(base, "model", None)
         head = base.get_output_embeddings()
-        if decoder is not None and head is not None and self.world == 1:
-            hidden = decoder(input_ids=ids, position_ids=pos, **extra).last_hidden_state[:, :-1]
-            logits = head(hidden[where])
-        else:
-            logits = self.net(input_ids=ids, position_ids=pos, **extra).logits[:, :-1][where]
+        with self._autocast():
+            if decoder is not None and head is not None and self.world == 1:
+                hidden = decoder(input_ids=ids, position_ids=pos, **extra).last_hidden_state[:, :-1]
+                logits = head(hidden[where])
+            else:
+                logits = self.net(input_ids=ids, position_ids=pos, **extra).logits[:, :-1][where]
         loss = F.cross_entropy(logits.float(), targets[where], reduction="sum")
         return loss, n, int(ids.numel())
+
+    def _autocast(self) -> Any:
+        import contextlib
+
+        import torch
+
+        if self.compute is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type="cuda", dtype=self.compute)
 
     def _varlen_kwargs(self, position_ids: List[List[int]]) -> Dict[str, Any]:
         if self.attention != VARLEN:
@@ -364,38 +393,41 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------
 
     def save(self, job: SaveJob) -> None:
-        import torch
-
         out = Path(job.dir)
         out.mkdir(parents=True, exist_ok=True)
         if self.world > 1:
             self._save_sharded(out, job)
             return
+        if job.trainer_state:
+            # Parameter names, not positions, key the optimizer state, so a checkpoint
+            # resumes on any number of GPUs.
+            from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+            self._write_state(out, get_optimizer_state_dict(self.net, self.opt))
         if self.setup.lora is not None:
             self.net.save_pretrained(str(out / ADAPTER_DIR))
             if job.merge_lora:
-                merged = copy.deepcopy(self.net).merge_and_unload()
-                merged.save_pretrained(str(out), safe_serialization=True)
+                # The run's last save: merge in place (a copy would double the memory).
+                self.net = self.net.merge_and_unload()
+                self.net.save_pretrained(str(out), safe_serialization=True)
         else:
             self.net.save_pretrained(str(out), safe_serialization=True)
         _plain_attention(out)
         self._probe(out)
-        if job.trainer_state:
-            state = {
-                "step": self.step,
-                "optimizer": self.opt.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "python_rng": random.getstate(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            }
-            tmp = out / (STATE_FILE + ".partial")
-            torch.save(state, tmp)
-            os.replace(tmp, out / STATE_FILE)
+
+    def _write_state(self, out: Path, optim: Any) -> None:
+        import torch
+
+        state = {"step": self.step, "optimizer": optim, "torch_rng": torch.get_rng_state(),
+                 "python_rng": random.getstate(),
+                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+        tmp = out / (STATE_FILE + ".partial")
+        torch.save(state, tmp)
+        os.replace(tmp, out / STATE_FILE)
 
     def _save_sharded(self, out: Path, job: SaveJob) -> None:
         """Several ranks: the full weights and optimizer state are gathered to rank 0 (on
         the CPU), which writes the same files a single device writes."""
-        import torch
         import torch.distributed as dist
         from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                              get_optimizer_state_dict)
@@ -408,11 +440,7 @@ class Trainer:
             _plain_attention(out)
         self._probe(out)
         if self.rank == 0 and optim is not None:
-            state = {"step": self.step, "optimizer": optim, "torch_rng": torch.get_rng_state(),
-                     "python_rng": random.getstate(), "cuda_rng": None, "world": self.world}
-            tmp = out / (STATE_FILE + ".partial")
-            torch.save(state, tmp)
-            os.replace(tmp, out / STATE_FILE)
+            self._write_state(out, optim)
         dist.barrier()
 
     def _probe(self, out: Path) -> None:
@@ -427,7 +455,8 @@ class Trainer:
         self.net.eval()
         with torch.no_grad():
             extra = self._varlen_kwargs([list(range(ids.shape[1]))])
-            logits = self.net(input_ids=ids, **extra).logits[:, -1].float().cpu()
+            with self._autocast():
+                logits = self.net(input_ids=ids, **extra).logits[:, -1].float().cpu()
         if was_training:
             self.net.train()
         if self.rank == 0:
@@ -436,14 +465,11 @@ class Trainer:
     def _load_state(self, ckpt: Path) -> None:
         import torch
 
-        state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
-        if self.world > 1:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-            set_optimizer_state_dict(self.net, self.opt, optim_state_dict=state["optimizer"],
-                                     options=StateDictOptions(full_state_dict=True))
-        else:
-            self.opt.load_state_dict(state["optimizer"])
+        state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
+        options = StateDictOptions(full_state_dict=self.world > 1)
+        set_optimizer_state_dict(self.net, self.opt, optim_state_dict=state["optimizer"], options=options)
         self.step = int(state["step"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])

@@ -15,7 +15,8 @@
 //! split regexes a non-newline symbol) is never a newline. The prefix tokenised alone
 //! ends the same way. It would not after two newlines: at the end of a text, `\s+(?!\S)`
 //! takes the whole run, where in context it leaves the last newline to the next word. No
-//! added token may contain a newline, so no added token can straddle the cut either. Any
+//! added token may contain a newline, so no added token can straddle the cut either.
+//! Truncation and padding must be off: they would apply to each piece alone. Any
 //! other tokenizer configuration turns the cache off (`PrefixCache::new` returns `None`).
 //!
 //! Shared prefixes are learnt, not configured: each piece is compared with the previous
@@ -68,7 +69,13 @@ fn recognised(config: &Json) -> bool {
                     && byte_level(&steps[1], false)
             }));
     let model = &config["model"];
-    pre_ok && config["normalizer"].is_null() && model["type"] == "BPE" && model["dropout"].is_null()
+    // Truncation and padding would apply to each piece alone.
+    pre_ok
+        && config["normalizer"].is_null()
+        && config["truncation"].is_null()
+        && config["padding"].is_null()
+        && model["type"] == "BPE"
+        && model["dropout"].is_null()
 }
 
 impl PrefixCache {
@@ -287,6 +294,8 @@ mod tests {
     #[test]
     fn other_pre_tokenizers_turn_it_off() {
         let base = serde_json::json!({
+            "truncation": null,
+            "padding": null,
             "normalizer": null,
             "pre_tokenizer": {"type": "ByteLevel", "use_regex": true, "add_prefix_space": false},
             "model": {"type": "BPE", "dropout": null},
@@ -303,8 +312,11 @@ mod tests {
         let mut newline_token = base.clone();
         newline_token["added_tokens"][0]["content"] = "<a>\n".into();
         assert!(PrefixCache::new(&newline_token).is_none());
-        let mut stripping = base;
+        let mut stripping = base.clone();
         stripping["added_tokens"][0]["lstrip"] = true.into();
         assert!(PrefixCache::new(&stripping).is_none());
+        let mut padded = base;
+        padded["padding"] = serde_json::json!({"strategy": {"Fixed": 512}});
+        assert!(PrefixCache::new(&padded).is_none());
     }
 }

@@ -174,10 +174,7 @@ impl Store {
         sample: u32,
         episode_json: &str,
     ) -> Result<(), StoreError> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
+        let now = unix_now();
         self.conn
             .execute(
                 "INSERT OR REPLACE INTO episodes (id, run, problem, sample, created_at, episode)
@@ -197,10 +194,7 @@ impl Store {
         split: &str,
         metric_json: &str,
     ) -> Result<(), StoreError> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
+        let now = unix_now();
         self.conn
             .execute(
                 "INSERT OR REPLACE INTO train_metrics (run, step, split, created_at, metric)
@@ -342,14 +336,10 @@ impl Store {
             key: key.to_owned(),
             source,
         })?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
         self.conn
             .execute(
                 "INSERT OR REPLACE INTO baselines (key, problem, created_at, stats) VALUES (?1, ?2, ?3, ?4)",
-                params![key, problem, i64::try_from(now).unwrap_or(i64::MAX), text],
+                params![key, problem, unix_now(), text],
             )
             .map_err(self.sql())?;
         Ok(())
@@ -372,6 +362,14 @@ impl Store {
         }
         Ok(stats)
     }
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -71,7 +71,9 @@ pub struct TrainCfg {
     pub grad_clip: f64,
     #[serde(default)]
     pub gradient_checkpointing: bool,
-    /// `auto` (bf16 on a GPU, fp32 on a CPU), `bf16` or `fp32`.
+    /// `auto` (`mixed` on a GPU, `fp32` on a CPU); `mixed` (fp32 weights and optimizer
+    /// state, bf16 compute); `bf16` (bf16 weights: half the memory, but small updates are
+    /// lost to rounding); `fp32`.
     #[serde(default = "default_dtype")]
     pub dtype: String,
     #[serde(default)]
@@ -279,8 +281,11 @@ impl SftConfig {
         if !(t.grad_clip >= 0.0 && t.weight_decay >= 0.0) {
             return Err("train.grad_clip and train.weight_decay must not be negative".into());
         }
-        if !["auto", "bf16", "fp32"].contains(&t.dtype.as_str()) {
-            return Err(format!("train.dtype {:?}: auto, bf16 or fp32", t.dtype));
+        if !["auto", "mixed", "bf16", "fp32"].contains(&t.dtype.as_str()) {
+            return Err(format!(
+                "train.dtype {:?}: auto, mixed, bf16 or fp32",
+                t.dtype
+            ));
         }
         if !["auto", "varlen", "sdpa", "flex_attention", "eager"].contains(&t.attention.as_str()) {
             return Err(format!(
@@ -301,7 +306,8 @@ impl SftConfig {
         Ok(())
     }
 
-    /// The settings that fix the schedule and data order: a resumed run must match them.
+    /// The settings that fix the schedule and data order (the data's content is added by
+    /// `run`): a resumed run must match them.
     pub fn schedule_fingerprint(&self) -> String {
         use sha2::{Digest, Sha256};
         let t = &self.train;

@@ -25,6 +25,7 @@ pub fn skip_reason(e: &SkipError) -> &'static str {
     match e {
         SkipError::NoMessages => "no_messages",
         SkipError::NoAssistant => "no_assistant_turn",
+        SkipError::NoTargets => "no_target_tokens",
         SkipError::TooLong { .. } => "too_long",
         SkipError::TemplateMismatch(_) => "template_mismatch",
         SkipError::Template(_) => "template_error",
@@ -37,6 +38,8 @@ pub enum SkipError {
     NoMessages,
     #[error("no assistant turn: nothing to learn from")]
     NoAssistant,
+    #[error("the assistant turns render to no tokens")]
+    NoTargets,
     #[error("{tokens} tokens, above seq_len {limit}")]
     TooLong { tokens: usize, limit: usize },
     #[error("the rendered prompt of turn {0} is not a token prefix of the conversation")]
@@ -95,6 +98,10 @@ pub fn tokenize(
         for m in &mut mask[before.len()..through.len()] {
             *m = 1;
         }
+    }
+    // The first token is never a target (nothing precedes it to predict it from).
+    if mask.iter().skip(1).all(|&m| m == 0) {
+        return Err(SkipError::NoTargets);
     }
     Ok(Example { ids, mask })
 }

@@ -168,9 +168,37 @@ fn out_err(path: &Path, e: impl std::fmt::Display) -> TrainError {
 }
 
 fn write_atomic(path: &Path, text: &str) -> Result<(), TrainError> {
+    use std::io::Write as _;
     let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, text).map_err(|e| out_err(&tmp, e))?;
+    let mut f = std::fs::File::create(&tmp).map_err(|e| out_err(&tmp, e))?;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(|e| out_err(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| out_err(path, e))
+}
+
+/// Flushes every file of a directory to disk (a checkpoint before it is renamed into
+/// place: after a crash, `state.json` must not point at truncated weights).
+fn sync_dir(dir: &Path) -> Result<(), TrainError> {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).map_err(|e| out_err(&d, e))? {
+            let path = entry.map_err(|e| out_err(&d, e))?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                std::fs::File::open(&path)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| out_err(&path, e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The step of a `checkpoint-NNNNNN` directory name.
+fn checkpoint_step(name: &str) -> Option<u64> {
+    name.strip_prefix("checkpoint-")?.parse().ok()
 }
 
 pub fn read_state(dir: &Path) -> Result<Option<RunState>, TrainError> {
@@ -238,18 +266,7 @@ pub fn run(
     let out = &cfg.output.dir;
     let t = &cfg.train;
     let existing = read_state(out)?;
-    let fingerprint = cfg.schedule_fingerprint();
-    let (run_id, resume_from) = match (&existing, opts.resume) {
-        (Some(s), true) => {
-            if s.fingerprint != fingerprint {
-                return Err(TrainError::Resume(format!(
-                    "{}: the run there was planned with other settings (model, data, schedule \
-                     or seed differ); resume with the same config, or use another output.dir",
-                    out.display()
-                )));
-            }
-            (s.run.clone(), s.latest.clone())
-        }
+    match (&existing, opts.resume) {
         (None, true) => {
             return Err(TrainError::Resume(format!(
                 "{}: nothing to resume (no {STATE_FILE})",
@@ -262,8 +279,8 @@ pub fn run(
             out.display()
         )))
         }
-        (None, false) => (opts.run_id.clone(), None),
-    };
+        _ => {}
+    }
     std::fs::create_dir_all(out).map_err(|e| out_err(out, e))?;
 
     let tok = ChatTokenizer::from_dir(tok_dir).map_err(|e| TrainError::Tokenizer(e.to_string()))?;
@@ -282,6 +299,35 @@ pub fn run(
             ),
         });
     }
+    // The plan is a function of the settings and of the tokenised examples: a rebuilt
+    // data file, another tokenizer or another template is another plan.
+    let fingerprint = {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(cfg.schedule_fingerprint().as_bytes());
+        for ex in &train.examples {
+            h.update((ex.ids.len() as u64).to_le_bytes());
+            for id in &ex.ids {
+                h.update(id.to_le_bytes());
+            }
+            h.update(&ex.mask);
+        }
+        hex::encode(h.finalize())
+    };
+    let (run_id, resume_from) = match &existing {
+        Some(s) => {
+            if s.fingerprint != fingerprint {
+                return Err(TrainError::Resume(format!(
+                    "{}: the run there was planned with other settings or data (model, data \
+                     content, tokenizer, template, schedule or seed differ); resume with the \
+                     same config and data, or use another output.dir",
+                    out.display()
+                )));
+            }
+            (s.run.clone(), s.latest.clone())
+        }
+        None => (opts.run_id.clone(), None),
+    };
     let lens: Vec<usize> = train.examples.iter().map(|e| e.ids.len()).collect();
     let plan = pack::plan(&lens, t);
     let total = plan.steps.len() as u64;
@@ -537,6 +583,7 @@ fn save(
     let meta =
         serde_json::json!({"run": state.run, "step": step, "fingerprint": state.fingerprint});
     write_atomic(&partial.join("tritonforge.json"), &meta.to_string())?;
+    sync_dir(&partial)?;
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| out_err(&dir, e))?;
     }
@@ -546,16 +593,16 @@ fn save(
     let text = serde_json::to_string_pretty(&state).map_err(|e| out_err(out, e))?;
     write_atomic(&out.join(STATE_FILE), &text)?;
     // Older checkpoints beyond the number kept.
-    let mut ckpts: Vec<String> = std::fs::read_dir(out)
+    let mut ckpts: Vec<(u64, String)> = std::fs::read_dir(out)
         .map_err(|e| out_err(out, e))?
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("checkpoint-") && !n.ends_with(".partial"))
+        .filter_map(|n| checkpoint_step(&n).map(|s| (s, n)))
         .collect();
     ckpts.sort();
     let keep = cfg.train.keep_checkpoints;
     if ckpts.len() > keep {
-        for old in &ckpts[..ckpts.len() - keep] {
+        for (_, old) in &ckpts[..ckpts.len() - keep] {
             if *old != name {
                 let _ = std::fs::remove_dir_all(out.join(old));
             }

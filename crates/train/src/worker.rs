@@ -43,6 +43,9 @@ impl WorkerPolicy {
             path.push(extra);
         }
         let mut cmd = Command::new(&spec.python);
+        // Its own process group: under torchrun the ranks are grandchildren, and killing
+        // the group is the one way to be sure none outlives us holding GPU memory.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         cmd.arg("-u");
         if spec.procs > 1 {
             // Rank 0 speaks the protocol on the inherited stdin/stdout; the other ranks
@@ -165,49 +168,68 @@ fn drain(stderr: std::process::ChildStderr, log: &Path, tail: &Mutex<VecDeque<St
     }
 }
 
+impl WorkerPolicy {
+    /// Sends a request and takes the one reply kind it expects (`pick` hands anything
+    /// else back, to be named in the error).
+    fn call<T>(
+        &mut self,
+        make: impl FnOnce(String) -> Message,
+        want: &str,
+        pick: impl FnOnce(Message) -> Result<T, Box<Message>>,
+    ) -> Result<T, TrainError> {
+        let reply = self.ask(make)?;
+        pick(reply).map_err(|other| self.fail(format!("expected {want}, got {other:?}")))
+    }
+}
+
+fn step_done(m: Message) -> Result<StepStats, Box<Message>> {
+    match m {
+        Message::StepDone { stats, .. } => Ok(stats),
+        other => Err(Box::new(other)),
+    }
+}
+
 impl Policy for WorkerPolicy {
     fn setup(&mut self, setup: TrainSetup) -> Result<TrainInfo, TrainError> {
-        match self.ask(|id| Message::TrainSetup {
+        let make = |id| Message::TrainSetup {
             protocol: PROTOCOL_VERSION,
             id,
             setup,
-        })? {
+        };
+        self.call(make, "train_ready", |m| match m {
             Message::TrainReady { info, .. } => Ok(info),
-            other => Err(self.fail(format!("expected train_ready, got {other:?}"))),
-        }
+            other => Err(Box::new(other)),
+        })
     }
 
     fn step(&mut self, batch: TrainBatch) -> Result<StepStats, TrainError> {
-        match self.ask(|id| Message::TrainStep {
+        let make = |id| Message::TrainStep {
             protocol: PROTOCOL_VERSION,
             id,
             batch,
-        })? {
-            Message::StepDone { stats, .. } => Ok(stats),
-            other => Err(self.fail(format!("expected step_done, got {other:?}"))),
-        }
+        };
+        self.call(make, "step_done", step_done)
     }
 
     fn eval(&mut self, batch: TrainBatch) -> Result<StepStats, TrainError> {
-        match self.ask(|id| Message::EvalLoss {
+        let make = |id| Message::EvalLoss {
             protocol: PROTOCOL_VERSION,
             id,
             batch,
-        })? {
-            Message::StepDone { stats, .. } => Ok(stats),
-            other => Err(self.fail(format!("expected step_done, got {other:?}"))),
-        }
+        };
+        self.call(make, "step_done", step_done)
     }
 
     fn save(&mut self, save: SaveJob) -> Result<u64, TrainError> {
-        match self.ask(|id| Message::SaveCheckpoint {
+        let make = |id| Message::SaveCheckpoint {
             protocol: PROTOCOL_VERSION,
             id,
             save,
-        })? {
+        };
+        self.call(make, "checkpointed", |m| match m {
             Message::Checkpointed { step, .. } => Ok(step),
-            other => Err(self.fail(format!("expected checkpointed, got {other:?}"))),
-        }
+            other => Err(Box::new(other)),
+        })
     }
 }
 
@@ -219,13 +241,25 @@ impl Drop for WorkerPolicy {
         .to_line();
         let _ = writeln!(self.stdin, "{line}");
         let _ = self.stdin.flush();
-        for _ in 0..50 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
+        let wait = |child: &mut Child, tenths: u32| {
+            for _ in 0..tenths {
+                if matches!(child.try_wait(), Ok(Some(_))) {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+            false
+        };
+        let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        if !wait(&mut self.child, 100) {
+            // SIGTERM first: torchrun passes it on to its ranks.
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM);
+            if !wait(&mut self.child, 50) {
+                let _ = self.child.kill();
+            }
         }
-        let _ = self.child.kill();
+        // Whatever is left of the group (ranks whose launcher is gone).
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.child.wait();
     }
 }
