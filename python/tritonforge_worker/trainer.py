@@ -53,18 +53,28 @@ def _register_varlen() -> bool:
             low = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else torch.bfloat16
             query, key, value = query.to(low), key.to(low), value.to(low)
         b, h, t, d = query.shape
+        kv = key.shape[1]  # grouped-query attention: the flash kernel takes fewer key/value heads
         q = query.transpose(1, 2).reshape(b * t, h, d)
-        k, v = key.transpose(1, 2), value.transpose(1, 2)
-        if k.shape[2] != h:  # grouped-query attention: one key/value head per group
-            k = k.repeat_interleave(h // k.shape[2], dim=2)
-            v = v.repeat_interleave(h // v.shape[2], dim=2)
-        out = varlen_attn(q, k.reshape(b * t, h, d), v.reshape(b * t, h, d), cu, cu, longest, longest,
-                          scale=scaling, window_size=(-1, 0))
+        k = key.transpose(1, 2).reshape(b * t, kv, d)
+        v = value.transpose(1, 2).reshape(b * t, kv, d)
+        out = varlen_attn(q, k, v, cu, cu, longest, longest, scale=scaling, window_size=(-1, 0))
         return out.reshape(b, t, h, d), None
 
     AttentionInterface.register(VARLEN, attend)
     AttentionMaskInterface.register(VARLEN, lambda *a, **k: None)
     return True
+
+
+def _to_device(values: Any, device: str, dtype: Any = None) -> Any:
+    """A host list as a device tensor without waiting for the device: through pinned
+    memory, copied asynchronously, so the host can prepare the next micro-batch while the
+    device still works on this one."""
+    import torch
+
+    t = torch.tensor(values, dtype=dtype or torch.long)
+    if device.startswith("cuda"):
+        return t.pin_memory().to(device, non_blocking=True)
+    return t
 
 
 def _boundaries(position_ids: List[List[int]], device: str) -> Tuple[Any, int]:
@@ -76,7 +86,15 @@ def _boundaries(position_ids: List[List[int]], device: str) -> Tuple[Any, int]:
     starts = [r * width + j for r, row in enumerate(position_ids) for j, p in enumerate(row) if p == 0]
     starts.append(len(position_ids) * width)
     longest = max(b - a for a, b in zip(starts, starts[1:]))
-    return torch.tensor(starts, dtype=torch.int32, device=device), longest
+    return _to_device(starts, device, torch.int32), longest
+
+
+def _plain_head(head: Any) -> bool:
+    """An output projection that is a bias-free linear map we may apply ourselves (not a
+    LoRA-wrapped or otherwise decorated module)."""
+    import torch
+
+    return type(head) is torch.nn.Linear and head.bias is None
 
 
 def _has_weights(path: Path) -> bool:
@@ -149,9 +167,23 @@ def _my_rows(mb: MicroBatch, rank: int, world: int) -> MicroBatch:
     take = list(range(rank, len(mb.input_ids), world))
     if take:
         return MicroBatch(input_ids=[mb.input_ids[i] for i in take], loss_mask=[mb.loss_mask[i] for i in take],
-                          position_ids=[mb.position_ids[i] for i in take])
+                          position_ids=[mb.position_ids[i] for i in take], lengths=[mb.lengths[i] for i in take])
     return MicroBatch(input_ids=mb.input_ids[:1], loss_mask=[[0] * len(mb.loss_mask[0])],
-                      position_ids=mb.position_ids[:1])
+                      position_ids=mb.position_ids[:1], lengths=mb.lengths[:1])
+
+
+def _one_row(mb: MicroBatch) -> MicroBatch:
+    """The micro-batch's rows end to end in one row, padding dropped: with attention
+    bounded per conversation (varlen), rows are only a packing device, and padding would be
+    computed on for nothing. Each conversation's first token is never a target, so no
+    token learns to predict across a join."""
+    if len(mb.lengths) != len(mb.input_ids):
+        raise TrainError(f"a micro-batch with {len(mb.input_ids)} rows and {len(mb.lengths)} lengths")
+    cut = list(zip(mb.input_ids, mb.loss_mask, mb.position_ids, mb.lengths))
+    return MicroBatch(input_ids=[[t for i, _, _, n in cut for t in i[:n]]],
+                      loss_mask=[[t for _, m, _, n in cut for t in m[:n]]],
+                      position_ids=[[t for _, _, p, n in cut for t in p[:n]]],
+                      lengths=[sum(n for *_, n in cut)])
 
 
 def _sum_over_ranks(world: int, device: str, *values: float) -> Tuple[Any, ...]:
@@ -185,6 +217,85 @@ def _lr_at(step: int, setup: TrainSetupJob) -> float:
     span = max(1, setup.total_steps - setup.warmup_steps)
     progress = min(1.0, (step - setup.warmup_steps) / span)
     return setup.min_lr + 0.5 * (setup.lr - setup.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def _ce_chunk(logits: Any, targets: Any) -> Tuple[Any, Any]:
+    """Summed cross-entropy of one chunk of logits and its gradient with respect to the
+    logits (softmax minus one-hot), in the logits' dtype. Under `torch.compile` this is
+    two passes over the chunk instead of a string of fp32 element-wise kernels."""
+    import torch
+
+    x = logits.float()
+    lse = torch.logsumexp(x, dim=-1)
+    picked = x.gather(1, targets[:, None]).squeeze(1)
+    grad = torch.exp(x - lse[:, None])
+    grad = grad.scatter_add(1, targets[:, None], torch.full_like(picked[:, None], -1.0))
+    return (lse - picked).sum(), grad.to(logits.dtype)
+
+
+def head_loss(hidden: Any, weight: Any, targets: Any, dtype: Any, chunk: int = 4096,
+              ce: Any = _ce_chunk) -> Any:
+    """Sum over rows of cross-entropy(hidden @ weight.T, targets), without ever holding
+    the whole [rows, vocabulary] logits: chunk by chunk, the logits are computed in
+    `dtype`, their gradients with respect to `hidden` and `weight` are taken at once, and
+    the logits are dropped. With a 151,936-token vocabulary the full fp32 logits and their
+    gradient are gigabytes per micro-batch; here they are one chunk."""
+    import torch
+
+    class HeadLoss(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, h_in: Any, w_in: Any) -> Any:
+            h_all, w = h_in.to(dtype), w_in.to(dtype)
+            need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+            total = torch.zeros((), dtype=torch.float32, device=h_in.device)
+            gh = torch.empty_like(h_all) if need_h else None
+            gw = torch.zeros(w_in.shape, dtype=torch.float32, device=w_in.device) if need_w else None
+            for s in range(0, h_all.shape[0], chunk):
+                h = h_all[s:s + chunk]
+                loss, g = ce(h @ w.t(), targets[s:s + chunk])
+                total += loss
+                if gh is not None:
+                    gh[s:s + chunk] = g @ w
+                if gw is not None:
+                    gw += (g.t() @ h).float()
+            ctx.save_for_backward(gh, gw)
+            ctx.dtypes = (h_in.dtype, w_in.dtype)
+            return total
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Tuple[Any, Any]:
+            gh, gw = ctx.saved_tensors
+            h_dtype, w_dtype = ctx.dtypes
+            return (None if gh is None else (gh.float() * grad).to(h_dtype),
+                    None if gw is None else (gw * grad).to(w_dtype))
+
+    if not torch.is_grad_enabled() or not (hidden.requires_grad or weight.requires_grad):
+        with torch.no_grad():
+            w = weight.to(dtype)
+            return sum((ce(hidden[s:s + chunk].to(dtype) @ w.t(), targets[s:s + chunk])[0]
+                        for s in range(0, hidden.shape[0], chunk)),
+                       torch.zeros((), dtype=torch.float32, device=hidden.device))
+    return HeadLoss.apply(hidden, weight)
+
+
+def _compile_wanted(mode: str, device: str) -> bool:
+    if mode not in ("auto", "on", "off"):
+        raise TrainError(f"compile {mode!r}: expected auto, on or off")
+    return mode == "on" or (mode == "auto" and device.startswith("cuda"))
+
+
+def _compile_layers(layers: Any) -> None:
+    """Regional compilation: each decoder layer's forward (the FSDP and checkpointing
+    hooks stay outside). Every layer runs the same code, so one compiled graph with
+    dynamic shapes serves them all and every packing of a row."""
+    import torch
+
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(config, name):
+            setattr(config, name, max(64, getattr(config, name)))
+    for layer in layers:
+        layer.forward = torch.compile(layer.forward, dynamic=True)
 
 
 class Trainer:
@@ -230,6 +341,13 @@ class Trainer:
                 net.enable_input_require_grads()
         self.world, self.rank = _world()
         self.net = net.to(device)
+        self.compiled = _compile_wanted(setup.compile, device)
+        self.ce = _ce_chunk
+        if self.compiled:
+            import torch
+
+            _compile_layers(self._base().model.layers)
+            self.ce = torch.compile(_ce_chunk, dynamic=True)
         if self.world > 1:
             if setup.lora is not None:
                 raise TrainError("LoRA on several GPUs is not supported yet; use one GPU or full fine-tuning")
@@ -285,35 +403,45 @@ class Trainer:
             world_size=self.world,
             gpu_name=gpu,
             step=self.step,
+            compiled=self.compiled,
         )
 
-    def _loss_sum(self, mb: MicroBatch) -> Tuple[Any, int, int]:
-        """(sum of target-token losses, target tokens, tokens) for one micro-batch. Position
-        t predicts token t+1, so the mask is read shifted by one; logits are computed only
-        at positions whose next token is a target (most of a prompt never is)."""
-        import torch
-        import torch.nn.functional as F
-
+    def _inputs(self, mb: MicroBatch) -> Dict[str, Any]:
+        """One micro-batch as device tensors, copied without waiting for the device, so
+        a step builds micro-batch k+1 while the device runs k. The positions to score
+        arrive as indices worked out here from the lists; a boolean mask on the device
+        would make the host wait for the forward pass. Position t predicts token t+1, so
+        the mask is read shifted by one; only positions whose next token is a target are
+        scored (most of a prompt never is)."""
         if self.world > 1:
             mb = _my_rows(mb, self.rank, self.world)
-        ids = torch.tensor(mb.input_ids, dtype=torch.long, device=self.device)
-        pos = torch.tensor(mb.position_ids, dtype=torch.long, device=self.device)
-        extra = self._varlen_kwargs(mb.position_ids)
-        mask = torch.tensor(mb.loss_mask, dtype=torch.bool, device=self.device)
-        targets = ids[:, 1:]
-        where = mask[:, 1:]
-        n = sum(sum(row[1:]) for row in mb.loss_mask)  # from the lists: no device sync
+        if self.attention == VARLEN:
+            mb = _one_row(mb)
+        width = len(mb.input_ids[0]) if mb.input_ids else 0
+        sel = [r * width + t - 1 for r, m in enumerate(mb.loss_mask) for t, keep in enumerate(m) if keep and t > 0]
+        tgt = [mb.input_ids[i // width][i % width + 1] for i in sel]
+
+        def put(x: Any) -> Any:
+            return _to_device(x, self.device)
+
+        return {"ids": put(mb.input_ids), "pos": put(mb.position_ids), "extra": self._varlen_kwargs(mb.position_ids),
+                "sel": put(sel), "tgt": put(tgt), "n": len(sel), "tokens": width * len(mb.input_ids)}
+
+    def _loss_sum(self, inp: Dict[str, Any]) -> Any:
+        """The sum of target-token losses of one micro-batch (from `_inputs`)."""
+        import torch.nn.functional as F
+
         base = self._base()
         decoder = getattr(base, "model", None)
         head = base.get_output_embeddings()
         with self._autocast():
-            if decoder is not None and head is not None and self.world == 1:
-                hidden = decoder(input_ids=ids, position_ids=pos, **extra).last_hidden_state[:, :-1]
-                logits = head(hidden[where])
-            else:
-                logits = self.net(input_ids=ids, position_ids=pos, **extra).logits[:, :-1][where]
-        loss = F.cross_entropy(logits.float(), targets[where], reduction="sum")
-        return loss, n, int(ids.numel())
+            if decoder is not None and head is not None and self.world == 1 and _plain_head(head):
+                hidden = decoder(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).last_hidden_state
+                hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, inp["sel"])
+                return head_loss(hidden, head.weight, inp["tgt"], self.compute or hidden.dtype, ce=self.ce)
+            logits = self.net(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).logits
+        logits = logits.reshape(-1, logits.shape[-1]).index_select(0, inp["sel"])
+        return F.cross_entropy(logits.float(), inp["tgt"], reduction="sum")
 
     def _autocast(self) -> Any:
         import contextlib
@@ -352,15 +480,15 @@ class Trainer:
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.net.train()
-        loss_sum, tokens = 0.0, 0
-        for mb in batch.micro:
-            loss, _, t = self._loss_sum(mb)
+        losses, tokens = [], 0
+        for inp in map(self._inputs, batch.micro):  # the next one is built while the device works
+            loss = self._loss_sum(inp)
             # Every target token weighs the same whatever micro-batch (or rank) it is in;
             # FSDP averages gradients over ranks, so each rank's share is scaled back up.
             (loss * self.world / total).backward()
-            loss_sum += float(loss.detach())
-            tokens += t
-        loss_sum, tokens = _sum_over_ranks(self.world, self.device, loss_sum, tokens)
+            losses.append(loss.detach())  # read once at the end: no device sync per micro-batch
+            tokens += inp["tokens"]
+        loss_sum, tokens = _sum_over_ranks(self.world, self.device, float(torch.stack(losses).sum()), tokens)
         clip = self.setup.grad_clip if self.setup.grad_clip > 0 else float("inf")
         norm_t = torch.nn.utils.clip_grad_norm_(self.params, clip)
         norm = float(norm_t.full_tensor() if hasattr(norm_t, "full_tensor") else norm_t)
@@ -379,11 +507,10 @@ class Trainer:
         self.net.eval()
         loss_sum, n_sum, tokens = 0.0, 0, 0
         with torch.no_grad():
-            for mb in batch.micro:
-                loss, n, t = self._loss_sum(mb)
-                loss_sum += float(loss)
-                n_sum += n
-                tokens += t
+            for inp in [self._inputs(mb) for mb in batch.micro]:
+                loss_sum += float(self._loss_sum(inp))
+                n_sum += inp["n"]
+                tokens += inp["tokens"]
         self.net.train()
         loss_sum, n_sum, tokens = _sum_over_ranks(self.world, self.device, loss_sum, n_sum, tokens)
         if n_sum == 0:

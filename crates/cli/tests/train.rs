@@ -291,3 +291,32 @@ fn two_ranks_train_like_one_and_resume_across_world_sizes() {
     let check = check_checkpoint(&s.root.path().join("two/checkpoint-000003"));
     assert_eq!(check["equal"], true, "{check}");
 }
+
+/// The trainer's own math on the CPU (`fixtures/train/check_trainer_math.py`): the
+/// chunked output-projection loss and its gradients against PyTorch's cross-entropy, rows
+/// joined with padding dropped (the varlen path) against padded rows, and a compiled step
+/// against an uncompiled one.
+#[test]
+fn trainer_math_matches_plain_references() {
+    let out = std::process::Command::new(venv().join("bin/python"))
+        .arg(fixture("train/check_trainer_math.py"))
+        .arg(repo().join("python"))
+        .arg(tiny())
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    assert!(out.status.success(), "{report}\n{}", text(&out.stderr));
+    let v: Value = serde_json::from_str(report.trim()).unwrap();
+    for key in [
+        "loss",
+        "grad_hidden",
+        "grad_weight",
+        "joined_rows_loss",
+        "compiled_losses",
+    ] {
+        assert!(v[key].as_f64().unwrap() <= 1e-5, "{key}: {v}");
+    }
+    assert_eq!(v["compiled"], true, "{v}");
+    assert_eq!(v["joined_rows_same_targets"], true, "{v}");
+}

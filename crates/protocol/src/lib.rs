@@ -17,7 +17,7 @@ pub mod record;
 pub use record::{EvalConfig, EvalRecord, GuardFinding, SourceRef};
 
 /// Bumped whenever a message's shape changes; both sides refuse a mismatch.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Errors decoding a protocol line.
 #[derive(Debug, thiserror::Error)]
@@ -556,12 +556,15 @@ pub struct TrainSetup {
     /// Gradient-norm clip; 0 turns clipping off (the norm is still reported).
     pub grad_clip: f64,
     pub gradient_checkpointing: bool,
-    /// `bf16`, `fp32`, or `auto` (bf16 on a GPU, fp32 on a CPU).
+    /// `mixed` (fp32 weights, bf16 compute), `bf16`, `fp32`, or `auto` (mixed on a GPU,
+    /// fp32 on a CPU).
     pub dtype: String,
     pub seed: u64,
     /// `auto`, `varlen` (flash attention over packed rows), or transformers' `sdpa`,
     /// `flex_attention`, `eager`.
     pub attention: String,
+    /// `torch.compile` of the decoder layers and the loss: `auto` (on a GPU), `on`, `off`.
+    pub compile: String,
 }
 
 /// Low-rank adapters instead of full fine-tuning.
@@ -593,6 +596,8 @@ pub struct TrainInfo {
     pub gpu_name: Option<String>,
     /// The step the schedule stands at (0, or the resumed checkpoint's step).
     pub step: u64,
+    /// Whether the decoder layers and the loss run under `torch.compile`.
+    pub compiled: bool,
 }
 
 /// Rows of token ids, each with its loss mask and position ids (positions restart at 0
@@ -604,6 +609,9 @@ pub struct MicroBatch {
     /// 1 where the token is a target of the loss (an assistant token).
     pub loss_mask: Vec<Vec<u8>>,
     pub position_ids: Vec<Vec<u32>>,
+    /// Real tokens at the start of each row; the rest is padding, which a worker with
+    /// variable-length attention drops instead of computing on it.
+    pub lengths: Vec<u32>,
 }
 
 /// One optimizer step's micro-batches (gradient accumulation), or an evaluation's.
@@ -1088,6 +1096,7 @@ pub fn sample_messages() -> Vec<Message> {
                 dtype: "auto".into(),
                 seed: 7,
                 attention: "sdpa".into(),
+                compile: "off".into(),
             },
         },
         Message::TrainSetup {
@@ -1107,6 +1116,7 @@ pub fn sample_messages() -> Vec<Message> {
                 dtype: "fp32".into(),
                 seed: 0,
                 attention: "flex_attention".into(),
+                compile: "auto".into(),
             },
         },
         Message::TrainReady {
@@ -1124,6 +1134,7 @@ pub fn sample_messages() -> Vec<Message> {
                 world_size: 1,
                 gpu_name: Some("NVIDIA H100 80GB HBM3".into()),
                 step: 0,
+                compiled: true,
             },
         },
         Message::TrainStep {
@@ -1134,6 +1145,7 @@ pub fn sample_messages() -> Vec<Message> {
                     input_ids: vec![vec![1, 2, 3, 4]],
                     loss_mask: vec![vec![0, 0, 1, 1]],
                     position_ids: vec![vec![0, 1, 0, 1]],
+                    lengths: vec![4],
                 }],
             },
         },

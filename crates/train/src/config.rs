@@ -104,6 +104,11 @@ pub struct TrainCfg {
     /// (packed rows get a dense block-diagonal mask).
     #[serde(default = "default_attention")]
     pub attention: String,
+    /// `torch.compile` each decoder layer and the loss: `auto` (on a GPU), `on`, `off`.
+    /// Fuses the element-wise work (norms, rotary embeddings, SwiGLU, casts) that
+    /// otherwise dominates a small model's step.
+    #[serde(default = "default_attention")]
+    pub compile: String,
 }
 
 impl Default for TrainCfg {
@@ -132,6 +137,7 @@ impl Default for TrainCfg {
             gpus: 1,
             torchrun: Vec::new(),
             attention: default_attention(),
+            compile: default_attention(),
         }
     }
 }
@@ -287,6 +293,9 @@ impl SftConfig {
                 "train.attention {:?}: auto, varlen, sdpa, flex_attention or eager",
                 t.attention
             ));
+        }
+        if !["auto", "on", "off"].contains(&t.compile.as_str()) {
+            return Err(format!("train.compile {:?}: auto, on or off", t.compile));
         }
         if t.gpus == 0 {
             return Err("train.gpus must be at least 1".into());

@@ -372,6 +372,7 @@ pub fn run(
         dtype: t.dtype.clone(),
         seed: t.seed,
         attention: t.attention.clone(),
+        compile: t.compile.clone(),
     })?;
     let vocab = tok.vocab_size() as u64;
     if vocab > info.vocab_size {

@@ -127,6 +127,7 @@ pub fn materialise(examples: &[Example], rows: &[RowPlan], pad: u32) -> (MicroBa
         pos.push(p);
     }
     let width = ids.iter().map(Vec::len).max().unwrap_or(0);
+    let lengths = ids.iter().map(|r| r.len() as u32).collect();
     for ((i, m), p) in ids.iter_mut().zip(&mut mask).zip(&mut pos) {
         let mut next_pos = p.last().map_or(0, |l| l + 1);
         while i.len() < width {
@@ -143,6 +144,7 @@ pub fn materialise(examples: &[Example], rows: &[RowPlan], pad: u32) -> (MicroBa
             input_ids: ids,
             loss_mask: mask,
             position_ids: pos,
+            lengths,
         },
         docs,
     )
@@ -216,6 +218,11 @@ mod tests {
         assert_eq!(
             mb.position_ids,
             vec![vec![0, 1, 2, 0, 1], vec![0, 1, 2, 3, 4]]
+        );
+        assert_eq!(
+            mb.lengths,
+            vec![5, 1],
+            "real tokens per row, padding left out"
         );
         assert_eq!(docs, vec![3, 2, 1]);
     }
