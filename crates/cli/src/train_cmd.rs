@@ -110,10 +110,10 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
         let mut sink = |e: Event| {
             let line = event_json(&e);
             match &e {
-                Event::Prepared { steps, start, .. } => {
-                    if let Ok(Some(s)) = tritonforge_train::read_state(&cfg.output.dir) {
-                        run_id = s.run;
-                    }
+                Event::Prepared {
+                    run, steps, start, ..
+                } => {
+                    run_id = run.clone();
                     bar.set_length(*steps);
                     bar.set_position(*start);
                     bar.set_style(
@@ -238,14 +238,17 @@ fn tokenizer_dir(cfg: &SftConfig, py: &tritonforge_pyenv::PythonEnv) -> Result<P
 fn event_json(e: &Event) -> String {
     let v = match e {
         Event::Prepared {
+            run,
             train,
             validation,
             skipped,
             samples,
             steps,
             start,
-        } => serde_json::json!({"event": "prepared", "train": train, "validation": validation,
-            "skipped": skipped, "samples": samples, "steps": steps, "start": start}),
+        } => {
+            serde_json::json!({"event": "prepared", "run": run, "train": train, "validation": validation,
+            "skipped": skipped, "samples": samples, "steps": steps, "start": start})
+        }
         Event::Ready(info) => serde_json::json!({"event": "ready", "info": info}),
         Event::Metric(m) => serde_json::json!({"event": "metric", "metric": m}),
         Event::Saved { dir, step } => {

@@ -343,4 +343,17 @@ mod tests {
             serde_json::to_value(TrainCfg::default()).unwrap()
         );
     }
+
+    /// The documented example holds every setting, spelt as the parser wants it.
+    #[test]
+    fn the_example_config_parses_and_a_bad_compile_mode_is_named() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sft.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let cfg: SftConfig = toml::from_str(&text).unwrap();
+        assert_eq!(cfg.train.compile, "auto");
+        let mut bad = cfg.clone();
+        bad.train.compile = "yes".into();
+        let err = bad.check().unwrap_err();
+        assert!(err.contains("train.compile \"yes\""), "{err}");
+    }
 }

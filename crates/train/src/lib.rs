@@ -116,6 +116,8 @@ pub struct Metric {
 #[derive(Debug, Clone)]
 pub enum Event {
     Prepared {
+        /// The run's id (a resumed run keeps the id it started with).
+        run: String,
         train: usize,
         validation: usize,
         skipped: BTreeMap<String, usize>,
@@ -391,6 +393,7 @@ pub fn run(
         )));
     }
     events(Event::Prepared {
+        run: state.run.clone(),
         train: train.examples.len(),
         validation: validation.as_ref().map_or(0, |v| v.examples.len()),
         skipped,
