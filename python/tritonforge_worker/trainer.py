@@ -179,6 +179,8 @@ def _one_row(mb: MicroBatch) -> MicroBatch:
     token learns to predict across a join."""
     if len(mb.lengths) != len(mb.input_ids):
         raise TrainError(f"a micro-batch with {len(mb.input_ids)} rows and {len(mb.lengths)} lengths")
+    if any(any(m[n:]) for m, n in zip(mb.loss_mask, mb.lengths)):
+        raise TrainError("a micro-batch with targets in its padding (loss_mask set beyond lengths)")
     cut = list(zip(mb.input_ids, mb.loss_mask, mb.position_ids, mb.lengths))
     return MicroBatch(input_ids=[[t for i, _, _, n in cut for t in i[:n]]],
                       loss_mask=[[t for _, m, _, n in cut for t in m[:n]]],
@@ -285,9 +287,10 @@ def _compile_wanted(mode: str, device: str) -> bool:
 
 
 def _compile_layers(layers: Any) -> None:
-    """Regional compilation: each decoder layer's forward (the FSDP and checkpointing
-    hooks stay outside). Every layer runs the same code, so one compiled graph with
-    dynamic shapes serves them all and every packing of a row."""
+    """Regional compilation: each decoder layer's forward (FSDP's hooks stay outside;
+    transformers' activation checkpointing, which wraps `forward`, is compiled with it).
+    Every layer runs the same code, so one compiled graph with dynamic shapes serves them
+    all and every packing of a row."""
     import torch
 
     config = torch._dynamo.config
@@ -314,11 +317,16 @@ class Trainer:
         # plus the checkpoint's adapter.
         source = str(resume) if resume is not None and setup.lora is None else setup.model
         attention = setup.attention
+        # Flash attention computes in 16 bits: fine under bf16 or mixed, not a silent
+        # downgrade of a run that asked for fp32.
+        sixteen = self.dtype != torch.float32 or self.compute is not None
         if attention == "auto":
-            attention = VARLEN if device.startswith("cuda") and _register_varlen() else "sdpa"
+            attention = VARLEN if device.startswith("cuda") and sixteen and _register_varlen() else "sdpa"
         elif attention == "varlen":
             if not (device.startswith("cuda") and _register_varlen()):
                 raise TrainError("attention 'varlen' needs CUDA and torch.nn.attention.varlen")
+            if not sixteen:
+                raise TrainError("attention 'varlen' computes in bf16; use dtype mixed or bf16, or attention sdpa")
             attention = VARLEN
         elif attention not in ("sdpa", "flex_attention", "eager"):
             raise TrainError(f"attention {attention!r}: expected auto, varlen, sdpa, flex_attention or eager")
@@ -343,11 +351,6 @@ class Trainer:
         self.net = net.to(device)
         self.compiled = _compile_wanted(setup.compile, device)
         self.ce = _ce_chunk
-        if self.compiled:
-            import torch
-
-            _compile_layers(self._base().model.layers)
-            self.ce = torch.compile(_ce_chunk, dynamic=True)
         if self.world > 1:
             if setup.lora is not None:
                 raise TrainError("LoRA on several GPUs is not supported yet; use one GPU or full fine-tuning")
@@ -365,6 +368,12 @@ class Trainer:
             for layer in self._base().model.layers:
                 fully_shard(layer, **kw)
             fully_shard(self.net, **kw)
+        if self.compiled:
+            # After sharding: transformers' checkpointing wrapper only checkpoints when it
+            # is the outermost `forward` of the layer's class, and `fully_shard` gives each
+            # layer a new class; compiled earlier, the old wrapper would silently skip it.
+            _compile_layers(self._base().model.layers)
+            self.ce = torch.compile(_ce_chunk, dynamic=True)
         self.net.train()
         self.params = [p for p in self.net.parameters() if p.requires_grad]
         decay = [p for p in self.params if p.dim() >= 2]

@@ -74,7 +74,7 @@ pub struct TrainCfg {
     /// `auto` (`mixed` on a GPU, `fp32` on a CPU); `mixed` (fp32 weights and optimizer
     /// state, bf16 compute); `bf16` (bf16 weights: half the memory, but small updates are
     /// lost to rounding); `fp32`.
-    #[serde(default = "default_dtype")]
+    #[serde(default = "auto")]
     pub dtype: String,
     #[serde(default)]
     pub seed: u64,
@@ -102,12 +102,12 @@ pub struct TrainCfg {
     /// Attention: `auto` (`varlen` on a GPU, `sdpa` on a CPU), `varlen` (flash attention
     /// over packed rows, no dense mask), or transformers' `sdpa`, `flex_attention`, `eager`
     /// (packed rows get a dense block-diagonal mask).
-    #[serde(default = "default_attention")]
+    #[serde(default = "auto")]
     pub attention: String,
     /// `torch.compile` each decoder layer and the loss: `auto` (on a GPU), `on`, `off`.
     /// Fuses the element-wise work (norms, rotary embeddings, SwiGLU, casts) that
     /// otherwise dominates a small model's step.
-    #[serde(default = "default_attention")]
+    #[serde(default = "auto")]
     pub compile: String,
 }
 
@@ -127,7 +127,7 @@ impl Default for TrainCfg {
             weight_decay: 0.0,
             grad_clip: default_clip(),
             gradient_checkpointing: false,
-            dtype: default_dtype(),
+            dtype: auto(),
             seed: 0,
             eval_every: 0,
             save_every: 0,
@@ -136,8 +136,8 @@ impl Default for TrainCfg {
             peak_tflops: None,
             gpus: 1,
             torchrun: Vec::new(),
-            attention: default_attention(),
-            compile: default_attention(),
+            attention: auto(),
+            compile: auto(),
         }
     }
 }
@@ -195,10 +195,8 @@ fn default_min_lr() -> f64 {
 fn default_clip() -> f64 {
     1.0
 }
-fn default_dtype() -> String {
-    "auto".into()
-}
-fn default_attention() -> String {
+/// `auto`: the worker decides from the device (dtype, attention, compile).
+fn auto() -> String {
     "auto".into()
 }
 fn default_keep() -> usize {
@@ -294,6 +292,12 @@ impl SftConfig {
                 t.attention
             ));
         }
+        if t.attention == "varlen" && t.dtype == "fp32" {
+            return Err(
+                "train.attention \"varlen\" computes in bf16; with train.dtype \"fp32\" use \"sdpa\""
+                    .into(),
+            );
+        }
         if !["auto", "on", "off"].contains(&t.compile.as_str()) {
             return Err(format!("train.compile {:?}: auto, on or off", t.compile));
         }
@@ -346,7 +350,7 @@ mod tests {
 
     /// The documented example holds every setting, spelt as the parser wants it.
     #[test]
-    fn the_example_config_parses_and_a_bad_compile_mode_is_named() {
+    fn the_example_config_parses_and_bad_modes_are_named() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sft.toml");
         let text = std::fs::read_to_string(&path).unwrap();
         let cfg: SftConfig = toml::from_str(&text).unwrap();
@@ -355,5 +359,10 @@ mod tests {
         bad.train.compile = "yes".into();
         let err = bad.check().unwrap_err();
         assert!(err.contains("train.compile \"yes\""), "{err}");
+        let mut fp32 = cfg.clone();
+        fp32.train.attention = "varlen".into();
+        fp32.train.dtype = "fp32".into();
+        let err = fp32.check().unwrap_err();
+        assert!(err.contains("train.attention \"varlen\""), "{err}");
     }
 }
