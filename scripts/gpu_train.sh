@@ -146,6 +146,44 @@ PY
     ours ours-17-mixed configs/models/qwen3-1.7b 4 4 auto mixed
     baseline trainer-17-plain configs/models/qwen3-1.7b 4 4 plain
     ;;
+  fsdp-ckpt)
+    # Two GPUs, compiled, with and without activation checkpointing: the memory must fall
+    # (checkpointing really on under FSDP2 + compile) and the losses agree.
+    for ck in true false; do
+      rm -rf "$S/ck$ck"
+      cat > "$S/ck$ck.toml" <<TOML
+model = "$PWD/configs/models/qwen3-0.6b"
+tokenizer = "$C/tok"
+[data]
+train = "$C/synth.jsonl"
+[output]
+dir = "$S/ck$ck"
+[train]
+steps = 3
+seq_len = 4096
+micro_batch = 4
+lr = 1e-4
+min_lr = 1e-5
+gpus = 2
+checkpoints = false
+gradient_checkpointing = $ck
+TOML
+      "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json --config "$S/ck$ck.toml" \
+        > "$S/ck$ck.jsonl" 2> "$S/ck$ck.err"
+      echo "checkpointing=$ck exit $?" >> "$OUT/fsdp-ckpt.txt"
+      python3 - "$S/ck$ck.jsonl" >> "$OUT/fsdp-ckpt.txt" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        e = json.loads(line)
+        if e.get("event") == "ready":
+            print("compiled", e["info"]["compiled"], "world", e["info"]["world_size"])
+        if e.get("event") == "metric":
+            m = e["metric"]
+            print(m["step"], round(m["loss"], 6), round(m["tokens_per_s"]), "GiB", round(m["memory_bytes"] / 2**30, 1))
+PY
+    done
+    ;;
   trainer-compiled)
     # The baseline with TrainingArguments(torch_compile=True).
     baseline trainer-17-plain-compiled configs/models/qwen3-1.7b 4 4 plain --compile
