@@ -24,6 +24,14 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, Train
                           TrainingArguments)
 
 
+def train_flops(body: int, head: int, layers: int, width: int, tokens: int, loss_tokens: int,
+                docs: List[int]) -> float:
+    """Training FLOPs as `tritonforge-train` counts them (`batch_flops`): 6 × body
+    parameters × tokens, the output projection at target tokens only, and causal attention
+    per conversation."""
+    return 6.0 * body * tokens + 6.0 * head * loss_tokens + 6.0 * layers * width * sum(n * n for n in docs)
+
+
 def tokenize(tok: Any, messages: List[Dict[str, str]]) -> tuple[list[int], list[int]]:
     def ids(msgs: List[Dict[str, str]], gen: bool) -> list[int]:
         text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
@@ -145,8 +153,8 @@ def main() -> None:
     for dt, mbs in list(zip(times, per_step))[3:]:
         real = sum(sum(m["docs"]) for m in mbs)
         loss_tokens = sum(m["loss_tokens"] for m in mbs)
-        attn = sum(n * n for m in mbs for n in m["docs"]) * 6.0 * config.num_hidden_layers * body_heads
-        flops = 6.0 * (params - head) * real + 6.0 * head * loss_tokens + attn
+        flops = train_flops(params - head, head, config.num_hidden_layers, body_heads, real, loss_tokens,
+                            [n for m in mbs for n in m["docs"]])
         rates.append(real / dt)
         mfus.append(flops / dt / (args.peak_tflops * 1e12))
     print(json.dumps({

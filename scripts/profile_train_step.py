@@ -20,6 +20,7 @@ import torch
 sys.path.insert(0, "python")
 from tritonforge_worker.protocol import MicroBatch, TrainBatch, TrainSetupJob  # noqa: E402
 from tritonforge_worker.trainer import Trainer  # noqa: E402
+from bench_sft_trainer import train_flops  # noqa: E402  (this script's own directory)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", required=True)
@@ -52,7 +53,6 @@ t0 = time.perf_counter()
 for _ in range(4):
     tr.train_step(batch)
 warm = time.perf_counter() - t0
-torch.cuda.reset_peak_memory_stats()
 torch.cuda.synchronize()
 t0 = time.perf_counter()
 peak = 0
@@ -62,10 +62,9 @@ torch.cuda.synchronize()
 dt = (time.perf_counter() - t0) / 5
 info = tr.info()
 tokens = args.rows * args.seq_len * args.micro
-flops = args.micro * (6.0 * (info.parameters - info.head_parameters) * args.rows * args.seq_len
-                      + 6.0 * info.head_parameters * sum(map(sum, mask))
-                      + 6.0 * info.layers * info.attention_width
-                      * sum(args.doc ** 2 for _ in range(args.rows * args.seq_len // args.doc)))
+flops = train_flops(info.parameters - info.head_parameters, info.head_parameters, info.layers,
+                    info.attention_width, tokens, args.micro * sum(map(sum, mask)),
+                    [args.doc] * (args.micro * (args.rows * args.seq_len // args.doc)))
 print(json.dumps({"profile": args.model, "attention": tr.attention, "compiled": tr.compiled, "dtype": args.dtype,
                   "rows": args.rows, "micro": args.micro, "checkpointing": args.checkpointing,
                   "step_ms": round(dt * 1000, 1), "tokens_per_s": round(tokens / dt),

@@ -108,15 +108,22 @@ fn losses(events: &[Value], split: &str) -> Vec<(u64, f64)> {
         .collect()
 }
 
-fn check_checkpoint(dir: &Path) -> Value {
+/// Runs a fixture script under the test interpreter; it must succeed and print one JSON
+/// object.
+fn fixture_json(script: &str, args: &[&Path]) -> Value {
     let out = std::process::Command::new(venv().join("bin/python"))
-        .arg(fixture("train/check_checkpoint.py"))
-        .arg(dir)
+        .arg(fixture(script))
+        .args(args)
         .env("HF_HUB_OFFLINE", "1")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+    let report = text(&out.stdout);
+    assert!(out.status.success(), "{report}\n{}", text(&out.stderr));
+    serde_json::from_str(report.trim()).unwrap()
+}
+
+fn check_checkpoint(dir: &Path) -> Value {
+    fixture_json("train/check_checkpoint.py", &[dir])
 }
 
 #[test]
@@ -298,16 +305,10 @@ fn two_ranks_train_like_one_and_resume_across_world_sizes() {
 /// against an uncompiled one.
 #[test]
 fn trainer_math_matches_plain_references() {
-    let out = std::process::Command::new(venv().join("bin/python"))
-        .arg(fixture("train/check_trainer_math.py"))
-        .arg(repo().join("python"))
-        .arg(tiny())
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .unwrap();
-    let report = text(&out.stdout);
-    assert!(out.status.success(), "{report}\n{}", text(&out.stderr));
-    let v: Value = serde_json::from_str(report.trim()).unwrap();
+    let v = fixture_json(
+        "train/check_trainer_math.py",
+        &[&repo().join("python"), &tiny()],
+    );
     for key in [
         "loss",
         "grad_hidden",

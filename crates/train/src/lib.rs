@@ -203,7 +203,7 @@ fn checkpoint_step(name: &str) -> Option<u64> {
     name.strip_prefix("checkpoint-")?.parse().ok()
 }
 
-pub fn read_state(dir: &Path) -> Result<Option<RunState>, TrainError> {
+fn read_state(dir: &Path) -> Result<Option<RunState>, TrainError> {
     let path = dir.join(STATE_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => serde_json::from_str(&text)
