@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU figures for `tritonforge train sft` (docs/training.md).
 # usage: scripts/gpu_train.sh BINARY OUTDIR PHASE CARRY
+#   PHASE mfu: ours only, compiled, 0.6B and 1.7B, bf16 and mixed;
 #   PHASE mfu06 | mfu17: throughput and MFU of randomly initialised Qwen3 0.6B / 1.7B at
 #         sequence length 4096, ours and a plain transformers Trainer (packed and plain);
 #   PHASE smol: fine-tune SmolLM2-135M-Instruct on the suite's train pairs, then
@@ -134,6 +135,13 @@ PY
       grep '^{"profile"' "$S/sweep.out" >> "$OUT/summary.jsonl" \
         || { echo "{\"failed\": \"$line\", \"exit\": $rc}" >> "$OUT/summary.jsonl"; tail -n 20 "$S/sweep.err" >> "$OUT/sweep-errors.txt"; }
     done <<< "${SWEEP:?SWEEP: one line of profile arguments per run}"
+    ;;
+  mfu)
+    # Ours only, compiled, both sizes and both precisions (the baselines do not change).
+    ours ours-06 configs/models/qwen3-0.6b 8 2 auto bf16
+    ours ours-06-mixed configs/models/qwen3-0.6b 8 2 auto mixed
+    ours ours-17 configs/models/qwen3-1.7b 4 4 auto bf16
+    ours ours-17-mixed configs/models/qwen3-1.7b 4 4 auto mixed
     ;;
   mfu06)
     ours ours-06 configs/models/qwen3-0.6b 8 2 auto bf16

@@ -259,17 +259,47 @@ def generate(tok: Any, net: Any, job: Any, device: str) -> Generated:
     return generate_batch(tok, net, [job], device)[0]
 
 
-def _take_batch(inbox: "queue.Queue[str | None]", limit: int, window_s: float) -> List[str | None]:
-    """Block for one line, then take whatever else arrives within the window (up to limit)."""
-    lines = [inbox.get()]
+def _is_train(item: Any) -> bool:
+    return getattr(item, "type", None) in TRAIN_MESSAGES
+
+
+def _take_batch(inbox: "queue.Queue[Any]", limit: int, window_s: float) -> List[Any]:
+    """Block for one request, then take whatever else arrives within the window (up to
+    limit). A training request ends the window at once: it runs alone and in order, and
+    the host sends the next step only ahead of time, so waiting would only idle the GPU."""
+    items = [inbox.get()]
     deadline = time.perf_counter() + window_s
-    while len(lines) < limit and lines[-1] is not None:
+    while len(items) < limit and items[-1] is not None and not _is_train(items[-1]):
         left = deadline - time.perf_counter()
         try:
-            lines.append(inbox.get(timeout=max(left, 0.0)) if left > 0 else inbox.get_nowait())
+            items.append(inbox.get(timeout=max(left, 0.0)) if left > 0 else inbox.get_nowait())
         except queue.Empty:
             break
-    return lines
+    return items
+
+
+def _reader(decoded: bool) -> "queue.Queue[Any]":
+    """A thread that reads stdin into a queue, ending with None. Decoded: each line
+    becomes its message (or the ProtocolError naming what is wrong with it) there, beside
+    the device's work; a training batch is a large line, and decoding it on the main
+    thread would leave the GPU waiting."""
+    inbox: "queue.Queue[Any]" = queue.Queue()
+
+    def read() -> None:
+        for raw in sys.stdin:
+            if not raw.strip():
+                continue
+            if not decoded:
+                inbox.put(raw)
+                continue
+            try:
+                inbox.put(decode(raw))
+            except ProtocolError as exc:
+                inbox.put(exc)
+        inbox.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return inbox
 
 
 def serve_policy(argv: List[str]) -> int:
@@ -293,28 +323,19 @@ def serve_policy(argv: List[str]) -> int:
                       gpu_memory_fraction=None, notes=["policy worker: no sandbox (it runs our model, not candidates)"])
     _send(Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version="policy", pid=os.getpid(),
                 env=collect("cuda" if device.startswith("cuda") else "cpu"), sandbox=sandbox))
-    # Requests are pipelined: a reader thread queues them while a batch is generating, and
-    # the next batch takes every request that waited (answers go out by id, in any order).
-    inbox: "queue.Queue[str | None]" = queue.Queue()
-
-    def read() -> None:
-        for raw in sys.stdin:
-            if raw.strip():
-                inbox.put(raw)
-        inbox.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
+    # Requests are pipelined: a reader thread decodes and queues them while a batch is
+    # generating (or a step training), and the next batch takes every request that waited
+    # (generations are answered by id, in any order; training strictly in order).
+    inbox = _reader(decoded=True)
     while True:
         jobs: List[Any] = []
         stop = False
-        for line in _take_batch(inbox, limit, window_s):
-            if line is None:
+        for msg in _take_batch(inbox, limit, window_s):
+            if msg is None:
                 stop = True
                 break
-            try:
-                msg = decode(line)
-            except ProtocolError as exc:
-                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=str(exc)))
+            if isinstance(msg, ProtocolError):
+                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=str(msg)))
                 continue
             if msg.type == "shutdown":
                 stop = True
@@ -384,8 +405,10 @@ def _serve_ranks(device: str) -> int:
         _send(Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version="policy", pid=os.getpid(),
                     env=collect("cuda" if device.startswith("cuda") else "cpu"), sandbox=sandbox))
     trainer: List[Any] = []
+    # Rank 0 reads ahead, so the host's next step is taken in while this one runs.
+    inbox = _reader(decoded=False) if speak else None
     while True:
-        box: List[Any] = [sys.stdin.readline() or None] if speak else [None]
+        box: List[Any] = [inbox.get() if inbox is not None else None]
         dist.broadcast_object_list(box, src=0)
         line = box[0]
         if line is None:
@@ -447,8 +470,7 @@ def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: b
             try:
                 import torch
 
-                for p in state[0].params:
-                    p.grad = None
+                state[0].drop_grads()
                 torch.cuda.empty_cache()
             except Exception:  # noqa: BLE001 - best effort
                 pass

@@ -212,6 +212,16 @@ def _plain_attention(out: Path) -> None:
         path.write_text(json.dumps(config, indent=2) + "\n")
 
 
+def _config_dtype(out: Path, dtype: str) -> None:
+    """The checkpoint's configuration states the dtype its weights are stored in."""
+    path = out / "config.json"
+    config = json.loads(path.read_text())
+    config["dtype"] = dtype
+    if "torch_dtype" in config:
+        config["torch_dtype"] = dtype
+    path.write_text(json.dumps(config, indent=2) + "\n")
+
+
 def _lr_at(step: int, setup: TrainSetupJob) -> float:
     """Linear warm-up to `lr`, then cosine decay to `min_lr` at `total_steps`."""
     if setup.warmup_steps > 0 and step < setup.warmup_steps:
@@ -368,6 +378,20 @@ class Trainer:
             for layer in self._base().model.layers:
                 fully_shard(layer, **kw)
             fully_shard(self.net, **kw)
+        self.params = [p for p in self.net.parameters() if p.requires_grad]
+        # `mixed` on one device: fp32 master weights beside bf16 model weights, rather
+        # than fp32 weights under autocast, which casts every weight at every micro-batch
+        # and every gradient back. The masters take the summed gradient and the update;
+        # the model's weights are their bf16 copy, refreshed once per step. (Several
+        # ranks get the same split from FSDP2's mixed-precision policy; LoRA keeps
+        # autocast, its adapters being too few to matter.)
+        self.masters: Optional[List[Any]] = None
+        if self.compute is not None and self.world == 1 and setup.lora is None:
+            self.masters = [p.detach().clone() for p in self.params]
+            with torch.no_grad():
+                for p in self.params:  # parameters only: buffers (rotary frequencies) stay fp32
+                    p.data = p.data.to(self.compute)
+            self.compute = None
         if self.compiled:
             # After sharding: transformers' checkpointing wrapper only checkpoints when it
             # is the outermost `forward` of the layer's class, and `fully_shard` gives each
@@ -375,9 +399,9 @@ class Trainer:
             _compile_layers(self._base().model.layers)
             self.ce = torch.compile(_ce_chunk, dynamic=True)
         self.net.train()
-        self.params = [p for p in self.net.parameters() if p.requires_grad]
-        decay = [p for p in self.params if p.dim() >= 2]
-        no_decay = [p for p in self.params if p.dim() < 2]
+        self.trained = self.masters if self.masters is not None else self.params
+        decay = [p for p in self.trained if p.dim() >= 2]
+        no_decay = [p for p in self.trained if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": setup.weight_decay},
                   {"params": no_decay, "weight_decay": 0.0}]
         self.opt = torch.optim.AdamW(groups, lr=setup.lr, betas=(0.9, 0.95), eps=1e-8,
@@ -495,19 +519,43 @@ class Trainer:
             # Every target token weighs the same whatever micro-batch (or rank) it is in;
             # FSDP averages gradients over ranks, so each rank's share is scaled back up.
             (loss * self.world / total).backward()
+            self._fold_grads()
             losses.append(loss.detach())  # read once at the end: no device sync per micro-batch
             tokens += inp["tokens"]
         loss_sum, tokens = _sum_over_ranks(self.world, self.device, float(torch.stack(losses).sum()), tokens)
         clip = self.setup.grad_clip if self.setup.grad_clip > 0 else float("inf")
-        norm_t = torch.nn.utils.clip_grad_norm_(self.params, clip)
+        norm_t = torch.nn.utils.clip_grad_norm_(self.trained, clip)
         norm = float(norm_t.full_tensor() if hasattr(norm_t, "full_tensor") else norm_t)
         if not math.isfinite(norm):
-            self.opt.zero_grad(set_to_none=True)
+            self.drop_grads()
             raise TrainError(f"step {self.step + 1}: gradient norm is {norm}; the step was not applied")
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        if self.masters is not None:
+            with torch.no_grad():
+                torch._foreach_copy_(self.params, self.masters)
         self.step += 1
         return self._stats(loss_sum / total, total, int(tokens), norm, lr, started)
+
+    def _fold_grads(self) -> None:
+        """With master weights: a micro-batch's bf16 gradients are added into the masters'
+        fp32 gradients, so accumulation over micro-batches rounds in fp32."""
+        if self.masters is None:
+            return
+        for p, m in zip(self.params, self.masters):
+            if p.grad is None:
+                continue
+            if m.grad is None:
+                m.grad = p.grad.float()
+            else:
+                m.grad.add_(p.grad)
+            p.grad = None
+
+    def drop_grads(self) -> None:
+        """Forget a step's gradients (it failed: out of memory, a non-finite norm)."""
+        self.opt.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
 
     def eval_loss(self, batch: TrainBatch) -> StepStats:
         import torch
@@ -539,8 +587,13 @@ class Trainer:
             # resumes on any number of GPUs.
             from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-            self._write_state(out, get_optimizer_state_dict(self.net, self.opt))
-        if self.setup.lora is not None:
+            optim = self._named_optim_state() if self.masters is not None else get_optimizer_state_dict(self.net, self.opt)
+            self._write_state(out, optim)
+        if self.masters is not None:
+            # The fp32 masters are the weights; the model's bf16 copy is only for compute.
+            self.net.save_pretrained(str(out), state_dict=self._master_state_dict(), safe_serialization=True)
+            _config_dtype(out, "float32")  # save_pretrained names the bf16 copy's dtype
+        elif self.setup.lora is not None:
             self.net.save_pretrained(str(out / ADAPTER_DIR))
             if job.merge_lora:
                 # The run's last save: merge in place (a copy would double the memory).
@@ -550,6 +603,35 @@ class Trainer:
             self.net.save_pretrained(str(out), safe_serialization=True)
         _plain_attention(out)
         self._probe(out)
+
+    def _master_names(self) -> List[str]:
+        """The parameter name of each master, in the optimizer's order."""
+        name_of = {id(p): n for n, p in self.net.named_parameters()}
+        by_master = {id(m): name_of[id(p)] for p, m in zip(self.params, self.masters or [])}
+        return [by_master[id(m)] for g in self.opt.param_groups for m in g["params"]]
+
+    def _master_state_dict(self) -> Dict[str, Any]:
+        """The model's state dict with each trained weight replaced by its fp32 master
+        (tied weights keep sharing one tensor)."""
+        master_of = {id(p): m for p, m in zip(self.params, self.masters or [])}
+        return {n: master_of.get(id(t), t).detach() for n, t in self.net.state_dict(keep_vars=True).items()}
+
+    def _named_optim_state(self) -> Dict[str, Any]:
+        """The optimizer state keyed by parameter name, the layout torch.distributed's
+        `get_optimizer_state_dict` writes, so either path resumes the other's checkpoint."""
+        names = self._master_names()
+        sd = self.opt.state_dict()
+        return {"state": {names[i]: v for i, v in sd["state"].items()},
+                "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in sd["param_groups"]]}
+
+    def _load_named_optim_state(self, named: Dict[str, Any]) -> None:
+        index = {n: i for i, n in enumerate(self._master_names())}
+        missing = [n for g in named["param_groups"] for n in g["params"] if n not in index]
+        if missing:
+            raise TrainError(f"the checkpoint's optimizer state names parameters this model lacks: {missing[:3]}")
+        self.opt.load_state_dict({
+            "state": {index[n]: v for n, v in named["state"].items()},
+            "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in named["param_groups"]]})
 
     def _write_state(self, out: Path, optim: Any) -> None:
         import torch
@@ -604,8 +686,11 @@ class Trainer:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
-        options = StateDictOptions(full_state_dict=self.world > 1)
-        set_optimizer_state_dict(self.net, self.opt, optim_state_dict=state["optimizer"], options=options)
+        if self.masters is not None:
+            self._load_named_optim_state(state["optimizer"])
+        else:
+            options = StateDictOptions(full_state_dict=self.world > 1)
+            set_optimizer_state_dict(self.net, self.opt, optim_state_dict=state["optimizer"], options=options)
         self.step = int(state["step"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])

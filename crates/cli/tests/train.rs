@@ -301,8 +301,10 @@ fn two_ranks_train_like_one_and_resume_across_world_sizes() {
 
 /// The trainer's own math on the CPU (`fixtures/train/check_trainer_math.py`): the
 /// chunked output-projection loss and its gradients against PyTorch's cross-entropy, rows
-/// joined with padding dropped (the varlen path) against padded rows, and a compiled step
-/// against an uncompiled one.
+/// joined with padding dropped (the varlen path) against padded rows, a compiled step
+/// against an uncompiled one, and `mixed` precision's fp32 masters (small updates kept,
+/// saved, resumed exactly, losses near fp32's, optimizer state in the layout the
+/// several-rank path reads and writes).
 #[test]
 fn trainer_math_matches_plain_references() {
     let v = fixture_json(
@@ -315,9 +317,20 @@ fn trainer_math_matches_plain_references() {
         "grad_weight",
         "joined_rows_loss",
         "compiled_losses",
+        "mixed_resume_loss",
     ] {
         assert!(v[key].as_f64().unwrap() <= 1e-5, "{key}: {v}");
     }
-    assert_eq!(v["compiled"], true, "{v}");
-    assert_eq!(v["joined_rows_same_targets"], true, "{v}");
+    assert!(v["mixed_vs_fp32_losses"].as_f64().unwrap() <= 2e-2, "{v}");
+    for key in [
+        "compiled",
+        "joined_rows_same_targets",
+        "mixed_master_weights",
+        "mixed_checkpoint_is_masters",
+        "mixed_small_updates_kept",
+        "mixed_state_read_by_torch_distributed",
+        "torch_distributed_state_read_by_mixed",
+    ] {
+        assert_eq!(v[key], true, "{key}: {v}");
+    }
 }

@@ -9,7 +9,7 @@ pub mod examples;
 pub mod pack;
 pub mod worker;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -42,7 +42,11 @@ pub enum TrainError {
 /// The worker's side of training. The real one is [`worker::WorkerPolicy`].
 pub trait Policy {
     fn setup(&mut self, setup: TrainSetup) -> Result<TrainInfo, TrainError>;
-    fn step(&mut self, batch: TrainBatch) -> Result<StepStats, TrainError>;
+    /// Sends a training step without waiting for it. The run keeps the next step queued
+    /// while the worker computes this one, so the device never waits for the host.
+    fn send_step(&mut self, batch: TrainBatch) -> Result<(), TrainError>;
+    /// The result of the oldest step sent and not yet taken.
+    fn take_step(&mut self) -> Result<StepStats, TrainError>;
     fn eval(&mut self, batch: TrainBatch) -> Result<StepStats, TrainError>;
     /// Writes the checkpoint; returns the step it holds.
     fn save(&mut self, save: SaveJob) -> Result<u64, TrainError>;
@@ -406,21 +410,57 @@ pub fn run(
         .map(|p| p * f64::from(info.world_size.max(1)));
 
     let stop_at = opts.until.map_or(total, |u| u.min(total));
+    // What follows step `s` (counted from 1): an evaluation, a checkpoint. The worker must
+    // have finished exactly step `s` for either, so no step is sent ahead across them.
+    let evaluate_after = |s: u64| {
+        validation.is_some() && ((t.eval_every > 0 && s.is_multiple_of(t.eval_every)) || s == total)
+    };
+    let save_after = |s: u64| {
+        t.checkpoints && ((t.save_every > 0 && s.is_multiple_of(t.save_every)) || s == stop_at)
+    };
     let mut last_saved = state.step;
+    // Steps sent and not yet answered (index into the plan, documents per row), at most
+    // two: the one the worker runs and the next, already in its queue.
+    let mut in_flight: VecDeque<(usize, Vec<usize>)> = VecDeque::new();
+    let mut next = state.step;
+    // When the worker became free for the oldest step in flight: a step's time runs from
+    // the previous step's answer, or from its own sending if the worker was idle.
+    let mut since = Instant::now();
     while state.step < stop_at {
-        let i = state.step as usize;
-        let mut docs = Vec::new();
-        let micro: Vec<_> = plan.steps[i]
-            .iter()
-            .map(|rows| {
-                let (mb, d) = pack::materialise(&train.examples, rows, pad);
-                docs.extend(d);
-                mb
-            })
-            .collect();
-        let started = Instant::now();
-        let stats = policy.step(TrainBatch { micro })?;
-        let seconds = started.elapsed().as_secs_f64();
+        while in_flight.len() < 2
+            && next < stop_at
+            && (in_flight.is_empty() || !(evaluate_after(next) || save_after(next)))
+        {
+            let i = next as usize;
+            let mut docs = Vec::new();
+            let micro: Vec<_> = plan.steps[i]
+                .iter()
+                .map(|rows| {
+                    let (mb, d) = pack::materialise(&train.examples, rows, pad);
+                    docs.extend(d);
+                    mb
+                })
+                .collect();
+            if in_flight.is_empty() {
+                since = Instant::now();
+            }
+            policy.send_step(TrainBatch { micro })?;
+            in_flight.push_back((i, docs));
+            next += 1;
+        }
+        let Some((i, docs)) = in_flight.pop_front() else {
+            break;
+        };
+        let stats = policy.take_step()?;
+        let seconds = since.elapsed().as_secs_f64();
+        since = Instant::now();
+        if stats.step != i as u64 + 1 {
+            return Err(TrainError::Worker(format!(
+                "the worker answered step {} for step {}",
+                stats.step,
+                i + 1
+            )));
+        }
         state.step = stats.step;
         let real: u64 = docs.iter().map(|&n| n as u64).sum();
         events(Event::Metric(metric(
@@ -433,8 +473,7 @@ pub fn run(
             &info,
             peak,
         )));
-        let eval_now = t.eval_every > 0 && state.step.is_multiple_of(t.eval_every);
-        if eval_now || state.step == total {
+        if evaluate_after(state.step) {
             if let Some(v) = &validation {
                 evaluate(
                     policy.as_mut(),
@@ -449,8 +488,7 @@ pub fn run(
                 )?;
             }
         }
-        let save_now = t.save_every > 0 && state.step.is_multiple_of(t.save_every);
-        if t.checkpoints && (save_now || state.step == stop_at) {
+        if save_after(state.step) {
             save(policy.as_mut(), cfg, tok_dir, &mut state, total, events)?;
             last_saved = state.step;
         }

@@ -1,6 +1,7 @@
 //! The policy worker as a trainer: `python -m tritonforge_worker policy MODEL DEVICE
-//! --train`, one request at a time over the JSON-lines protocol. Its stderr goes to a
-//! log file, and its last lines into any error, so a crash explains itself.
+//! --train`, over the JSON-lines protocol. Requests are answered in order; training
+//! steps may be sent ahead of their answers (see [`crate::Policy::send_step`]). Its stderr
+//! goes to a log file, and its last lines into any error, so a crash explains itself.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
@@ -33,6 +34,8 @@ pub struct WorkerPolicy {
     stdout: BufReader<ChildStdout>,
     tail: Arc<Mutex<VecDeque<String>>>,
     next: u64,
+    /// Ids of steps sent and not yet answered, oldest first.
+    pending: VecDeque<String>,
 }
 
 impl WorkerPolicy {
@@ -91,6 +94,7 @@ impl WorkerPolicy {
             stdout: BufReader::new(stdout),
             tail,
             next: 0,
+            pending: VecDeque::new(),
         };
         match w.read()? {
             Message::Hello { .. } => Ok(w),
@@ -135,17 +139,45 @@ impl WorkerPolicy {
         }
     }
 
-    fn ask(&mut self, make: impl FnOnce(String) -> Message) -> Result<Message, TrainError> {
+    /// Writes one request; returns its id.
+    fn send(&mut self, make: impl FnOnce(String) -> Message) -> Result<String, TrainError> {
         self.next += 1;
         let id = format!("t{}", self.next);
         let line = make(id.clone()).to_line();
         writeln!(self.stdin, "{line}")
             .and_then(|_| self.stdin.flush())
             .map_err(|e| self.fail(format!("writing to the worker: {e}")))?;
-        match self.read()? {
+        Ok(id)
+    }
+
+    /// The reply to request `id`: the worker answers training requests in order.
+    fn reply(&mut self, id: &str) -> Result<Message, TrainError> {
+        let reply = self.read()?;
+        let got = match &reply {
+            Message::Error { id, .. } => id.clone(),
+            Message::StepDone { id, .. }
+            | Message::TrainReady { id, .. }
+            | Message::Checkpointed { id, .. } => Some(id.clone()),
+            _ => None,
+        };
+        if got.as_deref().is_some_and(|g| g != id) {
+            return Err(self.fail(format!("expected the reply to {id}, got {reply:?}")));
+        }
+        match reply {
             Message::Error { message, .. } => Err(TrainError::Step(message)),
             reply => Ok(reply),
         }
+    }
+
+    fn ask(&mut self, make: impl FnOnce(String) -> Message) -> Result<Message, TrainError> {
+        if !self.pending.is_empty() {
+            return Err(TrainError::Worker(format!(
+                "a request was made with {} step(s) still in flight",
+                self.pending.len()
+            )));
+        }
+        let id = self.send(make)?;
+        self.reply(&id)
     }
 }
 
@@ -202,13 +234,22 @@ impl Policy for WorkerPolicy {
         })
     }
 
-    fn step(&mut self, batch: TrainBatch) -> Result<StepStats, TrainError> {
-        let make = |id| Message::TrainStep {
+    fn send_step(&mut self, batch: TrainBatch) -> Result<(), TrainError> {
+        let id = self.send(|id| Message::TrainStep {
             protocol: PROTOCOL_VERSION,
             id,
             batch,
+        })?;
+        self.pending.push_back(id);
+        Ok(())
+    }
+
+    fn take_step(&mut self) -> Result<StepStats, TrainError> {
+        let Some(id) = self.pending.pop_front() else {
+            return Err(TrainError::Worker("no step in flight to take".into()));
         };
-        self.call(make, "step_done", step_done)
+        let reply = self.reply(&id)?;
+        step_done(reply).map_err(|other| self.fail(format!("expected step_done, got {other:?}")))
     }
 
     fn eval(&mut self, batch: TrainBatch) -> Result<StepStats, TrainError> {
