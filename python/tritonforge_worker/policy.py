@@ -286,17 +286,23 @@ def _reader(decoded: bool) -> "queue.Queue[Any]":
     inbox: "queue.Queue[Any]" = queue.Queue()
 
     def read() -> None:
-        for raw in sys.stdin:
-            if not raw.strip():
-                continue
-            if not decoded:
-                inbox.put(raw)
-                continue
-            try:
-                inbox.put(decode(raw))
-            except ProtocolError as exc:
-                inbox.put(exc)
-        inbox.put(None)
+        try:
+            for raw in sys.stdin:
+                if not raw.strip():
+                    continue
+                if not decoded:
+                    inbox.put(raw)
+                    continue
+                try:
+                    inbox.put(decode(raw))
+                except ProtocolError as exc:
+                    inbox.put(exc)
+                except Exception as exc:  # noqa: BLE001 - any undecodable line is the sender's error
+                    inbox.put(ProtocolError(f"undecodable request: {type(exc).__name__}: {exc}"))
+        finally:
+            # Whatever ends the reading (end of input, unreadable bytes), the main thread
+            # must learn it rather than wait forever.
+            inbox.put(None)
 
     threading.Thread(target=read, daemon=True).start()
     return inbox

@@ -318,6 +318,7 @@ class Trainer:
         self.setup = setup
         self.device = device
         self.dtype, self.compute = _precision(setup.dtype, device)
+        self.compute_dtype = self.compute or self.dtype  # what the forward pass computes in
         torch.manual_seed(setup.seed)
         random.seed(setup.seed)
         resume = Path(setup.resume) if setup.resume else None
@@ -540,16 +541,22 @@ class Trainer:
     def _fold_grads(self) -> None:
         """With master weights: a micro-batch's bf16 gradients are added into the masters'
         fp32 gradients, so accumulation over micro-batches rounds in fp32."""
+        import torch
+
         if self.masters is None:
             return
+        into, grads = [], []
         for p, m in zip(self.params, self.masters):
             if p.grad is None:
                 continue
             if m.grad is None:
                 m.grad = p.grad.float()
             else:
-                m.grad.add_(p.grad)
+                into.append(m.grad)
+                grads.append(p.grad)
             p.grad = None
+        if into:
+            torch._foreach_add_(into, grads)
 
     def drop_grads(self) -> None:
         """Forget a step's gradients (it failed: out of memory, a non-finite norm)."""
@@ -662,8 +669,9 @@ class Trainer:
         dist.barrier()
 
     def _probe(self, out: Path) -> None:
-        """The last position's logits for a fixed input, from the model as saved: whoever
-        loads the checkpoint can check that it reproduces them."""
+        """The last position's logits for a fixed input, from the model as saved, with the
+        dtype they were computed in: whoever loads the checkpoint in that dtype can check
+        that it reproduces them."""
         import torch
 
         vocab = self.info().vocab_size
@@ -678,7 +686,10 @@ class Trainer:
         if was_training:
             self.net.train()
         if self.rank == 0:
-            torch.save({"input_ids": ids.cpu(), "logits": logits}, out / PROBE_FILE)
+            # The dtype the forward pass computed in: a `mixed` checkpoint stores fp32
+            # masters, and loading them in bf16 gives back the weights that made these.
+            dtype = str(self.compute_dtype).replace("torch.", "")
+            torch.save({"input_ids": ids.cpu(), "logits": logits, "dtype": dtype}, out / PROBE_FILE)
 
     def _load_state(self, ckpt: Path) -> None:
         import torch

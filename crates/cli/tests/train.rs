@@ -303,8 +303,9 @@ fn two_ranks_train_like_one_and_resume_across_world_sizes() {
 /// chunked output-projection loss and its gradients against PyTorch's cross-entropy, rows
 /// joined with padding dropped (the varlen path) against padded rows, a compiled step
 /// against an uncompiled one, and `mixed` precision's fp32 masters (small updates kept,
-/// saved, resumed exactly, losses near fp32's, optimizer state in the layout the
-/// several-rank path reads and writes).
+/// saved with a probe that loads back exactly in bf16, resumed exactly over two steps,
+/// losses near fp32's, optimizer state in the layout the several-rank path reads and
+/// writes).
 #[test]
 fn trainer_math_matches_plain_references() {
     let v = fixture_json(
@@ -327,6 +328,8 @@ fn trainer_math_matches_plain_references() {
         "joined_rows_same_targets",
         "mixed_master_weights",
         "mixed_checkpoint_is_masters",
+        "mixed_probe_reproduced",
+        "mixed_resume_masters",
         "mixed_small_updates_kept",
         "mixed_state_read_by_torch_distributed",
         "torch_distributed_state_read_by_mixed",

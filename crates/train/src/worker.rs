@@ -235,13 +235,27 @@ impl Policy for WorkerPolicy {
     }
 
     fn send_step(&mut self, batch: TrainBatch) -> Result<(), TrainError> {
-        let id = self.send(|id| Message::TrainStep {
+        let sent = self.send(|id| Message::TrainStep {
             protocol: PROTOCOL_VERSION,
             id,
             batch,
-        })?;
-        self.pending.push_back(id);
-        Ok(())
+        });
+        match sent {
+            Ok(id) => {
+                self.pending.push_back(id);
+                Ok(())
+            }
+            // The worker may have ended because the step in flight failed (several ranks
+            // exit on a failure): its answer, if it gave one, says why better than a
+            // broken pipe does.
+            Err(write) => match self.pending.pop_front() {
+                Some(first) => match self.reply(&first) {
+                    Err(why) => Err(why),
+                    Ok(_) => Err(write),
+                },
+                None => Err(write),
+            },
+        }
     }
 
     fn take_step(&mut self) -> Result<StepStats, TrainError> {
