@@ -78,3 +78,5 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
         tr.train_step(batch)
     torch.cuda.synchronize()
 print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=22, max_name_column_width=60))
+# The same two steps by each kernel's own time: what the device actually spent it on.
+print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40, max_name_column_width=90))

@@ -278,20 +278,17 @@ def _take_batch(inbox: "queue.Queue[Any]", limit: int, window_s: float) -> List[
     return items
 
 
-def _reader(decoded: bool) -> "queue.Queue[Any]":
-    """A thread that reads stdin into a queue, ending with None. Decoded: each line
-    becomes its message (or the ProtocolError naming what is wrong with it) there, beside
-    the device's work; a training batch is a large line, and decoding it on the main
-    thread would leave the GPU waiting."""
+def _reader() -> "queue.Queue[Any]":
+    """A thread that reads stdin into a queue, ending with None. Each line becomes its
+    message (or the ProtocolError naming what is wrong with it) there, beside the
+    device's work: a training batch is a large line, and decoding it on the main thread
+    would leave the GPU waiting."""
     inbox: "queue.Queue[Any]" = queue.Queue()
 
     def read() -> None:
         try:
             for raw in sys.stdin:
                 if not raw.strip():
-                    continue
-                if not decoded:
-                    inbox.put(raw)
                     continue
                 try:
                     inbox.put(decode(raw))
@@ -332,7 +329,7 @@ def serve_policy(argv: List[str]) -> int:
     # Requests are pipelined: a reader thread decodes and queues them while a batch is
     # generating (or a step training), and the next batch takes every request that waited
     # (generations are answered by id, in any order; training strictly in order).
-    inbox = _reader(decoded=True)
+    inbox = _reader()
     while True:
         jobs: List[Any] = []
         stop = False
@@ -411,21 +408,18 @@ def _serve_ranks(device: str) -> int:
         _send(Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version="policy", pid=os.getpid(),
                     env=collect("cuda" if device.startswith("cuda") else "cpu"), sandbox=sandbox))
     trainer: List[Any] = []
-    # Rank 0 reads ahead, so the host's next step is taken in while this one runs.
-    inbox = _reader(decoded=False) if speak else None
+    # Rank 0 reads and decodes ahead, so the host's next step is taken in while this one
+    # runs; the other ranks get the decoded message (or the error naming what was wrong).
+    inbox = _reader() if speak else None
     while True:
         box: List[Any] = [inbox.get() if inbox is not None else None]
         dist.broadcast_object_list(box, src=0)
-        line = box[0]
-        if line is None:
+        msg = box[0]
+        if msg is None:
             break
-        if not line.strip():
-            continue
-        try:
-            msg = decode(line)
-        except ProtocolError as exc:
+        if isinstance(msg, ProtocolError):
             if speak:
-                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=str(exc)))
+                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=str(msg)))
             continue
         if msg.type == "shutdown":
             break
