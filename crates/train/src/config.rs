@@ -71,7 +71,7 @@ pub struct TrainCfg {
     pub grad_clip: f64,
     #[serde(default)]
     pub gradient_checkpointing: bool,
-    /// `auto` (`mixed` on a GPU, `fp32` on a CPU); `mixed` (fp32 weights and optimizer
+    /// `auto` (`mixed` on a GPU, `fp32` on a CPU); `mixed` (fp32 master weights and optimizer
     /// state, bf16 compute); `bf16` (bf16 weights: half the memory, but small updates are
     /// lost to rounding); `fp32`.
     #[serde(default = "auto")]
