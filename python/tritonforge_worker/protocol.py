@@ -580,8 +580,8 @@ def decode(line: str) -> Any:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ProtocolError(f"not JSON: {exc}") from None
-    if not isinstance(data, dict) or "type" not in data:
-        raise ProtocolError("a message is an object with a 'type' field")
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise ProtocolError("a message is an object with a string 'type' field")
     cls = MESSAGE_TYPES.get(data["type"])
     if cls is None:
         raise ProtocolError(f"unknown message type {data['type']!r}")

@@ -93,6 +93,8 @@ fn python_refuses_drifted_messages() {
         wrong_version.to_string(),
         bad_status.to_string(),
         format!("{{\"type\":\"teleport\",\"protocol\":{PROTOCOL_VERSION}}}"),
+        // A type that is not a string (once an uncaught TypeError in the decoder).
+        format!("{{\"type\":[\"hello\"],\"protocol\":{PROTOCOL_VERSION}}}"),
     ];
     let back = roundtrip(&lines);
     assert_eq!(back.len(), lines.len());
@@ -105,6 +107,7 @@ fn python_refuses_drifted_messages() {
     assert!(back[2].contains("protocol version mismatch"), "{}", back[2]);
     assert!(back[3].contains("almost_correct"), "{}", back[3]);
     assert!(back[4].contains("unknown message type"), "{}", back[4]);
+    assert!(back[5].contains("string 'type' field"), "{}", back[5]);
 }
 
 #[test]
