@@ -199,27 +199,26 @@ def _sum_over_ranks(world: int, device: str, *values: float) -> Tuple[Any, ...]:
     return tuple(t.tolist())
 
 
-def _plain_attention(out: Path) -> None:
+def _tidy_config(out: Path, dtype: Optional[str] = None) -> None:
     """A checkpoint must load anywhere: no trace of our own attention function in its
-    configuration."""
+    configuration. With `dtype`, the configuration states the dtype its weights are
+    stored in (save_pretrained names the dtype of the model in memory)."""
     path = out / "config.json"
     if not path.is_file():
         return
     config = json.loads(path.read_text())
+    changed = False
     if config.get("_attn_implementation") == VARLEN or config.get("attn_implementation") == VARLEN:
         config.pop("_attn_implementation", None)
         config.pop("attn_implementation", None)
+        changed = True
+    if dtype is not None:
+        config["dtype"] = dtype
+        if "torch_dtype" in config:
+            config["torch_dtype"] = dtype
+        changed = True
+    if changed:
         path.write_text(json.dumps(config, indent=2) + "\n")
-
-
-def _config_dtype(out: Path, dtype: str) -> None:
-    """The checkpoint's configuration states the dtype its weights are stored in."""
-    path = out / "config.json"
-    config = json.loads(path.read_text())
-    config["dtype"] = dtype
-    if "torch_dtype" in config:
-        config["torch_dtype"] = dtype
-    path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _lr_at(step: int, setup: TrainSetupJob) -> float:
@@ -599,7 +598,6 @@ class Trainer:
         if self.masters is not None:
             # The fp32 masters are the weights; the model's bf16 copy is only for compute.
             self.net.save_pretrained(str(out), state_dict=self._master_state_dict(), safe_serialization=True)
-            _config_dtype(out, "float32")  # save_pretrained names the bf16 copy's dtype
         elif self.setup.lora is not None:
             self.net.save_pretrained(str(out / ADAPTER_DIR))
             if job.merge_lora:
@@ -608,7 +606,7 @@ class Trainer:
                 self.net.save_pretrained(str(out), safe_serialization=True)
         else:
             self.net.save_pretrained(str(out), safe_serialization=True)
-        _plain_attention(out)
+        _tidy_config(out, "float32" if self.masters is not None else None)
         self._probe(out)
 
     def _master_names(self) -> List[str]:
@@ -662,7 +660,7 @@ class Trainer:
         optim = get_optimizer_state_dict(self.net, self.opt, options=full) if job.trainer_state else None
         if self.rank == 0:
             self.net.save_pretrained(str(out), state_dict=weights, safe_serialization=True)
-            _plain_attention(out)
+            _tidy_config(out)
         self._probe(out)
         if self.rank == 0 and optim is not None:
             self._write_state(out, optim)
