@@ -5,7 +5,8 @@ What it runs (all on a trivial, correct ReLU candidate over a 4x1000 input, 5 tr
   cold CLI      `tritonforge eval` once per process: pool start (torch import) + one evaluation
   pool          a batch of N distinct candidates through `tritonforge eval --problems/--candidates`;
                 per candidate: host wall time from job sent to verdict (`wall_ms`) and the
-                executor's own time (`executor_ms`)
+                executor's own time (`executor_ms`); with processes forked from the CPU
+                fork server (the default) and with `--no-fork` (each process started)
   direct        the executor called in-process, no isolation: the floor
   naive spawn   a fresh `python -m tritonforge_worker serve` per candidate, started on demand
 Prints a markdown table; docs/evaluator-cpu.md records what it printed.
@@ -33,6 +34,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PROBLEM = REPO / "crates/cli/tests/fixtures/problems/relu_small.py"
 CANDIDATE = REPO / "bench/solutions/level1/relu.py"
+# The executor protocol's version, read from the worker so the naive row speaks it.
+PROTOCOL = int(next(line.split("=")[1] for line in (REPO / "python/tritonforge_worker/protocol.py").read_text().splitlines()
+                    if line.startswith("PROTOCOL_VERSION =")))
 
 DIRECT = r"""
 import json, sys, tempfile, time
@@ -108,15 +112,16 @@ def main() -> int:
         assert r.returncode == 0, r.stderr
 
     pool = {}
-    for jobs in (1, 2):
+    for fork, jobs in ((True, 1), (True, 2), (False, 1), (False, 2)):
         t = time.perf_counter()
         r = subprocess.run(base + ["eval", "--no-store", "--json", "--jobs", str(jobs), "--problems", str(probs),
-                                   "--candidates", str(cands)], capture_output=True, text=True)
+                                   "--candidates", str(cands)] + ([] if fork else ["--no-fork"]),
+                           capture_output=True, text=True)
         total = (time.perf_counter() - t) * 1000
         assert r.returncode == 0, r.stderr
         recs = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
         assert len(recs) == args.n and all(x["status"] == "correct" for x in recs)
-        pool[jobs] = {
+        pool[(fork, jobs)] = {
             "wall": med([x["wall_ms"] for x in recs]),
             "exec": med([x["executor_ms"] for x in recs]),
             "overhead": med([x["wall_ms"] - x["executor_ms"] for x in recs]),
@@ -132,7 +137,7 @@ def main() -> int:
 
     naive = []
     for c in sorted(cands.iterdir())[: args.reps * 2]:
-        job = {"type": "evaluate", "protocol": 1, "id": "x", "job": {
+        job = {"type": "evaluate", "protocol": PROTOCOL, "id": "x", "job": {
             "problem": {"name": "p.py", "source": PROBLEM.read_text()},
             "candidate": {"name": "c.py", "source": c.read_text()},
             "trials": 5, "seed": 42, "tolerance": None, "overrides": {}, "device": "cpu", "timing": True}}
@@ -151,11 +156,12 @@ def main() -> int:
     print(f"| cold CLI: one `tritonforge eval` process (pool start + 1 evaluation), {args.reps} runs | {med(cold):.0f} |")
     print(f"| direct: executor in-process, no isolation (floor) | {med(direct):.1f} |")
     print(f"| naive: fresh worker started per candidate, {len(naive)} runs | {med(naive):.0f} |")
-    for jobs, s in pool.items():
-        print(f"| pool --jobs {jobs}: per-candidate wall (job sent to verdict) | {s['wall']:.1f} |")
-        print(f"| pool --jobs {jobs}: executor time inside it | {s['exec']:.1f} |")
-        print(f"| pool --jobs {jobs}: overhead (wall - executor) | {s['overhead']:.1f} |")
-        print(f"| pool --jobs {jobs}: whole batch / N (incl. process start, CLI start) | {s['per_cand']:.0f} |")
+    for (fork, jobs), s in pool.items():
+        name = f"pool --jobs {jobs}" + ("" if fork else " --no-fork")
+        print(f"| {name}: per-candidate wall (job sent to verdict) | {s['wall']:.1f} |")
+        print(f"| {name}: executor time inside it | {s['exec']:.1f} |")
+        print(f"| {name}: overhead (wall - executor) | {s['overhead']:.1f} |")
+        print(f"| {name}: whole batch / N (incl. process start, CLI start) | {s['per_cand']:.0f} |")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -34,13 +34,16 @@ def _send(out: IO[str], message: object) -> None:
     out.flush()
 
 
-def serve() -> int:
-    # The protocol gets a private copy of stdout; fd 1 then points at stderr so a
-    # candidate's print() can never corrupt (or forge) a protocol line by accident.
+def _private_stdout() -> IO[str]:
+    """The protocol gets a private copy of stdout; fd 1 then points at stderr so a
+    candidate's print() can never corrupt (or forge) a protocol line by accident."""
     proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    faulthandler.enable()
+    return proto_out
+
+
+def _pin_cpus() -> None:
     reserved = os.environ.get("TRITONFORGE_RESERVED_CPUS")
     if reserved:
         # Cores kept for processes being timed: nothing else of ours (threads, compilers) runs there.
@@ -48,7 +51,13 @@ def serve() -> int:
         if keep:
             os.sched_setaffinity(0, keep)
 
-    from .envinfo import choose_device_mode, collect
+
+def serve() -> int:
+    proto_out = _private_stdout()
+    faulthandler.enable()
+    _pin_cpus()
+
+    from .envinfo import choose_device_mode
 
     mode = choose_device_mode()
     import torch  # noqa: F401  - warm imports, off the critical path
@@ -57,6 +66,25 @@ def serve() -> int:
 
     if os.environ.get("TRITONFORGE_WARMUP", "1") != "0":
         _warm_up(mode)
+    if os.environ.get("TRITONFORGE_ZYGOTE") == "1" and mode == "cpu":
+        # CPU mode: stay as a fork server; each candidate gets a child forked from
+        # this warmed-up state. (CUDA cannot be forked once initialised: there this
+        # process simply serves one candidate like any other.)
+        from .zygote import serve_forks
+
+        return serve_forks(proto_out, _forked_worker)
+    return _serve_one(proto_out, mode)
+
+
+def _forked_worker() -> int:
+    """A child of the fork server, its fds and environment already its own."""
+    proto_out = _private_stdout()
+    _pin_cpus()
+    return _serve_one(proto_out, "cpu")
+
+
+def _serve_one(proto_out: IO[str], mode: str) -> int:
+    from .envinfo import collect
     from .sandbox import apply
 
     sandbox = apply(os.getcwd(), mode)

@@ -203,6 +203,10 @@ pub struct PoolArgs {
     /// Do not apply landlock file-system/network rules to candidate processes.
     #[arg(long)]
     pub no_landlock: bool,
+    /// CPU mode: start every candidate's process from scratch instead of forking it
+    /// from one warmed-up server (slower; for comparing the two).
+    #[arg(long)]
+    pub no_fork: bool,
 }
 
 impl PoolArgs {
@@ -250,6 +254,7 @@ impl PoolArgs {
             prestart: true,
             gpu_memory_fraction: self.gpu_mem_fraction,
             landlock: !self.no_landlock,
+            fork: !self.no_fork,
             ..base
         }
     }

@@ -19,6 +19,7 @@ use tritonforge_store::{Store, StoreError};
 
 mod device_lock;
 pub mod pool;
+mod zygote;
 
 pub use pool::{Execution, Exit, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec};
 

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tritonforge_protocol::{
@@ -28,6 +28,7 @@ use tritonforge_protocol::{
 };
 
 use crate::device_lock::{DeviceLock, ExclusiveHold, SharedHold};
+use crate::zygote::Zygote;
 use crate::EvalError;
 
 /// The longest protocol line accepted from a worker; anything longer is hostile.
@@ -36,6 +37,9 @@ const MAX_LINE: u64 = 16 << 20;
 const STDERR_TAIL: usize = 4000;
 /// Lease events kept for inspection (tests, `serve` metrics).
 const LEASE_LOG: usize = 10_000;
+/// How long the fork server may take to fork; a hung server is given up on and
+/// processes are started instead.
+const FORK_ANSWER: Duration = Duration::from_secs(10);
 /// The most a job's budget is extended by waiting for leases.
 const MAX_LEASE_WAIT: Duration = Duration::from_secs(900);
 
@@ -86,6 +90,9 @@ pub struct PoolConfig {
     /// Take the timing lease in CPU mode too, where nothing is timed (so that the lease
     /// logic can be exercised without a GPU).
     pub cpu_timing_lease: bool,
+    /// In CPU mode, fork each process from one warmed-up server instead of starting
+    /// it from scratch (see `zygote`). Only with `prestart`.
+    pub fork: bool,
 }
 
 impl Default for PoolConfig {
@@ -101,6 +108,7 @@ impl Default for PoolConfig {
             landlock: true,
             gpu_hold_limit: Duration::from_secs(30),
             cpu_timing_lease: false,
+            fork: true,
         }
     }
 }
@@ -220,12 +228,26 @@ impl Live {
     }
 }
 
+type Input = Box<dyn AsyncWrite + Send + Unpin>;
+type Output = BufReader<Box<dyn AsyncRead + Send + Unpin>>;
+
+/// How a worker process came to be, which decides who reaps it.
+enum Proc {
+    Spawned(Child),
+    /// Forked by the fork server, which reaps it and reports its status.
+    Forked {
+        pid: i32,
+        zygote: Arc<Zygote>,
+        reaped: bool,
+    },
+}
+
 /// One started process. Dropping it kills its whole process group and removes its scratch.
 struct Worker {
-    child: Child,
+    proc: Proc,
     pgid: i32,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
+    stdin: Option<Input>,
+    stdout: Output,
     scratch: PathBuf,
     live: Live,
 }
@@ -234,11 +256,35 @@ impl Drop for Worker {
     fn drop(&mut self) {
         let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
         self.live.remove(self.pgid);
+        if let Proc::Forked {
+            pid,
+            zygote,
+            reaped: false,
+        } = &self.proc
+        {
+            zygote.forget(*pid);
+        }
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
 }
 
 impl Worker {
+    /// Wait for the process to end; `None` when its status cannot be known.
+    async fn wait(&mut self) -> Option<std::process::ExitStatus> {
+        match &mut self.proc {
+            Proc::Spawned(child) => child.wait().await.ok(),
+            Proc::Forked {
+                pid,
+                zygote,
+                reaped,
+            } => {
+                let status = zygote.wait(*pid).await;
+                *reaped = true;
+                status
+            }
+        }
+    }
+
     fn stderr_tail(&self) -> String {
         let bytes = std::fs::read(self.scratch.join("stderr.log")).unwrap_or_default();
         let text = String::from_utf8_lossy(&bytes);
@@ -295,6 +341,8 @@ struct Launch {
     /// A Triton cache holding only what the warm-up compiled (kernel and launcher),
     /// copied into each new process's own cache: its warm-up then compiles nothing.
     cache_template: Option<PathBuf>,
+    /// CPU mode: the warmed-up server this device's processes are forked from.
+    zygote: Option<Arc<Zygote>>,
 }
 
 /// One device: its processes, its candidate slots and its lease lock.
@@ -375,8 +423,12 @@ impl Pool {
         } else {
             Vec::new()
         };
-        let launch = |gpu: Option<u32>, index: usize, cache_template: Option<PathBuf>| {
+        let launch = |gpu: Option<u32>,
+                      index: usize,
+                      cache_template: Option<PathBuf>,
+                      zygote: Option<Arc<Zygote>>| {
             Arc::new(Launch {
+                zygote,
                 cache_template,
                 cpu_timing_lease: cfg.cpu_timing_lease,
                 reserved_cpus: reserved_cpus.clone(),
@@ -399,7 +451,14 @@ impl Pool {
         };
         // The first process tells what the machine has; with several GPUs each gets its own slot.
         let first_gpu = cfg.gpus.as_ref().and_then(|g| g.first().copied());
-        let first = start_worker(launch(first_gpu, 0, None)).await?;
+        let first_launch = launch(first_gpu, 0, None, None);
+        // Where CPU mode is possible, the first process is asked to become a fork
+        // server; on a GPU it serves a candidate like any other.
+        let want_zygote = cfg.prestart && cfg.fork && spec.device != DeviceRequest::Cuda;
+        let (first, zygote) = match spawn(&first_launch, want_zygote).await? {
+            First::Worker(ready) => (*ready, None),
+            First::Zygote(z) => (fork_worker(&first_launch, &z).await?, Some(z)),
+        };
         // The first process has run nothing but the warm-up: its cache is a clean template.
         let template = spec
             .scratch_root
@@ -421,7 +480,7 @@ impl Pool {
         for (index, gpu) in gpus.iter().copied().enumerate() {
             slots.push(Slot {
                 index,
-                launch: launch(gpu, index, cache_template.clone()),
+                launch: launch(gpu, index, cache_template.clone(), zygote.clone()),
                 warm: Mutex::new(VecDeque::new()),
                 running: Semaphore::new(workers),
                 lock: Arc::new(DeviceLock::default()),
@@ -452,6 +511,24 @@ impl Pool {
             s.top_up(pool.spares());
         }
         Ok(pool)
+    }
+
+    /// Processes forked from a fork server so far (CPU mode), for tests and reports.
+    pub fn forked(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter_map(|s| s.launch.zygote.as_ref())
+            .map(|z| z.forked())
+            .sum::<u64>()
+    }
+
+    /// The fork server's process id, when this pool forks its processes.
+    pub fn fork_server(&self) -> Option<i32> {
+        self.slots
+            .iter()
+            .find_map(|s| s.launch.zygote.as_ref())
+            .filter(|z| z.alive())
+            .map(|z| z.pid())
     }
 
     fn spares(&self) -> usize {
@@ -652,7 +729,7 @@ impl Pool {
             match answer {
                 Err(_) => {
                     let _ = killpg(Pid::from_raw(worker.pgid), Signal::SIGKILL);
-                    let _ = worker.child.wait().await;
+                    let _ = worker.wait().await;
                     drop(held);
                     let gpu_hold = hold_deadline.filter(|h| *h < deadline).and(hold_limit);
                     return Ok(done(
@@ -675,7 +752,7 @@ impl Pool {
                         waited += w;
                         if waited > MAX_LEASE_WAIT {
                             let _ = killpg(Pid::from_raw(worker.pgid), Signal::SIGKILL);
-                            let _ = worker.child.wait().await;
+                            let _ = worker.wait().await;
                             return Ok(done(
                                 Exit::Crashed {
                                     exit: format!(
@@ -729,10 +806,9 @@ impl Pool {
                 }
                 Ok(Ok(None)) => {
                     // EOF: the process is gone (or going); give it a moment to be reaped.
-                    let status =
-                        tokio::time::timeout(Duration::from_secs(10), worker.child.wait()).await;
+                    let status = tokio::time::timeout(Duration::from_secs(10), worker.wait()).await;
                     let exit = match status {
-                        Ok(Ok(s)) => describe_exit(s),
+                        Ok(Some(s)) => describe_exit(s),
                         _ => "closed its output and did not exit".to_string(),
                     };
                     drop(held);
@@ -748,7 +824,7 @@ impl Pool {
                     // A garbled line is treated like a crash: something in the process
                     // wrote where only the executor may write.
                     let _ = killpg(Pid::from_raw(worker.pgid), Signal::SIGKILL);
-                    let _ = worker.child.wait().await;
+                    let _ = worker.wait().await;
                     drop(held);
                     return Ok(done(
                         Exit::Crashed {
@@ -794,7 +870,7 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()>
     Ok(())
 }
 
-async fn write_line(stdin: &mut ChildStdin, line: &str) -> std::io::Result<()> {
+async fn write_line(stdin: &mut Input, line: &str) -> std::io::Result<()> {
     stdin.write_all(line.as_bytes()).await?;
     stdin.write_all(b"\n").await?;
     stdin.flush().await
@@ -829,12 +905,13 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
     }
 }
 
-async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
-    let spec = &launch.spec;
+/// A fresh scratch directory for one process, and where its stderr goes.
+fn new_scratch(launch: &Launch, prefix: &str) -> Result<(PathBuf, PathBuf), EvalError> {
     let n = launch.counter.fetch_add(1, Ordering::Relaxed);
-    let scratch = spec
+    let scratch = launch
+        .spec
         .scratch_root
-        .join(format!("w{}-{}", std::process::id(), n));
+        .join(format!("{prefix}{}-{}", std::process::id(), n));
     let tmp = scratch.join("tmp");
     std::fs::create_dir_all(&tmp).map_err(|source| EvalError::Io {
         path: tmp.clone(),
@@ -844,95 +921,262 @@ async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
         // Best effort: without it the warm-up compiles its kernel itself.
         let _ = copy_dir(template, &scratch.join("triton-cache"));
     }
-    let stderr_path = scratch.join("stderr.log");
-    let stderr = std::fs::File::create(&stderr_path).map_err(|source| EvalError::Io {
-        path: stderr_path.clone(),
-        source,
-    })?;
+    Ok((scratch.clone(), scratch.join("stderr.log")))
+}
+
+/// The environment one process of `launch` gets, beyond what it inherits.
+fn worker_env(launch: &Launch, scratch: &std::path::Path) -> Vec<(&'static str, String)> {
+    let spec = &launch.spec;
     let device = match spec.device {
         DeviceRequest::Auto => "auto",
         DeviceRequest::Cpu => "cpu",
         DeviceRequest::Cuda => "cuda",
     };
+    let path = |p: PathBuf| p.to_string_lossy().into_owned();
+    let mut env = vec![
+        ("PYTHONPATH", path(spec.worker_path.clone())),
+        ("PYTHONUNBUFFERED", "1".to_string()),
+        ("PYTHONDONTWRITEBYTECODE", "1".to_string()),
+        // Same dict layouts in every process: one less source of timing noise.
+        ("PYTHONHASHSEED", "0".to_string()),
+        ("TRITONFORGE_DEVICE", device.to_string()),
+        ("TRITONFORGE_THREADS", spec.threads.to_string()),
+        (
+            "TRITONFORGE_WARMUP",
+            if launch.warm_up { "1" } else { "0" }.to_string(),
+        ),
+        (
+            "TRITONFORGE_SANDBOX",
+            if launch.landlock { "1" } else { "0" }.to_string(),
+        ),
+        ("TRITON_CACHE_DIR", path(scratch.join("triton-cache"))),
+        ("CUDA_CACHE_PATH", path(scratch.join("cuda-cache"))),
+        ("TMPDIR", path(scratch.join("tmp"))),
+    ];
+    if std::env::var_os("OPENBLAS_NUM_THREADS").is_none() {
+        // numpy's BLAS threads: as many as torch gets, and none idling in a fork server.
+        env.push(("OPENBLAS_NUM_THREADS", spec.threads.to_string()));
+    }
+    if let Some(gpu) = launch.gpu {
+        env.push(("CUDA_VISIBLE_DEVICES", gpu.to_string()));
+    }
+    if launch.cpu_timing_lease {
+        env.push(("TRITONFORGE_CPU_TIMING_LEASE", "1".to_string()));
+    }
+    if let Some(f) = launch.gpu_memory_fraction {
+        env.push(("TRITONFORGE_GPU_MEM_FRACTION", format!("{f:.4}")));
+    }
+    if let Some(cpu) = launch.timing_cpu {
+        let reserved: Vec<String> = launch.reserved_cpus.iter().map(|c| c.to_string()).collect();
+        env.push(("TRITONFORGE_RESERVED_CPUS", reserved.join(",")));
+        env.push(("TRITONFORGE_TIMING_CPU", cpu.to_string()));
+    }
+    env
+}
+
+/// A process of `launch`, forked when the slot has a live fork server, else started.
+async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
+    if let Some(zygote) = launch.zygote.as_ref().filter(|z| z.alive()) {
+        // Any failure here is the server's or the fork's: a started process is the
+        // fallback, and it reports its own failure if it has one.
+        if let Ok(ready) = fork_worker(&launch, zygote).await {
+            return Ok(ready);
+        }
+    }
+    match spawn(&launch, false).await? {
+        First::Worker(ready) => Ok(*ready),
+        First::Zygote(_) => Err(EvalError::WorkerStart {
+            reason: "a process started as a worker answered as a fork server".into(),
+            stderr: String::new(),
+        }),
+    }
+}
+
+async fn fork_worker(launch: &Launch, zygote: &Arc<Zygote>) -> Result<Ready, EvalError> {
+    let (scratch, stderr) = new_scratch(launch, "w")?;
+    let env = worker_env(launch, &scratch);
+    let forked = match zygote
+        .fork(
+            &scratch,
+            &stderr,
+            &env,
+            FORK_ANSWER.min(launch.startup_timeout),
+        )
+        .await
+    {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&scratch);
+            return Err(e);
+        }
+    };
+    launch.live.add(forked.pid);
+    let worker = Worker {
+        proc: Proc::Forked {
+            pid: forked.pid,
+            zygote: zygote.clone(),
+            reaped: false,
+        },
+        pgid: forked.pid,
+        stdin: Some(Box::new(forked.stdin)),
+        stdout: BufReader::new(Box::new(forked.stdout)),
+        scratch,
+        live: launch.live.clone(),
+    };
+    await_hello(worker, launch.startup_timeout).await
+}
+
+/// What a started process turned out to be.
+enum First {
+    Worker(Box<Ready>),
+    Zygote(Arc<Zygote>),
+}
+
+/// Start a process of `launch`. With `as_zygote` it is asked to become a fork server,
+/// which it does only in CPU mode; otherwise it serves one candidate as usual.
+async fn spawn(launch: &Launch, as_zygote: bool) -> Result<First, EvalError> {
+    let spec = &launch.spec;
+    let (scratch, stderr_path) = new_scratch(launch, if as_zygote { "z" } else { "w" })?;
+    let stderr = std::fs::File::create(&stderr_path).map_err(|source| EvalError::Io {
+        path: stderr_path.clone(),
+        source,
+    })?;
     let mut cmd = Command::new(&spec.python);
     cmd.args(["-u", "-m", "tritonforge_worker", "serve"])
         .current_dir(&scratch)
-        .env("PYTHONPATH", &spec.worker_path)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        // Same dict layouts in every process: one less source of timing noise.
-        .env("PYTHONHASHSEED", "0")
-        .env("TRITONFORGE_DEVICE", device)
-        .env("TRITONFORGE_THREADS", spec.threads.to_string())
-        .env("TRITONFORGE_WARMUP", if launch.warm_up { "1" } else { "0" })
-        .env(
-            "TRITONFORGE_SANDBOX",
-            if launch.landlock { "1" } else { "0" },
-        )
-        .env("TRITON_CACHE_DIR", scratch.join("triton-cache"))
-        .env("CUDA_CACHE_PATH", scratch.join("cuda-cache"))
-        .env("TMPDIR", &tmp)
+        .envs(worker_env(launch, &scratch))
         .env_remove("TRITON_INTERPRET")
-        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(stderr))
         .process_group(0)
         .kill_on_drop(true);
-    if let Some(gpu) = launch.gpu {
-        cmd.env("CUDA_VISIBLE_DEVICES", gpu.to_string());
-    }
-    if launch.cpu_timing_lease {
-        cmd.env("TRITONFORGE_CPU_TIMING_LEASE", "1");
-    }
-    if let Some(f) = launch.gpu_memory_fraction {
-        cmd.env("TRITONFORGE_GPU_MEM_FRACTION", format!("{f:.4}"));
-    }
-    if let Some(cpu) = launch.timing_cpu {
-        let reserved: Vec<String> = launch.reserved_cpus.iter().map(|c| c.to_string()).collect();
-        cmd.env("TRITONFORGE_RESERVED_CPUS", reserved.join(","))
-            .env("TRITONFORGE_TIMING_CPU", cpu.to_string());
-    }
+    // A fork server's stdin must carry file descriptors: a socket, not a pipe.
+    let ctl = if as_zygote {
+        let (ours, theirs) =
+            std::os::unix::net::UnixStream::pair().map_err(|source| EvalError::Io {
+                path: scratch.clone(),
+                source,
+            })?;
+        cmd.env("TRITONFORGE_ZYGOTE", "1")
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
+        ours.set_nonblocking(true).map_err(EvalError::WorkerIo)?;
+        Some(tokio::net::UnixStream::from_std(ours).map_err(EvalError::WorkerIo)?)
+    } else {
+        cmd.stdin(Stdio::piped());
+        None
+    };
     let mut child = cmd.spawn().map_err(|e| EvalError::WorkerStart {
         reason: format!("cannot run {}: {e}", spec.python.display()),
         stderr: String::new(),
     })?;
     let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
     launch.live.add(pid);
-    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+    let stdin: Option<Input> = match (&ctl, child.stdin.take()) {
+        (None, Some(pipe)) => Some(Box::new(pipe)),
+        _ => None,
+    };
+    let Some(stdout) = child.stdout.take() else {
         return Err(EvalError::WorkerStart {
             reason: "worker pipes missing".into(),
             stderr: String::new(),
         });
     };
-    let mut worker = Worker {
-        child,
+    let mut stdout = BufReader::new(stdout);
+    if let Some(ctl) = ctl {
+        // Its first line says which it became: a fork server, or a worker's hello.
+        let mut line = String::new();
+        let first = tokio::time::timeout(
+            launch.startup_timeout,
+            (&mut stdout).take(MAX_LINE).read_line(&mut line),
+        )
+        .await;
+        let zygote_pid = serde_json::from_str::<serde_json::Value>(&line)
+            .ok()
+            .and_then(|v| v["zygote"].as_i64());
+        if let (Ok(Ok(n)), Some(_)) = (&first, zygote_pid) {
+            if *n > 0 {
+                return Ok(First::Zygote(Zygote::new(child, pid, ctl, stdout, scratch)));
+            }
+        }
+        let reader: Box<dyn AsyncRead + Send + Unpin> = Box::new(stdout);
+        let mut worker = Worker {
+            proc: Proc::Spawned(child),
+            pgid: pid,
+            stdin: Some(Box::new(ctl)),
+            stdout: BufReader::new(Box::new(
+                std::io::Cursor::new(line.into_bytes()).chain(reader),
+            )),
+            scratch,
+            live: launch.live.clone(),
+        };
+        return match first {
+            Err(_) => Err(no_hello(launch, &worker)),
+            Ok(Err(e)) => Err(EvalError::WorkerIo(e)),
+            Ok(Ok(_)) => finish_hello(&mut worker, launch.startup_timeout).await.map(
+                |(env, worker_version, sandbox)| {
+                    First::Worker(Box::new(Ready {
+                        worker,
+                        env,
+                        worker_version,
+                        sandbox,
+                    }))
+                },
+            ),
+        };
+    }
+    let worker = Worker {
+        proc: Proc::Spawned(child),
         pgid: pid,
-        stdin: Some(stdin),
-        stdout: BufReader::new(stdout),
+        stdin,
+        stdout: BufReader::new(Box::new(stdout)),
         scratch,
         live: launch.live.clone(),
     };
-    let startup_timeout = launch.startup_timeout;
-    let hello = tokio::time::timeout(startup_timeout, worker.read_message()).await;
+    await_hello(worker, launch.startup_timeout)
+        .await
+        .map(|r| First::Worker(Box::new(r)))
+}
+
+fn no_hello(launch: &Launch, worker: &Worker) -> EvalError {
+    EvalError::WorkerStart {
+        reason: format!(
+            "no hello within {}s (torch import hung?)",
+            launch.startup_timeout.as_secs()
+        ),
+        stderr: worker.stderr_tail(),
+    }
+}
+
+async fn await_hello(mut worker: Worker, timeout: Duration) -> Result<Ready, EvalError> {
+    let (env, worker_version, sandbox) = finish_hello(&mut worker, timeout).await?;
+    Ok(Ready {
+        worker,
+        env,
+        worker_version,
+        sandbox,
+    })
+}
+
+/// Read a process's hello (its first protocol line).
+async fn finish_hello(
+    worker: &mut Worker,
+    timeout: Duration,
+) -> Result<(EnvInfo, String, Sandbox), EvalError> {
+    let hello = tokio::time::timeout(timeout, worker.read_message()).await;
     match hello {
         Ok(Ok(Some(Message::Hello {
             env,
             worker_version,
             sandbox,
             ..
-        }))) => Ok(Ready {
-            worker,
-            env,
-            worker_version,
-            sandbox,
-        }),
+        }))) => Ok((env, worker_version, sandbox)),
         Ok(Err(e)) => Err(e),
         Ok(Ok(Some(other))) => Err(EvalError::WorkerStart {
             reason: format!("expected hello, got {}", truncate(&other.to_line(), 200)),
             stderr: worker.stderr_tail(),
         }),
         Ok(Ok(None)) => {
-            let _ = worker.child.wait().await;
+            let _ = worker.wait().await;
             Err(EvalError::WorkerStart {
                 reason: "the worker exited before saying hello".into(),
                 stderr: worker.stderr_tail(),
@@ -941,7 +1185,7 @@ async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
         Err(_) => Err(EvalError::WorkerStart {
             reason: format!(
                 "no hello within {}s (torch import hung?)",
-                startup_timeout.as_secs()
+                timeout.as_secs()
             ),
             stderr: worker.stderr_tail(),
         }),

@@ -60,6 +60,10 @@ const WORKER_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/tritonforge_worker/sandbox.py"),
     ),
     (
+        "zygote.py",
+        include_str!("../../../python/tritonforge_worker/zygote.py"),
+    ),
+    (
         "runtime_guard.py",
         include_str!("../../../python/tritonforge_worker/runtime_guard.py"),
     ),

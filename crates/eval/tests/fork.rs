@@ -1,0 +1,141 @@
+//! CPU mode's fork server, driven through the real Python worker: processes are
+//! forked, each is as isolated as a started one, and losing the server costs
+//! nothing but speed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tritonforge_bench::{Candidate, Problem};
+use tritonforge_eval::{Evaluator, Pool, PoolConfig, WorkerSpec};
+use tritonforge_protocol::{EvalConfig, EvalRecord, Stage, Status};
+use tritonforge_pyenv::PythonSource;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn fixture(rel: &str) -> PathBuf {
+    repo().join("crates/cli/tests/fixtures").join(rel)
+}
+
+fn spec(state: &std::path::Path) -> WorkerSpec {
+    let venv = std::env::var_os("TRITONFORGE_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".tritonforge/venv"));
+    let env = tritonforge_pyenv::ensure(&PythonSource::Managed(venv), state, &mut |_| {})
+        .expect("python environment");
+    WorkerSpec {
+        python: env.interpreter,
+        worker_path: env.worker_path,
+        scratch_root: state.join("scratch"),
+        device: tritonforge_protocol::DeviceRequest::Cpu,
+        threads: 1,
+    }
+}
+
+async fn evaluator(state: &std::path::Path, fork: bool) -> Evaluator {
+    let cfg = PoolConfig {
+        workers: 1,
+        spares: 1,
+        fork,
+        ..PoolConfig::default()
+    };
+    let pool = Pool::start(spec(state), cfg).await.expect("pool");
+    Evaluator::new(pool, None, "test".into())
+}
+
+async fn eval(ev: &Evaluator, candidate: &str) -> EvalRecord {
+    let problem = Problem::load(&fixture("problems/relu_small.py")).unwrap();
+    let candidate = Candidate::load(&fixture(&format!("candidates/{candidate}"))).unwrap();
+    let config = EvalConfig {
+        trials: 2,
+        budget_ms: 60_000,
+        ..EvalConfig::default()
+    };
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        ev.evaluate(&problem, &candidate, &config),
+    )
+    .await
+    .expect("in time")
+    .expect("evaluation")
+    .record
+}
+
+/// The `FACTS ...` line `inspects_its_process.py` wrote before exiting with 17.
+fn facts(r: &EvalRecord) -> String {
+    assert_eq!(r.stage, Stage::Process, "{r:#?}");
+    assert!(r.message.contains("status 17"), "{}", r.message);
+    let tail = r.stderr_tail.clone().unwrap_or_default();
+    tail.lines()
+        .find_map(|l| l.strip_prefix("FACTS ").map(str::to_owned))
+        .unwrap_or_else(|| panic!("no FACTS line in {tail}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpu_processes_are_forked_fresh_and_isolated() {
+    let state = tempfile::tempdir().unwrap();
+    let ev = evaluator(state.path(), true).await;
+    assert!(ev.pool().fork_server().is_some(), "CPU mode forks");
+    // Each candidate sees a process no candidate ran in before.
+    for _ in 0..3 {
+        let r = eval(&ev, "fresh_process.py").await;
+        assert_eq!(r.status, Status::Correct, "{}", r.message);
+    }
+    let r = eval(&ev, "inspects_its_process.py").await;
+    let f = facts(&r);
+    // Its own stdin and stdout pipes, nothing else: not the server's control socket,
+    // not its reply pipe (which would let it forge what the host reads).
+    assert!(f.contains("sockets=0 pipes=2 "), "{f}");
+    // Its own session, so the host kills its whole group and nothing else.
+    assert!(f.contains("own_session=True"), "{f}");
+    // Its own scratch directory, not the server's.
+    assert!(
+        f.contains(&format!("cwd={}", state.path().join("scratch").display())),
+        "{f}"
+    );
+    assert!(!f.contains("/z"), "{f}");
+    if ev.pool().sandbox().signals {
+        assert!(f.contains("signal_parent=denied"), "{f}");
+    }
+    // Crashes are reported with the status the server reaped.
+    let r = eval(&ev, "aborts.py").await;
+    assert!(r.message.contains("SIGABRT"), "{}", r.message);
+    // The first process, three fresh ones, the inspector, the abort, and the spare
+    // already waiting: all forked.
+    assert!(ev.pool().forked() >= 6, "{}", ev.pool().forked());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_fork_server_costs_only_speed() {
+    let state = tempfile::tempdir().unwrap();
+    let ev = evaluator(state.path(), true).await;
+    let server = ev.pool().fork_server().expect("a fork server");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    for _ in 0..3 {
+        let r = eval(&ev, "fresh_process.py").await;
+        assert_eq!(r.status, Status::Correct, "{}", r.message);
+    }
+    assert_eq!(ev.pool().fork_server(), None, "the server is known dead");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_fork_every_process_is_started() {
+    let state = tempfile::tempdir().unwrap();
+    let ev = evaluator(state.path(), false).await;
+    assert_eq!(ev.pool().fork_server(), None);
+    let r = eval(&ev, "inspects_its_process.py").await;
+    let f = facts(&r);
+    // Started processes talk over pipes (and inherit whatever else the host had open).
+    assert!(f.contains("sockets=0 "), "{f}");
+    let r = eval(&ev, "relu_ok.py").await;
+    assert_eq!(r.status, Status::Correct, "{}", r.message);
+    assert_eq!(ev.pool().forked(), 0);
+}
