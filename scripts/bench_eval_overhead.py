@@ -8,7 +8,7 @@ What it runs (all on a trivial, correct ReLU candidate over a 4x1000 input, 5 tr
                 executor's own time (`executor_ms`); with processes forked from the CPU
                 fork server (the default) and with `--no-fork` (each process started)
   direct        the executor called in-process, no isolation: the floor
-  naive spawn   a fresh `python -m tritonforge_worker serve` per candidate, started on demand
+  naive spawn   `tritonforge eval --naive`: a fresh process started on demand per candidate
 Prints a markdown table; docs/evaluator-cpu.md records what it printed.
 
   cold env      with --cold: the very first `tritonforge eval` on a machine, creating the
@@ -53,7 +53,9 @@ times = []
 for c in cands:
     job = EvalJob(problem=SourceFile(name="p.py", source=open(problem).read()),
                   candidate=SourceFile(name="c.py", source=open(c).read()),
-                  trials=5, seed=42, tolerance=None, overrides={}, device="cpu", timing=True)
+                  trials=5, seed=42, tolerance=None, overrides={}, device="cpu", timing=True,
+                  timing_budget_ms=400, speedup_cap=10.0, profile=False, compile_baseline=False,
+                  allow_aten=None, shape_check=None)
     d = tempfile.mkdtemp()
     t = time.perf_counter()
     v = Executor(job, d).run()
@@ -76,7 +78,7 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true", help="also time a first run that creates the venv")
     args = ap.parse_args()
     binary = args.binary
-    py = str(Path(args.venv) / "bin/python")
+    py = str(Path(args.venv).resolve() / "bin/python")
     work = Path(tempfile.mkdtemp(prefix="tf-bench-"))
     state = work / "state"
     base = [binary, "--state-dir", str(state), "--venv", args.venv]
@@ -135,18 +137,19 @@ def main() -> int:
     assert r.returncode == 0, r.stderr
     direct = json.loads(r.stdout)
 
-    naive = []
+    # Naive: the CLI's --naive mode, a process started on demand per candidate.
+    nprobs, ncands = work / "naive-problems", work / "naive-candidates"
+    nprobs.mkdir()
+    ncands.mkdir()
     for c in sorted(cands.iterdir())[: args.reps * 2]:
-        job = {"type": "evaluate", "protocol": PROTOCOL, "id": "x", "job": {
-            "problem": {"name": "p.py", "source": PROBLEM.read_text()},
-            "candidate": {"name": "c.py", "source": c.read_text()},
-            "trials": 5, "seed": 42, "tolerance": None, "overrides": {}, "device": "cpu", "timing": True}}
-        d = tempfile.mkdtemp(dir=work)
-        t = time.perf_counter()
-        p = subprocess.run([py, "-m", "tritonforge_worker", "serve"], input=json.dumps(job) + "\n",
-                           capture_output=True, text=True, cwd=d, env=dict(env, TRITONFORGE_DEVICE="cpu"))
-        naive.append((time.perf_counter() - t) * 1000)
-        assert '"status":"correct"' in p.stdout, p.stderr[-2000:]
+        shutil.copy(probs / c.name, nprobs / c.name)
+        shutil.copy(c, ncands / c.name)
+    r = subprocess.run(base + ["eval", "--no-store", "--json", "--naive", "--problems", str(nprobs),
+                               "--candidates", str(ncands)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    recs = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    assert all(x["status"] == "correct" for x in recs)
+    naive = [x["wall_ms"] for x in recs]
 
     print(f"CPU mode, {os.cpu_count()} cores; trivial correct candidate (ReLU 4x1000, 5 trials); N={args.n}\n")
     print("| measurement | median ms |")
