@@ -53,6 +53,9 @@ def _pin_cpus() -> None:
 
 
 def serve() -> int:
+    # Whatever the host's own parent left open without close-on-exec (a shell's pipe,
+    # a terminal, a log file) is no business of a candidate's.
+    os.closerange(3, 1 << 20)
     proto_out = _private_stdout()
     faulthandler.enable()
     _pin_cpus()

@@ -467,11 +467,22 @@ class Trainer:
         base = self._base()
         decoder = getattr(base, "model", None)
         head = base.get_output_embeddings()
+        def loss_of(hidden: Any) -> Any:
+            hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, inp["sel"])
+            return head_loss(hidden, head.weight, inp["tgt"], self.compute or hidden.dtype, ce=self.ce)
+
         with self._autocast():
-            if decoder is not None and head is not None and self.world == 1 and _plain_head(head):
-                hidden = decoder(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).last_hidden_state
-                hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, inp["sel"])
-                return head_loss(hidden, head.weight, inp["tgt"], self.compute or hidden.dtype, ce=self.ce)
+            if decoder is not None and head is not None and _plain_head(head):
+                if self.world == 1:
+                    return loss_of(decoder(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).last_hidden_state)
+                # Several ranks: the whole model's forward must run, since FSDP gathers the
+                # head's (root unit's) weights in its hooks; the head computes the loss in
+                # place of logits, so no rank ever holds logits for every position.
+                head.forward = loss_of
+                try:
+                    return self.net(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).logits
+                finally:
+                    del head.forward
             logits = self.net(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).logits
         logits = logits.reshape(-1, logits.shape[-1]).index_select(0, inp["sel"])
         return F.cross_entropy(logits.float(), inp["tgt"], reduction="sum")

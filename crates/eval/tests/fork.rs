@@ -133,8 +133,8 @@ async fn without_fork_every_process_is_started() {
     assert_eq!(ev.pool().fork_server(), None);
     let r = eval(&ev, "inspects_its_process.py").await;
     let f = facts(&r);
-    // Started processes talk over pipes (and inherit whatever else the host had open).
-    assert!(f.contains("sockets=0 "), "{f}");
+    // Started processes talk over pipes, and close whatever else they inherited.
+    assert!(f.contains("sockets=0 pipes=2 "), "{f}");
     let r = eval(&ev, "relu_ok.py").await;
     assert_eq!(r.status, Status::Correct, "{}", r.message);
     assert_eq!(ev.pool().forked(), 0);
