@@ -2,6 +2,7 @@
 # GPU figures for `tritonforge train sft` (docs/training.md).
 # usage: scripts/gpu_train.sh BINARY OUTDIR PHASE CARRY
 #   PHASE mfu: ours only, compiled, 0.6B and 1.7B, bf16 and mixed;
+#   PHASE scale: one GPU against two (FSDP2), same rows per GPU, 0.6B and 1.7B, mixed;
 #   PHASE mfu06 | mfu17: throughput and MFU of randomly initialised Qwen3 0.6B / 1.7B at
 #         sequence length 4096, ours and a plain transformers Trainer (packed and plain);
 #   PHASE smol: fine-tune SmolLM2-135M-Instruct on the suite's train pairs, then
@@ -13,8 +14,8 @@ B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}; C=${4:?carry}
 S=/tmp/tf-train; mkdir -p "$S" "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 
-ours() { # tag model micro grad_accum attention [dtype [compile]]
-  local tag=$1 model=$2 mb=$3 ga=$4 attn=$5 dtype=${6:-bf16} compile=${7:-auto}
+ours() { # tag model micro grad_accum attention [dtype [compile [gpus]]]
+  local tag=$1 model=$2 mb=$3 ga=$4 attn=$5 dtype=${6:-bf16} compile=${7:-auto} gpus=${8:-1}
   rm -rf "$S/$tag"
   cat > "$S/$tag.toml" <<TOML
 model = "$model"
@@ -35,6 +36,7 @@ attention = "$attn"
 dtype = "$dtype"
 compile = "$compile"
 checkpoints = false
+gpus = $gpus
 TOML
   local t0=$(date +%s)
   "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json --config "$S/$tag.toml" \
@@ -52,7 +54,8 @@ if m:
         "tokens_per_s": statistics.median(x["tokens_per_s"] for x in m),
         "mfu": statistics.median(x["mfu"] for x in m),
         "peak_memory_gib": max((x["memory_bytes"] or 0) for x in m) / 2**30,
-        "parameters": info.get("parameters"), "gpu": info.get("gpu_name")}))
+        "parameters": info.get("parameters"), "gpu": info.get("gpu_name"),
+        "world_size": info.get("world_size")}))
 else:
     print(json.dumps({"trainer": "tritonforge", "tag": sys.argv[2], "error": "no metrics"}))
 PY
@@ -142,6 +145,19 @@ PY
     ours ours-06-mixed configs/models/qwen3-0.6b 8 2 auto mixed
     ours ours-17 configs/models/qwen3-1.7b 4 4 auto bf16
     ours ours-17-mixed configs/models/qwen3-1.7b 4 4 auto mixed
+    ;;
+  scale)
+    # One GPU against two (FSDP2), the same rows per GPU per micro-batch, so that the
+    # two-GPU run takes twice the tokens per step: throughput scaling, not agreement.
+    ours scale-06-1 configs/models/qwen3-0.6b 8 2 auto mixed auto 1
+    ours scale-06-2 configs/models/qwen3-0.6b 16 2 auto mixed auto 2
+    ours scale-17-1 configs/models/qwen3-1.7b 4 4 auto mixed auto 1
+    ours scale-17-2 configs/models/qwen3-1.7b 8 4 auto mixed auto 2
+    ;;
+  scale2)
+    # The two-GPU rows of `scale` alone (to compare binaries).
+    ours scale-06-2 configs/models/qwen3-0.6b 16 2 auto mixed auto 2
+    ours scale-17-2 configs/models/qwen3-1.7b 8 4 auto mixed auto 2
     ;;
   mfu06)
     ours ours-06 configs/models/qwen3-0.6b 8 2 auto bf16

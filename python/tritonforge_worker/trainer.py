@@ -525,7 +525,13 @@ class Trainer:
             group["lr"] = lr
         self.net.train()
         losses, tokens = [], 0
-        for inp in map(self._inputs, batch.micro):  # the next one is built while the device works
+        last = len(batch.micro) - 1
+        for k, inp in enumerate(map(self._inputs, batch.micro)):  # the next one is built while the device works
+            if self.world > 1:
+                # Gradients are reduced across ranks once per step, after the last
+                # micro-batch; until then each rank accumulates its own (FSDP2 keeps the
+                # accumulation in the fp32 reduce dtype).
+                self.net.set_requires_gradient_sync(k == last)
             loss = self._loss_sum(inp)
             # Every target token weighs the same whatever micro-batch (or rank) it is in;
             # FSDP averages gradients over ranks, so each rank's share is scaled back up.
