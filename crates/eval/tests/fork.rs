@@ -2,39 +2,14 @@
 //! forked, each is as isolated as a started one, and losing the server costs
 //! nothing but speed.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use tritonforge_bench::{Candidate, Problem};
-use tritonforge_eval::{Evaluator, Pool, PoolConfig, WorkerSpec};
+use tritonforge_eval::{Evaluator, Pool, PoolConfig};
 use tritonforge_protocol::{EvalConfig, EvalRecord, Stage, Status};
-use tritonforge_pyenv::PythonSource;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn fixture(rel: &str) -> PathBuf {
-    repo().join("crates/cli/tests/fixtures").join(rel)
-}
-
-fn spec(state: &std::path::Path) -> WorkerSpec {
-    let venv = std::env::var_os("TRITONFORGE_TEST_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".tritonforge/venv"));
-    let env = tritonforge_pyenv::ensure(&PythonSource::Managed(venv), state, &mut |_| {})
-        .expect("python environment");
-    WorkerSpec {
-        python: env.interpreter,
-        worker_path: env.worker_path,
-        scratch_root: state.join("scratch"),
-        device: tritonforge_protocol::DeviceRequest::Cpu,
-        threads: 1,
-    }
-}
+mod common;
+use common::{fixture, spec};
 
 async fn evaluator(state: &std::path::Path, fork: bool) -> Evaluator {
     let cfg = PoolConfig {

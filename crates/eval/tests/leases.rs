@@ -2,40 +2,14 @@
 //! the real Python worker in CPU mode. The scheduling is the same code on a GPU;
 //! only what the candidate does under its leases differs.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tritonforge_bench::{Candidate, Problem};
-use tritonforge_eval::{Evaluator, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec};
+use tritonforge_eval::{Evaluator, LeaseEvent, Pool, PoolConfig, ShareMode};
 use tritonforge_protocol::{EvalConfig, EvalRecord, LeaseKind, Stage, Status};
-use tritonforge_pyenv::PythonSource;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn fixture(rel: &str) -> PathBuf {
-    repo().join("crates/cli/tests/fixtures").join(rel)
-}
-
-/// The managed environment the whole test suite shares (created on first use, under a lock).
-fn spec(state: &std::path::Path) -> WorkerSpec {
-    let venv = std::env::var_os("TRITONFORGE_TEST_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".tritonforge/venv"));
-    let env = tritonforge_pyenv::ensure(&PythonSource::Managed(venv), state, &mut |_| {})
-        .expect("python environment");
-    WorkerSpec {
-        python: env.interpreter,
-        worker_path: env.worker_path,
-        scratch_root: state.join("scratch"),
-        device: tritonforge_protocol::DeviceRequest::Cpu,
-        threads: 1,
-    }
-}
+mod common;
+use common::{fixture, spec};
 
 async fn evaluator(state: &std::path::Path, cfg: PoolConfig) -> Evaluator {
     // CPU mode times nothing; ask the workers to take their timing lease anyway.
