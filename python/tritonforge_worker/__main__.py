@@ -55,7 +55,7 @@ def _pin_cpus() -> None:
 def serve() -> int:
     # Whatever the host's own parent left open without close-on-exec (a shell's pipe,
     # a terminal, a log file) is no business of a candidate's.
-    os.closerange(3, 1 << 20)
+    os.closerange(3, max(os.sysconf("SC_OPEN_MAX"), 1 << 20))
     proto_out = _private_stdout()
     faulthandler.enable()
     _pin_cpus()
@@ -71,11 +71,13 @@ def serve() -> int:
         _warm_up(mode)
     if os.environ.get("TRITONFORGE_ZYGOTE") == "1" and mode == "cpu":
         # CPU mode: stay as a fork server; each candidate gets a child forked from
-        # this warmed-up state. (CUDA cannot be forked once initialised: there this
-        # process simply serves one candidate like any other.)
-        from .zygote import serve_forks
+        # this warmed-up state. (CUDA cannot be forked once initialised, nor can a
+        # process with other threads be, safely: there this process simply serves one
+        # candidate like any other.)
+        from .zygote import serve_forks, single_threaded
 
-        return serve_forks(proto_out, _forked_worker)
+        if single_threaded():
+            return serve_forks(proto_out, _forked_worker)
     return _serve_one(proto_out, mode)
 
 

@@ -50,7 +50,25 @@ def _reap(out: IO[str]) -> None:
         _send(out, {"exited": pid, "status": status})
 
 
+def single_threaded() -> bool:
+    """Forking is only safe with no other thread (one could hold a lock, or be an
+    OpenMP team the child cannot use); otherwise the process serves one candidate."""
+    return len(os.listdir("/proc/self/task")) == 1
+
+
+def _not_dumpable() -> None:
+    """Same-user processes, children included, may not trace this one or read its
+    memory and file descriptors through /proc, landlock or not (PR_SET_DUMPABLE 0;
+    inherited by the children, which is fine: nothing reads their /proc either)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
+
+
 def serve_forks(ctl_out: IO[str], become_worker: Callable[[], int]) -> int:
+    _not_dumpable()
     sock = socket.socket(fileno=0)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -72,10 +90,12 @@ def serve_forks(ctl_out: IO[str], become_worker: Callable[[], int]) -> int:
         _reap(ctl_out)
         if sock not in ready:
             continue
-        data, got, _flags, _addr = socket.recv_fds(sock, 1 << 16, 4 * _FDS)
+        data, got, flags, _addr = socket.recv_fds(sock, 1 << 16, 4 * _FDS)
         fds.extend(got)
         if not data:
             return 0  # the host is gone
+        if flags & socket.MSG_CTRUNC:
+            return _give_up(ctl_out, fds, "file descriptors were cut off")
         buf += data
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
@@ -83,15 +103,21 @@ def serve_forks(ctl_out: IO[str], become_worker: Callable[[], int]) -> int:
                 req = json.loads(line)
                 rid = req["id"]
             except (ValueError, KeyError, TypeError) as exc:
-                _send(ctl_out, {"id": None, "error": f"bad request: {exc}"})
-                continue
+                # Requests and descriptors would no longer pair up: stop; the host starts
+                # processes instead.
+                return _give_up(ctl_out, fds, f"bad request: {exc}")
             if len(fds) < _FDS:
-                _send(ctl_out, {"id": rid, "error": "request carried no pipes"})
-                continue
+                return _give_up(ctl_out, fds, "a request carried no pipes")
             pipes = (fds.pop(0), fds.pop(0))
             sys.stderr.flush()
             ctl_out.flush()
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                for fd in pipes:
+                    os.close(fd)
+                _send(ctl_out, {"id": rid, "error": f"fork: {exc}"})
+                continue
             if pid == 0:
                 code = 70
                 try:
@@ -109,6 +135,13 @@ def serve_forks(ctl_out: IO[str], become_worker: Callable[[], int]) -> int:
             _send(ctl_out, {"id": rid, "pid": pid})
 
 
+def _give_up(ctl_out: IO[str], fds: List[int], why: str) -> int:
+    for fd in fds:
+        os.close(fd)
+    sys.stderr.write(f"fork server: {why}\n")
+    return 2
+
+
 def _child(req: Dict[str, Any], pipes: Tuple[int, int], sock: socket.socket) -> None:
     """Turn a fresh fork into a process the host cannot tell from a started one:
     its own session (the host kills it by process group), its own stderr file,
@@ -124,7 +157,7 @@ def _child(req: Dict[str, Any], pipes: Tuple[int, int], sock: socket.socket) -> 
     os.dup2(pipes[1], 1)
     # The server's control socket, its wake-up pipe and every other inherited fd:
     # a candidate must not be able to ask the server for anything.
-    os.closerange(3, 1 << 20)
+    os.closerange(3, max(os.sysconf("SC_OPEN_MAX"), 1 << 20))
     os.chdir(req["dir"])
     env = req.get("env") or {}
     for key, value in env.items():

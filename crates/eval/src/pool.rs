@@ -255,6 +255,10 @@ struct Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
+        // A forked child makes its own group first thing; until then only its pid names it.
+        if matches!(self.proc, Proc::Forked { .. }) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(self.pgid), Signal::SIGKILL);
+        }
         self.live.remove(self.pgid);
         if let Proc::Forked {
             pid,
@@ -457,7 +461,14 @@ impl Pool {
         let want_zygote = cfg.prestart && cfg.fork && spec.device != DeviceRequest::Cuda;
         let (first, zygote) = match spawn(&first_launch, want_zygote).await? {
             First::Worker(ready) => (*ready, None),
-            First::Zygote(z) => (fork_worker(&first_launch, &z).await?, Some(z)),
+            // A server that cannot fork is dropped (killed); processes are started.
+            First::Zygote(z) => match fork_worker(&first_launch, &z).await {
+                Ok(ready) => (ready, Some(z)),
+                Err(_) => {
+                    z.kill();
+                    (spawn_worker(&first_launch).await?, None)
+                }
+            },
         };
         // The first process has run nothing but the warm-up: its cache is a clean template.
         let template = spec
@@ -983,7 +994,12 @@ async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
             return Ok(ready);
         }
     }
-    match spawn(&launch, false).await? {
+    spawn_worker(&launch).await
+}
+
+/// A process of `launch`, started (never a fork server).
+async fn spawn_worker(launch: &Launch) -> Result<Ready, EvalError> {
+    match spawn(launch, false).await? {
         First::Worker(ready) => Ok(*ready),
         First::Zygote(_) => Err(EvalError::WorkerStart {
             reason: "a process started as a worker answered as a fork server".into(),
@@ -1168,8 +1184,14 @@ async fn finish_hello(
             env,
             worker_version,
             sandbox,
+            pid,
             ..
-        }))) => Ok((env, worker_version, sandbox)),
+        }))) if i64::from(pid) == i64::from(worker.pgid) => Ok((env, worker_version, sandbox)),
+        // The process we started (or were told was forked) must be the one speaking.
+        Ok(Ok(Some(Message::Hello { pid, .. }))) => Err(EvalError::WorkerStart {
+            reason: format!("hello from pid {pid}, expected {}", worker.pgid),
+            stderr: worker.stderr_tail(),
+        }),
         Ok(Err(e)) => Err(e),
         Ok(Ok(Some(other))) => Err(EvalError::WorkerStart {
             reason: format!("expected hello, got {}", truncate(&other.to_line(), 200)),

@@ -26,7 +26,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use nix::unistd::Pid;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader, Interest};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Interest};
 use tokio::net::unix::pipe;
 use tokio::net::UnixStream;
 use tokio::process::{Child, ChildStdout};
@@ -34,6 +34,11 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
 use crate::EvalError;
+
+/// The longest the server may take to report a child's exit once the child is gone.
+const WAIT: Duration = Duration::from_secs(10);
+/// The longest reply line the server writes; anything longer is not the server.
+const MAX_REPLY: u64 = 64 << 10;
 
 /// What the server has told about its children, shared with the task reading it.
 #[derive(Default)]
@@ -96,7 +101,7 @@ impl Zygote {
     ) -> Arc<Zygote> {
         let state = Arc::new(Mutex::new(State::default()));
         let notify = Arc::new(Notify::new());
-        let reader = tokio::spawn(read_replies(stdout, state.clone(), notify.clone()));
+        let reader = tokio::spawn(read_replies(stdout, pgid, state.clone(), notify.clone()));
         Arc::new(Zygote {
             ctl: tokio::sync::Mutex::new(ctl),
             _child: child,
@@ -159,16 +164,31 @@ impl Zygote {
         let mut line =
             serde_json::json!({"id": id, "dir": dir_s, "stderr": stderr_s, "env": env}).to_string();
         line.push('\n');
-        self.send(line.as_bytes(), [in_r.as_raw_fd(), out_w.as_raw_fd()])
-            .await
-            .map_err(|e| fail(format!("cannot send a request: {e}")))?;
+        // Sending and the answer share one deadline: a server that stopped (a child
+        // may have sent it SIGSTOP where signals are not scoped) must not hold a start
+        // forever, nor the next one. On any failure here it is killed and not used again.
+        let asked = async {
+            self.send(line.as_bytes(), [in_r.as_raw_fd(), out_w.as_raw_fd()])
+                .await
+                .map_err(|e| format!("cannot send a request: {e}"))?;
+            match rx.await {
+                Ok(answer) => answer,
+                Err(_) => Err("the server exited".to_string()),
+            }
+        };
+        let answer = tokio::time::timeout(timeout, asked).await;
         // The child's ends live on in the child only: its exit is our end-of-file.
         drop((in_r, out_w));
-        let pid = match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(Ok(pid))) => pid,
-            Ok(Ok(Err(e))) => return Err(fail(e)),
-            Ok(Err(_)) => return Err(fail("the server exited".into())),
-            Err(_) => return Err(fail(format!("no answer within {}s", timeout.as_secs()))),
+        let pid = match answer {
+            Ok(Ok(pid)) => pid,
+            Ok(Err(e)) => {
+                self.kill();
+                return Err(fail(e));
+            }
+            Err(_) => {
+                self.kill();
+                return Err(fail(format!("no answer within {}s", timeout.as_secs())));
+            }
         };
         let stdin =
             pipe::Sender::from_owned_fd(in_w.into()).map_err(|e| fail(format!("pipe: {e}")))?;
@@ -203,8 +223,27 @@ impl Zygote {
         Ok(())
     }
 
-    /// The child's exit status, once the server has reaped it; `None` if the server died.
+    /// Kill the server and stop using it (its children are in their own sessions and
+    /// live on; their hosts kill them).
+    pub fn kill(&self) {
+        let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
+        if let Ok(mut st) = self.state.lock() {
+            st.dead = true;
+            st.pending.clear();
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// The child's exit status, once the server has reaped it; `None` if the server
+    /// died or has not reported it within `WAIT` (a stopped server).
     pub async fn wait(&self, pid: i32) -> Option<ExitStatus> {
+        tokio::time::timeout(WAIT, self.wait_unbounded(pid))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    async fn wait_unbounded(&self, pid: i32) -> Option<ExitStatus> {
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
@@ -234,18 +273,26 @@ impl Zygote {
 
 async fn read_replies(
     mut out: BufReader<ChildStdout>,
+    pgid: i32,
     state: Arc<Mutex<State>>,
     notify: Arc<Notify>,
 ) {
     let mut line = String::new();
     loop {
         line.clear();
-        let n = out.read_line(&mut line).await.unwrap_or(0);
+        let n = (&mut out)
+            .take(MAX_REPLY)
+            .read_line(&mut line)
+            .await
+            .unwrap_or(0);
         if n == 0 {
             break;
         }
+        // Only the server writes here; a line that is not its JSON means something
+        // else got hold of the pipe. The server is not trusted again.
         let Ok(v) = serde_json::from_str::<Value>(&line) else {
-            continue;
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            break;
         };
         let Ok(mut st) = state.lock() else {
             break;
@@ -260,7 +307,16 @@ async fn read_replies(
             drop(st);
             notify.notify_waiters();
         } else if let Some(id) = v["id"].as_u64() {
+            let late = |pid: Option<i32>, st: &mut State| {
+                // A request given up on: its child, if any, belongs to nobody.
+                if let Some(pid) = pid.filter(|p| *p > 0) {
+                    let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+                    st.forgotten.insert(pid);
+                }
+            };
+            let child = v["pid"].as_i64().and_then(|p| i32::try_from(p).ok());
             let Some(tx) = st.pending.remove(&id) else {
+                late(child, &mut st);
                 continue;
             };
             let answer = match (
@@ -271,7 +327,9 @@ async fn read_replies(
                 (_, Some(e)) => Err(e.to_string()),
                 _ => Err(format!("unreadable answer: {}", line.trim())),
             };
-            let _ = tx.send(answer);
+            if tx.send(answer).is_err() {
+                late(child, &mut st);
+            }
         }
     }
     if let Ok(mut st) = state.lock() {

@@ -76,6 +76,10 @@ async fn cpu_processes_are_forked_fresh_and_isolated() {
     if ev.pool().sandbox().signals {
         assert!(f.contains("signal_parent=denied"), "{f}");
     }
+    // Landlock keeps it from the server's /proc entries (its descriptors, its memory).
+    if ev.pool().sandbox().filesystem {
+        assert!(f.contains("parent_fds=denied"), "{f}");
+    }
     // Crashes are reported with the status the server reaped.
     let r = eval(&ev, "aborts.py").await;
     assert!(r.message.contains("SIGABRT"), "{}", r.message);
@@ -99,6 +103,42 @@ async fn losing_the_fork_server_costs_only_speed() {
         assert_eq!(r.status, Status::Correct, "{}", r.message);
     }
     assert_eq!(ev.pool().fork_server(), None, "the server is known dead");
+}
+
+/// Where signals to other processes are not scoped, a candidate can stop its parent.
+/// A stopped server must cost one fork's wait, not a hung pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_fork_server_is_given_up_on() {
+    let state = tempfile::tempdir().unwrap();
+    let ev = evaluator(state.path(), true).await;
+    let server = ev.pool().fork_server().expect("a fork server");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        let r = eval(&ev, "fresh_process.py").await;
+        assert_eq!(r.status, Status::Correct, "{}", r.message);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        ev.pool().fork_server(),
+        None,
+        "the stopped server was dropped"
+    );
+    // And killed, not left stopped.
+    assert!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(server), None).is_err()
+            || std::fs::read_to_string(format!("/proc/{server}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")),
+        "the server is gone"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
