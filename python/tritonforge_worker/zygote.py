@@ -95,7 +95,7 @@ def serve_forks(ctl_out: IO[str], become_worker: Callable[[], int]) -> int:
         if not data:
             return 0  # the host is gone
         if flags & socket.MSG_CTRUNC:
-            return _give_up(ctl_out, fds, "file descriptors were cut off")
+            return _give_up(fds, "file descriptors were cut off")
         buf += data
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
@@ -105,9 +105,9 @@ def serve_forks(ctl_out: IO[str], become_worker: Callable[[], int]) -> int:
             except (ValueError, KeyError, TypeError) as exc:
                 # Requests and descriptors would no longer pair up: stop; the host starts
                 # processes instead.
-                return _give_up(ctl_out, fds, f"bad request: {exc}")
+                return _give_up(fds, f"bad request: {exc}")
             if len(fds) < _FDS:
-                return _give_up(ctl_out, fds, "a request carried no pipes")
+                return _give_up(fds, "a request carried no pipes")
             pipes = (fds.pop(0), fds.pop(0))
             sys.stderr.flush()
             ctl_out.flush()
@@ -135,7 +135,7 @@ def serve_forks(ctl_out: IO[str], become_worker: Callable[[], int]) -> int:
             _send(ctl_out, {"id": rid, "pid": pid})
 
 
-def _give_up(ctl_out: IO[str], fds: List[int], why: str) -> int:
+def _give_up(fds: List[int], why: str) -> int:
     for fd in fds:
         os.close(fd)
     sys.stderr.write(f"fork server: {why}\n")

@@ -255,19 +255,19 @@ struct Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
-        // A forked child makes its own group first thing; until then only its pid names it.
-        if matches!(self.proc, Proc::Forked { .. }) {
-            let _ = nix::sys::signal::kill(Pid::from_raw(self.pgid), Signal::SIGKILL);
-        }
-        self.live.remove(self.pgid);
         if let Proc::Forked {
             pid,
             zygote,
-            reaped: false,
+            reaped,
         } = &self.proc
         {
-            zygote.forget(*pid);
+            // A forked child makes its own group first thing; until then only its pid names it.
+            let _ = nix::sys::signal::kill(Pid::from_raw(*pid), Signal::SIGKILL);
+            if !reaped {
+                zygote.forget(*pid);
+            }
         }
+        self.live.remove(self.pgid);
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
 }
@@ -932,7 +932,8 @@ fn new_scratch(launch: &Launch, prefix: &str) -> Result<(PathBuf, PathBuf), Eval
         // Best effort: without it the warm-up compiles its kernel itself.
         let _ = copy_dir(template, &scratch.join("triton-cache"));
     }
-    Ok((scratch.clone(), scratch.join("stderr.log")))
+    let stderr = scratch.join("stderr.log");
+    Ok((scratch, stderr))
 }
 
 /// The environment one process of `launch` gets, beyond what it inherits.
@@ -1087,10 +1088,8 @@ async fn spawn(launch: &Launch, as_zygote: bool) -> Result<First, EvalError> {
     })?;
     let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
     launch.live.add(pid);
-    let stdin: Option<Input> = match (&ctl, child.stdin.take()) {
-        (None, Some(pipe)) => Some(Box::new(pipe)),
-        _ => None,
-    };
+    // Piped only when not a fork server candidate (whose stdin is `ctl`).
+    let stdin = child.stdin.take().map(|pipe| Box::new(pipe) as Input);
     let Some(stdout) = child.stdout.take() else {
         return Err(EvalError::WorkerStart {
             reason: "worker pipes missing".into(),
@@ -1115,7 +1114,7 @@ async fn spawn(launch: &Launch, as_zygote: bool) -> Result<First, EvalError> {
             }
         }
         let reader: Box<dyn AsyncRead + Send + Unpin> = Box::new(stdout);
-        let mut worker = Worker {
+        let worker = Worker {
             proc: Proc::Spawned(child),
             pgid: pid,
             stdin: Some(Box::new(ctl)),
@@ -1126,18 +1125,11 @@ async fn spawn(launch: &Launch, as_zygote: bool) -> Result<First, EvalError> {
             live: launch.live.clone(),
         };
         return match first {
-            Err(_) => Err(no_hello(launch, &worker)),
+            Err(_) => Err(no_hello(launch.startup_timeout, &worker)),
             Ok(Err(e)) => Err(EvalError::WorkerIo(e)),
-            Ok(Ok(_)) => finish_hello(&mut worker, launch.startup_timeout).await.map(
-                |(env, worker_version, sandbox)| {
-                    First::Worker(Box::new(Ready {
-                        worker,
-                        env,
-                        worker_version,
-                        sandbox,
-                    }))
-                },
-            ),
+            Ok(Ok(_)) => await_hello(worker, launch.startup_timeout)
+                .await
+                .map(|r| First::Worker(Box::new(r))),
         };
     }
     let worker = Worker {
@@ -1153,31 +1145,18 @@ async fn spawn(launch: &Launch, as_zygote: bool) -> Result<First, EvalError> {
         .map(|r| First::Worker(Box::new(r)))
 }
 
-fn no_hello(launch: &Launch, worker: &Worker) -> EvalError {
+fn no_hello(timeout: Duration, worker: &Worker) -> EvalError {
     EvalError::WorkerStart {
         reason: format!(
             "no hello within {}s (torch import hung?)",
-            launch.startup_timeout.as_secs()
+            timeout.as_secs()
         ),
         stderr: worker.stderr_tail(),
     }
 }
 
-async fn await_hello(mut worker: Worker, timeout: Duration) -> Result<Ready, EvalError> {
-    let (env, worker_version, sandbox) = finish_hello(&mut worker, timeout).await?;
-    Ok(Ready {
-        worker,
-        env,
-        worker_version,
-        sandbox,
-    })
-}
-
 /// Read a process's hello (its first protocol line).
-async fn finish_hello(
-    worker: &mut Worker,
-    timeout: Duration,
-) -> Result<(EnvInfo, String, Sandbox), EvalError> {
+async fn await_hello(mut worker: Worker, timeout: Duration) -> Result<Ready, EvalError> {
     let hello = tokio::time::timeout(timeout, worker.read_message()).await;
     match hello {
         Ok(Ok(Some(Message::Hello {
@@ -1186,7 +1165,12 @@ async fn finish_hello(
             sandbox,
             pid,
             ..
-        }))) if i64::from(pid) == i64::from(worker.pgid) => Ok((env, worker_version, sandbox)),
+        }))) if i64::from(pid) == i64::from(worker.pgid) => Ok(Ready {
+            worker,
+            env,
+            worker_version,
+            sandbox,
+        }),
         // The process we started (or were told was forked) must be the one speaking.
         Ok(Ok(Some(Message::Hello { pid, .. }))) => Err(EvalError::WorkerStart {
             reason: format!("hello from pid {pid}, expected {}", worker.pgid),
@@ -1204,12 +1188,6 @@ async fn finish_hello(
                 stderr: worker.stderr_tail(),
             })
         }
-        Err(_) => Err(EvalError::WorkerStart {
-            reason: format!(
-                "no hello within {}s (torch import hung?)",
-                timeout.as_secs()
-            ),
-            stderr: worker.stderr_tail(),
-        }),
+        Err(_) => Err(no_hello(timeout, &worker)),
     }
 }

@@ -75,7 +75,7 @@ impl std::fmt::Debug for Zygote {
 
 impl Drop for Zygote {
     fn drop(&mut self) {
-        let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
+        self.kill();
         self.reader.abort();
         let _ = std::fs::remove_dir_all(&self.scratch);
     }

@@ -40,6 +40,14 @@ async fn eval(ev: &Evaluator, candidate: &str) -> EvalRecord {
     .record
 }
 
+/// Send the pool's fork server `signal` (as a candidate could, where signals are not
+/// scoped); its pid.
+fn signal_server(ev: &Evaluator, signal: nix::sys::signal::Signal) -> i32 {
+    let server = ev.pool().fork_server().expect("a fork server");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(server), signal).unwrap();
+    server
+}
+
 /// The `FACTS ...` line `inspects_its_process.py` wrote before exiting with 17.
 fn facts(r: &EvalRecord) -> String {
     assert_eq!(r.stage, Stage::Process, "{r:#?}");
@@ -92,12 +100,7 @@ async fn cpu_processes_are_forked_fresh_and_isolated() {
 async fn losing_the_fork_server_costs_only_speed() {
     let state = tempfile::tempdir().unwrap();
     let ev = evaluator(state.path(), true).await;
-    let server = ev.pool().fork_server().expect("a fork server");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(server),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    signal_server(&ev, nix::sys::signal::Signal::SIGKILL);
     for _ in 0..3 {
         let r = eval(&ev, "fresh_process.py").await;
         assert_eq!(r.status, Status::Correct, "{}", r.message);
@@ -111,12 +114,7 @@ async fn losing_the_fork_server_costs_only_speed() {
 async fn a_stopped_fork_server_is_given_up_on() {
     let state = tempfile::tempdir().unwrap();
     let ev = evaluator(state.path(), true).await;
-    let server = ev.pool().fork_server().expect("a fork server");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(server),
-        nix::sys::signal::Signal::SIGSTOP,
-    )
-    .unwrap();
+    let server = signal_server(&ev, nix::sys::signal::Signal::SIGSTOP);
     let started = std::time::Instant::now();
     for _ in 0..3 {
         let r = eval(&ev, "fresh_process.py").await;
