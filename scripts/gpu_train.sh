@@ -2,6 +2,7 @@
 # GPU figures for `tritonforge train sft` (docs/training.md).
 # usage: scripts/gpu_train.sh BINARY OUTDIR PHASE CARRY
 #   PHASE mfu: ours only, compiled, 0.6B and 1.7B, bf16 and mixed;
+#   PHASE rows | rows17: length-grouped rows (cuDNN attention) against packed rows, 0.6B / 1.7B;
 #   PHASE scale: one GPU against two (FSDP2), same rows per GPU, 0.6B and 1.7B, mixed;
 #   PHASE mfu06 | mfu17: throughput and MFU of randomly initialised Qwen3 0.6B / 1.7B at
 #         sequence length 4096, ours and a plain transformers Trainer (packed and plain);
@@ -14,8 +15,9 @@ B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}; C=${4:?carry}
 S=/tmp/tf-train; mkdir -p "$S" "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 
-ours() { # tag model micro grad_accum attention [dtype [compile [gpus]]]
+ours() { # tag model micro grad_accum attention [dtype [compile [gpus [extra [steps]]]]]
   local tag=$1 model=$2 mb=$3 ga=$4 attn=$5 dtype=${6:-bf16} compile=${7:-auto} gpus=${8:-1}
+  local extra=${9:-} steps=${10:-16}
   rm -rf "$S/$tag"
   cat > "$S/$tag.toml" <<TOML
 model = "$model"
@@ -25,7 +27,7 @@ train = "$C/synth.jsonl"
 [output]
 dir = "$S/$tag"
 [train]
-steps = 16
+steps = $steps
 seq_len = 4096
 micro_batch = $mb
 grad_accum = $ga
@@ -37,6 +39,7 @@ dtype = "$dtype"
 compile = "$compile"
 checkpoints = false
 gpus = $gpus
+$extra
 TOML
   local t0=$(date +%s)
   "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json --config "$S/$tag.toml" \
@@ -49,10 +52,12 @@ m = [e["metric"] for e in ev if e.get("event") == "metric" and e["metric"]["spli
 info = next((e["info"] for e in ev if e.get("event") == "ready"), {})
 if m:
     print(json.dumps({"trainer": "tritonforge", "tag": sys.argv[2], "steps": len(m) + 3,
-        "compiled": info.get("compiled"), "dtype": info.get("dtype"),
+        "compiled": info.get("compiled"), "dtype": info.get("dtype"), "attention": info.get("attention"),
+        "losses": [round(x["loss"], 4) for x in m],
         "median_step_s": statistics.median(x["seconds"] for x in m),
         "tokens_per_s": statistics.median(x["tokens_per_s"] for x in m),
         "mfu": statistics.median(x["mfu"] for x in m),
+        "mfu_standard": statistics.median(x.get("mfu_standard") or 0 for x in m),
         "peak_memory_gib": max((x["memory_bytes"] or 0) for x in m) / 2**30,
         "parameters": info.get("parameters"), "gpu": info.get("gpu_name"),
         "world_size": info.get("world_size")}))
@@ -145,6 +150,23 @@ PY
     ours ours-06-mixed configs/models/qwen3-0.6b 8 2 auto mixed
     ours ours-17 configs/models/qwen3-1.7b 4 4 auto bf16
     ours ours-17-mixed configs/models/qwen3-1.7b 4 4 auto mixed
+    ;;
+  rows)
+    # Length-grouped rows of one conversation each (attention through cuDNN where the
+    # worker's check passes it) against packed rows (flash attention over joined rows),
+    # and the same grouped plan with flash attention forced, which must train alike.
+    G=$'packing = false\ngroup_by_length = true'
+    ours rows-06-mixed configs/models/qwen3-0.6b 8 2 auto mixed auto 1 "$G" 24
+    TRITONFORGE_ROWS_ATTENTION=flash ours rows-06-mixed-flash configs/models/qwen3-0.6b 8 2 auto mixed auto 1 "$G" 24
+    ours packed-06-mixed configs/models/qwen3-0.6b 8 2 auto mixed auto 1 "" 24
+    ours rows-06 configs/models/qwen3-0.6b 8 2 auto bf16 auto 1 "$G" 24
+    ;;
+  rows17)
+    G=$'packing = false\ngroup_by_length = true'
+    ours rows-06-mixed configs/models/qwen3-0.6b 8 2 auto mixed auto 1 "$G"
+    ours packed-06-mixed configs/models/qwen3-0.6b 8 2 auto mixed auto 1
+    ours rows-17-mixed configs/models/qwen3-1.7b 4 4 auto mixed auto 1 "$G"
+    ours packed-17-mixed configs/models/qwen3-1.7b 4 4 auto mixed auto 1
     ;;
   scale)
     # One GPU against two (FSDP2), the same rows per GPU per micro-batch, so that the

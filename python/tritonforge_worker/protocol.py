@@ -398,6 +398,7 @@ class TrainInfo:
     gpu_name: Optional[str]
     step: int
     compiled: bool
+    attention: str = ""
 
 
 @dataclass

@@ -33,10 +33,89 @@ class TrainError(RuntimeError):
     """A training request that cannot be done, said plainly."""
 
 
+# How rows of one conversation each (padding after it) get causal attention on a GPU:
+# `cudnn` once checked against flash attention on this device, `flash` where cuDNN
+# fails or disagrees, `sdpa` (PyTorch's own choice) where even flash cannot be called.
+_ROWS: Dict[str, str] = {"kernel": "sdpa"}
+
+
+def _causal_rows(query: Any, key: Any, value: Any, scaling: Optional[float]) -> Any:
+    """Causal attention over rows that each hold one conversation, padding after it (so
+    no real token sees padding). On Hopper cuDNN's kernel is about twice as fast as flash
+    attention here (docs/training.md); both take grouped key/value heads as they are.
+    Each kernel is called by name: `scaled_dot_product_attention` picks one by rules of
+    its own (cuDNN for these shapes on an H100 with torch 2.11), which would make the
+    check below compare cuDNN with itself."""
+    import torch
+    import torch.nn.functional as F
+
+    kernel = _ROWS["kernel"]
+    if kernel == "cudnn":
+        return torch.ops.aten._scaled_dot_product_cudnn_attention(
+            query, key, value, None, True, 0.0, True, False, scale=scaling)[0]
+    if kernel == "flash":
+        return torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, 0.0, True, False,
+                                                                  scale=scaling)[0]
+    return F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=True)
+
+
+def _check_cudnn_rows(device: str, heads: int, kv_heads: int, head_dim: int) -> str:
+    """Settles `_ROWS` and says how: cuDNN's causal attention is used only where it runs
+    and agrees with flash attention, output and gradients, on rows laid out as
+    transformers lays them out. PyTorch's packed cuDNN path gave wrong gradients
+    (docs/training.md), so this one is checked on every start.
+    `TRITONFORGE_ROWS_ATTENTION=flash` skips cuDNN (for comparisons)."""
+    import torch
+
+    _ROWS["kernel"] = "sdpa"
+    if not device.startswith("cuda") or kv_heads <= 0 or heads % kv_heads:
+        return "sdpa (no CUDA or odd heads)"
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def rand(h: int) -> Any:
+        x = torch.randn(2, 320, h, head_dim, device=device, dtype=torch.bfloat16, generator=gen)
+        return x.transpose(1, 2).detach().requires_grad_(True)
+
+    q, k, v = rand(heads), rand(kv_heads), rand(kv_heads)
+    grad = torch.randn(2, heads, 320, head_dim, device=device, dtype=torch.bfloat16, generator=gen)
+
+    def run(kernel: str) -> List[Any]:
+        _ROWS["kernel"] = kernel
+        for x in (q, k, v):
+            x.grad = None
+        out = _causal_rows(q, k, v, head_dim ** -0.5)
+        out.backward(grad)
+        return [t.detach().float() for t in (out, q.grad, k.grad, v.grad)]
+
+    try:
+        flash = run("flash")
+    except Exception as exc:  # noqa: BLE001 - any failure means: not on this device
+        _ROWS["kernel"] = "sdpa"
+        return f"sdpa (flash failed: {type(exc).__name__}: {str(exc)[:160]})"
+    if os.environ.get("TRITONFORGE_ROWS_ATTENTION") == "flash":
+        return "flash (TRITONFORGE_ROWS_ATTENTION)"
+    try:
+        cudnn = run("cudnn")
+    except Exception as exc:  # noqa: BLE001
+        _ROWS["kernel"] = "flash"
+        return f"flash (cuDNN failed: {type(exc).__name__}: {str(exc)[:160]})"
+    worst = max(float((a - b).abs().max() / b.abs().max().clamp_min(1e-6)) for a, b in zip(cudnn, flash))
+    _ROWS["kernel"] = "cudnn" if worst <= 2e-2 else "flash"
+    return f"{_ROWS['kernel']} (cuDNN against flash: {worst:.1e})"
+
+
+def _one_per_row(position_ids: List[List[int]]) -> bool:
+    """Every row holds one conversation: its positions start at 0 once (padding continues
+    them)."""
+    return all(row.count(0) == 1 for row in position_ids)
+
+
 def _register_varlen() -> bool:
-    """Registers flash attention over packed rows with transformers: each conversation of
-    a row attends only to itself, with no dense mask (PyTorch's `varlen_attn`; CUDA only).
-    The sequence boundaries arrive as `cu_seq_lens_q` with each forward."""
+    """Registers our GPU attention with transformers. Packed rows: flash attention over
+    the joined rows, each conversation attending only to itself, with no dense mask
+    (PyTorch's `varlen_attn`); the boundaries arrive as `cu_seq_lens_q` with each forward.
+    Rows of one conversation each (no boundaries given): causal attention, through cuDNN
+    where it was checked (`_check_cudnn_rows`)."""
     try:
         import torch
         from torch.nn.attention.varlen import varlen_attn
@@ -47,11 +126,14 @@ def _register_varlen() -> bool:
 
     def attend(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
                scaling: Optional[float] = None, dropout: float = 0.0, **kw: Any) -> Tuple[Any, None]:
-        cu, longest = kw["cu_seq_lens_q"], kw["max_length_q"]
         if query.dtype not in (torch.float16, torch.bfloat16):
             # Under autocast, rotary embeddings leave q and k in fp32; flash needs 16 bits.
             low = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else torch.bfloat16
             query, key, value = query.to(low), key.to(low), value.to(low)
+        cu = kw.get("cu_seq_lens_q")
+        if cu is None:
+            return _causal_rows(query, key, value, scaling).transpose(1, 2), None
+        longest = kw["max_length_q"]
         b, h, t, d = query.shape
         kv = key.shape[1]  # grouped-query attention: the flash kernel takes fewer key/value heads
         q = query.transpose(1, 2).reshape(b * t, h, d)
@@ -342,6 +424,13 @@ class Trainer:
             raise TrainError(f"attention {attention!r}: expected auto, varlen, sdpa, flex_attention or eager")
         self.attention = attention
         net = load_for_training(source, self.dtype, setup.seed, attention, device)
+        self.attention_note = attention
+        if attention == VARLEN:
+            cfg = net.config
+            heads = int(getattr(cfg, "num_attention_heads", 0) or 0)
+            kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+            head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // max(1, heads))
+            self.attention_note = f"{attention}, rows: {_check_cudnn_rows(device, heads, kv_heads, head_dim)}"
         net.config.use_cache = False
         if setup.gradient_checkpointing:
             net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -437,6 +526,7 @@ class Trainer:
             gpu_name=gpu,
             step=self.step,
             compiled=self.compiled,
+            attention=self.attention_note,
         )
 
     def _inputs(self, mb: MicroBatch) -> Dict[str, Any]:
@@ -448,7 +538,8 @@ class Trainer:
         scored (most of a prompt never is)."""
         if self.world > 1:
             mb = _my_rows(mb, self.rank, self.world)
-        if self.attention == VARLEN:
+        rows = self.attention == VARLEN and _one_per_row(mb.position_ids)
+        if self.attention == VARLEN and not rows:
             mb = _one_row(mb)
         width = len(mb.input_ids[0]) if mb.input_ids else 0
         sel = [r * width + t - 1 for r, m in enumerate(mb.loss_mask) for t, keep in enumerate(m) if keep and t > 0]
@@ -457,7 +548,8 @@ class Trainer:
         def put(x: Any) -> Any:
             return _to_device(x, self.device)
 
-        return {"ids": put(mb.input_ids), "pos": put(mb.position_ids), "extra": self._varlen_kwargs(mb.position_ids),
+        extra = {} if rows else self._varlen_kwargs(mb.position_ids)
+        return {"ids": put(mb.input_ids), "pos": put(mb.position_ids), "extra": extra,
                 "sel": put(sel), "tgt": put(tgt), "n": len(sel), "tokens": width * len(mb.input_ids)}
 
     def _loss_sum(self, inp: Dict[str, Any]) -> Any:

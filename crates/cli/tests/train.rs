@@ -318,6 +318,50 @@ fn lora_merges_into_a_loadable_model_and_bad_settings_are_named() {
     assert!(err.contains("not a pair") && err.contains("1000"), "{err}");
 }
 
+/// How a step's conversations are laid out in rows (packed several to a row, one per
+/// row, or one per row grouped by length and padded to a multiple of 64) must not change
+/// its loss: the whole set in one step gives the same loss, and the same validation loss,
+/// every way.
+#[test]
+fn batching_by_length_or_packed_gives_the_same_loss() {
+    let s = setup();
+    let schedule = "[train]\nsteps = 1\nseq_len = 256\nmicro_batch = 2\ngrad_accum = 64\neval_every = 1\nseed = 2\n";
+    let mut got = Vec::new();
+    for (name, extra) in [
+        ("packed", ""),
+        ("plain", "packing = false\n"),
+        ("grouped", "packing = false\ngroup_by_length = true\n"),
+    ] {
+        let cfg = config(&s, name, &tiny(), &format!("{schedule}{extra}"));
+        let (code, events, err) = train(&s, &cfg, &[]);
+        assert_eq!(code, 0, "{name}: {err}");
+        let (train_loss, val) = (losses(&events, "train"), losses(&events, "validation"));
+        assert_eq!(train_loss.len(), 1, "{name}: {events:?}");
+        got.push((name, train_loss[0].1, val[0].1));
+    }
+    let (_, loss, val) = got[0];
+    for (name, l, v) in &got {
+        assert!(
+            (l - loss).abs() <= 1e-4 * loss,
+            "{name}: {l} against packed {loss}"
+        );
+        assert!(
+            (v - val).abs() <= 1e-4 * val,
+            "{name}: {v} against packed {val}"
+        );
+    }
+    // Grouping with packing on is a contradiction, named.
+    let both = config(
+        &s,
+        "both",
+        &tiny(),
+        &format!("{schedule}group_by_length = true\n"),
+    );
+    let (code, _, err) = train(&s, &both, &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("group_by_length"), "{err}");
+}
+
 /// Two ranks under `torchrun` (FSDP2 over gloo on the CPU): a run stopped on one process
 /// and resumed on two (the optimizer state is keyed by parameter name, so it moves
 /// between them) takes the same losses as one process throughout, and the checkpoint

@@ -598,6 +598,10 @@ pub struct TrainInfo {
     pub step: u64,
     /// Whether the decoder layers and the loss run under `torch.compile`.
     pub compiled: bool,
+    /// The attention the worker settled on, and for rows of one conversation each which
+    /// kernel passed its check (e.g. `tritonforge_varlen, rows: cudnn (...)`).
+    #[serde(default)]
+    pub attention: String,
 }
 
 /// Rows of token ids, each with its loss mask and position ids (positions restart at 0
@@ -1135,6 +1139,7 @@ pub fn sample_messages() -> Vec<Message> {
                 gpu_name: Some("NVIDIA H100 80GB HBM3".into()),
                 step: 0,
                 compiled: true,
+                attention: "tritonforge_varlen, rows: cudnn".into(),
             },
         },
         Message::TrainStep {

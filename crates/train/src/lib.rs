@@ -110,8 +110,14 @@ pub struct Metric {
     pub grad_norm: Option<f64>,
     pub seconds: f64,
     pub tokens_per_s: f64,
-    /// Model FLOPs utilisation against the accelerator's dense bf16 peak.
+    /// Model FLOPs utilisation against the accelerator's dense bf16 peak, counting the
+    /// work the step needs (`batch_flops`: the output projection at target tokens only).
     pub mfu: Option<f64>,
+    /// The same by the common formula, 6 × parameters × tokens plus causal attention: the
+    /// output projection counted at every token, though the trainer computes it only at
+    /// targets. Higher than `mfu`; for comparison with figures quoted that way.
+    #[serde(default)]
+    pub mfu_standard: Option<f64>,
     pub tflops: f64,
     pub memory_bytes: Option<u64>,
 }
@@ -436,7 +442,7 @@ pub fn run(
             let micro: Vec<_> = plan.steps[i]
                 .iter()
                 .map(|rows| {
-                    let (mb, d) = pack::materialise(&train.examples, rows, pad);
+                    let (mb, d) = pack::materialise(&train.examples, rows, pad, pack::align(t));
                     docs.extend(d);
                     mb
                 })
@@ -511,8 +517,9 @@ fn metric(
     info: &TrainInfo,
     peak: Option<f64>,
 ) -> Metric {
-    let flops = batch_flops(info, real_tokens, stats.loss_tokens, docs);
-    let flops = if split == "train" { flops } else { flops / 3.0 };
+    let share = if split == "train" { 1.0 } else { 1.0 / 3.0 };
+    let flops = batch_flops(info, real_tokens, stats.loss_tokens, docs) * share;
+    let standard = batch_flops(info, real_tokens, real_tokens, docs) * share;
     Metric {
         step: stats.step,
         split: split.into(),
@@ -525,6 +532,7 @@ fn metric(
         seconds,
         tokens_per_s: real_tokens as f64 / seconds.max(1e-9),
         mfu: peak.map(|p| flops / seconds.max(1e-9) / p),
+        mfu_standard: peak.map(|p| standard / seconds.max(1e-9) / p),
         tflops: flops / seconds.max(1e-9) / 1e12,
         memory_bytes: stats.memory_bytes,
     }
@@ -549,15 +557,14 @@ fn evaluate(
     let t = &cfg.train;
     let lens: Vec<usize> = split.examples.iter().map(|e| e.ids.len()).collect();
     let order: Vec<usize> = (0..lens.len()).collect();
-    let rows = pack::rows(&lens, &order, t.seq_len, t.packing);
+    let micro_batches = pack::micro_batches(&lens, &order, t, None);
     let started = Instant::now();
     let (mut loss_sum, mut n, mut real, mut lr, mut mem) = (0.0, 0u64, 0u64, 0.0, None);
     let mut all_docs = Vec::new();
-    let per_step = t.micro_batch * t.grad_accum;
-    for chunk in rows.chunks(per_step) {
+    for chunk in micro_batches.chunks(t.grad_accum) {
         let mut micro = Vec::new();
-        for rows in chunk.chunks(t.micro_batch) {
-            let (mb, docs) = pack::materialise(&split.examples, rows, pad);
+        for rows in chunk {
+            let (mb, docs) = pack::materialise(&split.examples, rows, pad, pack::align(t));
             real += docs.iter().map(|&d| d as u64).sum::<u64>();
             all_docs.extend(docs);
             micro.push(mb);
@@ -652,4 +659,64 @@ fn save(
     }
     events(Event::Saved { dir, step });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(parameters: u64, trainable: u64) -> TrainInfo {
+        TrainInfo {
+            parameters,
+            trainable,
+            head_parameters: 100,
+            vocab_size: 10,
+            layers: 2,
+            attention_width: 8,
+            dtype: "bfloat16".into(),
+            device: "cuda".into(),
+            world_size: 1,
+            gpu_name: None,
+            step: 0,
+            compiled: false,
+            attention: String::new(),
+        }
+    }
+
+    /// Counted by hand: body 900 parameters, head 100, 50 tokens of which 10 are targets,
+    /// two conversations of 20 and 30 tokens.
+    #[test]
+    fn flops_count_the_head_at_targets_and_causal_attention_per_conversation() {
+        let attention = 6.0 * 2.0 * 8.0 * (20.0 * 20.0 + 30.0 * 30.0);
+        let full = info(1000, 1000);
+        assert_eq!(
+            batch_flops(&full, 50, 10, &[20, 30]),
+            6.0 * 900.0 * 50.0 + 6.0 * 100.0 * 10.0 + attention
+        );
+        // The common formula: every parameter at every token.
+        assert_eq!(
+            batch_flops(&full, 50, 50, &[20, 30]),
+            6.0 * 1000.0 * 50.0 + attention
+        );
+        // LoRA: frozen weights skip their own gradient (4 instead of 6).
+        let lora = info(1000, 10);
+        assert_eq!(
+            batch_flops(&lora, 50, 10, &[20, 30]),
+            (4.0 * 900.0 + 2.0 * 10.0) * 50.0 + 4.0 * 100.0 * 10.0 + attention
+        );
+        let stats = StepStats {
+            step: 1,
+            loss: 1.0,
+            loss_tokens: 10,
+            tokens: 50,
+            grad_norm: None,
+            lr: 0.0,
+            elapsed_ms: 0.0,
+            memory_bytes: None,
+        };
+        let m = metric(&stats, "train", 0, 50, &[20, 30], 2.0, &full, Some(1e3));
+        let (mfu, standard) = (m.mfu.unwrap(), m.mfu_standard.unwrap());
+        assert!((mfu - batch_flops(&full, 50, 10, &[20, 30]) / 2.0 / 1e3).abs() < 1e-9);
+        assert!(standard > mfu);
+    }
 }

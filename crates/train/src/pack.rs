@@ -68,8 +68,93 @@ pub fn rows(lens: &[usize], order: &[usize], seq_len: usize, packing: bool) -> V
     done
 }
 
-/// Steps of `grad_accum` micro-batches of `micro_batch` rows, epoch after epoch, until
-/// `steps` (when set) or `epochs` passes. An epoch's last step may be short.
+/// Rows padded to a multiple of this many tokens when grouped by length: a run then
+/// meets few distinct batch shapes, and cuDNN builds its attention plan once per shape
+/// (a new plan per micro-batch would cost more than the attention itself).
+pub const LENGTH_ALIGN: usize = 64;
+
+/// Examples sorted by length together: as many as make about this many micro-batches.
+const LENGTH_WINDOW: usize = 64;
+
+/// The width rows are padded to a multiple of (1: the longest row).
+pub fn align(t: &crate::config::TrainCfg) -> usize {
+    if t.group_by_length {
+        LENGTH_ALIGN
+    } else {
+        1
+    }
+}
+
+/// Micro-batches of one conversation per row, conversations of like length together, each
+/// holding at most `budget` tokens counting padding (but always at least one row). The
+/// shuffled `order` is cut into windows of about `LENGTH_WINDOW` micro-batches' tokens;
+/// each window is sorted longest first and cut greedily, and its micro-batches are shuffled
+/// again with `state` (when given), so the steps do not run from long to short.
+pub fn by_length(
+    lens: &[usize],
+    order: &[usize],
+    budget: usize,
+    mut state: Option<&mut u64>,
+) -> Vec<Vec<RowPlan>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        let mut end = start;
+        let mut tokens = 0;
+        while end < order.len() && tokens < LENGTH_WINDOW * budget {
+            tokens += lens[order[end]];
+            end += 1;
+        }
+        let mut window = order[start..end].to_vec();
+        // Stable: equal lengths keep their shuffled order.
+        window.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
+        let mut batches: Vec<Vec<RowPlan>> = Vec::new();
+        let mut width = 0;
+        for i in window {
+            let fits = batches
+                .last()
+                .is_some_and(|b| (b.len() + 1) * width <= budget);
+            if fits {
+                if let Some(b) = batches.last_mut() {
+                    b.push(vec![i]);
+                }
+            } else {
+                // Longest first: the first row of a micro-batch sets its width.
+                width = lens[i].next_multiple_of(LENGTH_ALIGN);
+                batches.push(vec![vec![i]]);
+            }
+        }
+        if let Some(state) = state.as_deref_mut() {
+            for k in (1..batches.len()).rev() {
+                let j = (next(state) % (k as u64 + 1)) as usize;
+                batches.swap(k, j);
+            }
+        }
+        out.extend(batches);
+        start = end;
+    }
+    out
+}
+
+/// An epoch's micro-batches: packed or plain rows, `micro_batch` of them each, or
+/// length-grouped rows of at most `micro_batch × seq_len` tokens each.
+pub fn micro_batches(
+    lens: &[usize],
+    order: &[usize],
+    t: &crate::config::TrainCfg,
+    state: Option<&mut u64>,
+) -> Vec<Vec<RowPlan>> {
+    if t.group_by_length {
+        return by_length(lens, order, t.micro_batch * t.seq_len, state);
+    }
+    rows(lens, order, t.seq_len, t.packing)
+        .chunks(t.micro_batch)
+        .map(<[RowPlan]>::to_vec)
+        .collect()
+}
+
+/// Steps of `grad_accum` micro-batches, epoch after epoch, until `steps` (when set) or
+/// `epochs` passes. An epoch's last step may be short.
 pub fn plan(lens: &[usize], t: &crate::config::TrainCfg) -> Plan {
     let mut plan = Plan {
         steps: Vec::new(),
@@ -84,11 +169,8 @@ pub fn plan(lens: &[usize], t: &crate::config::TrainCfg) -> Plan {
             break;
         }
         let order = shuffled(lens.len(), t.seed, epoch);
-        let rows = rows(lens, &order, t.seq_len, t.packing);
-        let micro: Vec<Vec<RowPlan>> = rows
-            .chunks(t.micro_batch)
-            .map(<[RowPlan]>::to_vec)
-            .collect();
+        let mut state = t.seed ^ (u64::from(epoch) << 32) ^ 0x4C45_4E47;
+        let micro = micro_batches(lens, &order, t, Some(&mut state));
         for step in micro.chunks(t.grad_accum) {
             if t.steps > 0 && plan.steps.len() as u64 >= t.steps {
                 return plan;
@@ -101,10 +183,16 @@ pub fn plan(lens: &[usize], t: &crate::config::TrainCfg) -> Plan {
     plan
 }
 
-/// A micro-batch's tensors: rows padded on the right to the longest, positions restarting
-/// at each packed example, the mask zero on padding and on each example's first token.
-/// Also the examples' lengths (for the attention FLOPs).
-pub fn materialise(examples: &[Example], rows: &[RowPlan], pad: u32) -> (MicroBatch, Vec<usize>) {
+/// A micro-batch's tensors: rows padded on the right to the longest (rounded up to a
+/// multiple of `align`), positions restarting at each packed example, the mask zero on
+/// padding and on each example's first token. Also the examples' lengths (for the
+/// attention FLOPs).
+pub fn materialise(
+    examples: &[Example],
+    rows: &[RowPlan],
+    pad: u32,
+    align: usize,
+) -> (MicroBatch, Vec<usize>) {
     let mut ids = Vec::with_capacity(rows.len());
     let mut mask = Vec::with_capacity(rows.len());
     let mut pos = Vec::with_capacity(rows.len());
@@ -126,7 +214,12 @@ pub fn materialise(examples: &[Example], rows: &[RowPlan], pad: u32) -> (MicroBa
         mask.push(m);
         pos.push(p);
     }
-    let width = ids.iter().map(Vec::len).max().unwrap_or(0);
+    let width = ids
+        .iter()
+        .map(Vec::len)
+        .max()
+        .unwrap_or(0)
+        .next_multiple_of(align.max(1));
     let lengths = ids.iter().map(|r| r.len() as u32).collect();
     for ((i, m), p) in ids.iter_mut().zip(&mut mask).zip(&mut pos) {
         let mut next_pos = p.last().map_or(0, |l| l + 1);
@@ -194,6 +287,60 @@ mod tests {
     }
 
     #[test]
+    fn length_groups_keep_like_lengths_together_within_the_budget() {
+        // Two lengths far apart, shuffled together: no micro-batch mixes them, each holds
+        // as many rows as its padded width allows, and every example appears once.
+        let lens: Vec<usize> = (0..40)
+            .map(|i| if i % 2 == 0 { 100 } else { 900 })
+            .collect();
+        let order = shuffled(lens.len(), 1, 0);
+        let budget = 1024 * 2;
+        let mut state = 9u64;
+        let mbs = by_length(&lens, &order, budget, Some(&mut state));
+        let mut seen: Vec<usize> = mbs.iter().flatten().flatten().copied().collect();
+        seen.sort();
+        assert_eq!(seen, (0..40).collect::<Vec<_>>());
+        for mb in &mbs {
+            let widths: Vec<usize> = mb.iter().map(|r| lens[r[0]]).collect();
+            assert!(widths.iter().all(|&w| w == widths[0]), "{widths:?}");
+            assert!(mb.iter().all(|r| r.len() == 1), "one conversation per row");
+            let width = widths[0].next_multiple_of(LENGTH_ALIGN);
+            assert!(mb.len() * width <= budget);
+        }
+        // 20 of 900 (width 960): 2 per micro-batch; 20 of 100 (width 128): 16, then 4.
+        let mut sizes: Vec<usize> = mbs.iter().map(Vec::len).collect();
+        sizes.sort();
+        assert_eq!(sizes, [vec![2; 10], vec![4, 16]].concat());
+        // The micro-batches are shuffled, not sorted longest first.
+        assert!(mbs.windows(2).any(|w| lens[w[0][0][0]] < lens[w[1][0][0]]));
+        // A row longer than the budget still gets a micro-batch of its own.
+        assert_eq!(by_length(&[5000], &[0], budget, None), vec![vec![vec![0]]]);
+    }
+
+    #[test]
+    fn length_grouped_rows_are_padded_to_the_alignment() {
+        let ex = vec![
+            Example {
+                ids: vec![1; 70],
+                mask: vec![1; 70],
+            },
+            Example {
+                ids: vec![2; 65],
+                mask: vec![1; 65],
+            },
+        ];
+        let (mb, docs) = materialise(&ex, &[vec![0], vec![1]], 0, LENGTH_ALIGN);
+        assert!(mb.input_ids.iter().all(|r| r.len() == 128));
+        assert_eq!(mb.lengths, vec![70, 65]);
+        assert_eq!(docs, vec![70, 65]);
+        assert_eq!(
+            mb.loss_mask[1][64..].iter().sum::<u8>(),
+            1,
+            "padding never a target"
+        );
+    }
+
+    #[test]
     fn packed_rows_restart_positions_and_mask_each_first_token() {
         let ex = vec![
             Example {
@@ -209,7 +356,7 @@ mod tests {
                 mask: vec![0],
             },
         ];
-        let (mb, docs) = materialise(&ex, &[vec![0, 1], vec![2]], 0);
+        let (mb, docs) = materialise(&ex, &[vec![0, 1], vec![2]], 0, 1);
         assert_eq!(
             mb.input_ids,
             vec![vec![10, 11, 12, 20, 21], vec![30, 0, 0, 0, 0]]
