@@ -1,6 +1,7 @@
 """Where a training step's time goes: the policy worker's trainer on a synthetic packed
 batch (rows of `--seq-len` holding conversations of `--doc` tokens, 40% of tokens
-targets), timed, then under the PyTorch profiler (top CUDA kernels).
+targets; with `--doc` equal to `--seq-len`, rows of one conversation each, as
+`group_by_length` makes them), timed, then under the PyTorch profiler (top CUDA kernels).
 
 usage: python scripts/profile_train_step.py --model configs/models/qwen3-0.6b
        [--attention auto] [--compile auto] [--dtype bf16] [--rows 4] [--micro 1]
@@ -38,7 +39,7 @@ args = ap.parse_args()
 setup = TrainSetupJob(model=args.model, resume=None, lora=None, lr=1e-5, min_lr=1e-6, warmup_steps=2,
                       total_steps=100, weight_decay=0.0, grad_clip=1.0,
                       gradient_checkpointing=args.checkpointing, dtype=args.dtype, seed=0, attention=args.attention,
-                      compile=args.compile)
+                      compile=args.compile, one_per_row=args.doc >= args.seq_len)
 tr = Trainer(setup, "cuda")
 g = torch.Generator().manual_seed(0)
 ids, mask, pos = [], [], []

@@ -382,6 +382,7 @@ class TrainSetupJob:
     seed: int
     attention: str
     compile: str
+    one_per_row: bool = False
 
 
 @dataclass

@@ -61,10 +61,14 @@ def _causal_rows(query: Any, key: Any, value: Any, scaling: Optional[float]) -> 
 
 def _check_cudnn_rows(device: str, heads: int, kv_heads: int, head_dim: int) -> str:
     """Settles `_ROWS` and says how: cuDNN's causal attention is used only where it runs
-    and agrees with flash attention, output and gradients, on rows laid out as
-    transformers lays them out. PyTorch's packed cuDNN path gave wrong gradients
-    (docs/training.md), so this one is checked on every start.
-    `TRITONFORGE_ROWS_ATTENTION=flash` skips cuDNN (for comparisons)."""
+    and agrees with flash attention, output and gradients. PyTorch's packed cuDNN path
+    gave wrong gradients (docs/training.md), and cuDNN's backward is sensitive to the
+    layout of what it is given, so this checks it on every start, with the layouts
+    training gives it: query, key and value are (batch, heads, tokens, dim) views of
+    (batch, tokens, heads, dim) memory, as transformers makes them, and the output
+    gradient arrives through the same transpose and reshape. Two shapes: a batch of short
+    rows and one long row. `TRITONFORGE_ROWS_ATTENTION=flash` skips cuDNN (for
+    comparisons)."""
     import torch
 
     _ROWS["kernel"] = "sdpa"
@@ -72,42 +76,48 @@ def _check_cudnn_rows(device: str, heads: int, kv_heads: int, head_dim: int) -> 
         return "sdpa (no CUDA or odd heads)"
     gen = torch.Generator(device=device).manual_seed(0)
 
-    def rand(h: int) -> Any:
-        x = torch.randn(2, 320, h, head_dim, device=device, dtype=torch.bfloat16, generator=gen)
-        return x.transpose(1, 2).detach().requires_grad_(True)
-
-    q, k, v = rand(heads), rand(kv_heads), rand(kv_heads)
-    grad = torch.randn(2, heads, 320, head_dim, device=device, dtype=torch.bfloat16, generator=gen)
-
-    def run(kernel: str) -> List[Any]:
+    def run(kernel: str, b: int, t: int) -> List[Any]:
         _ROWS["kernel"] = kernel
-        for x in (q, k, v):
-            x.grad = None
-        out = _causal_rows(q, k, v, head_dim ** -0.5)
-        out.backward(grad)
-        return [t.detach().float() for t in (out, q.grad, k.grad, v.grad)]
+        gen.manual_seed(b * 100_003 + t)
 
+        def rand(h: int) -> Any:
+            x = torch.randn(b, t, h, head_dim, device=device, dtype=torch.bfloat16, generator=gen)
+            return x.transpose(1, 2).detach().requires_grad_(True)
+
+        q, k, v = rand(heads), rand(kv_heads), rand(kv_heads)
+        grad = torch.randn(b, t, heads * head_dim, device=device, dtype=torch.bfloat16, generator=gen)
+        out = _causal_rows(q, k, v, head_dim ** -0.5).transpose(1, 2).reshape(b, t, -1)
+        out.backward(grad)
+        return [x.detach().float() for x in (out, q.grad, k.grad, v.grad)]
+
+    shapes = ((4, 320), (1, 1088))
     try:
-        flash = run("flash")
+        flash = [run("flash", b, t) for b, t in shapes]
     except Exception as exc:  # noqa: BLE001 - any failure means: not on this device
         _ROWS["kernel"] = "sdpa"
         return f"sdpa (flash failed: {type(exc).__name__}: {str(exc)[:160]})"
     if os.environ.get("TRITONFORGE_ROWS_ATTENTION") == "flash":
+        _ROWS["kernel"] = "flash"
         return "flash (TRITONFORGE_ROWS_ATTENTION)"
     try:
-        cudnn = run("cudnn")
+        cudnn = [run("cudnn", b, t) for b, t in shapes]
     except Exception as exc:  # noqa: BLE001
         _ROWS["kernel"] = "flash"
         return f"flash (cuDNN failed: {type(exc).__name__}: {str(exc)[:160]})"
-    worst = max(float((a - b).abs().max() / b.abs().max().clamp_min(1e-6)) for a, b in zip(cudnn, flash))
+    diffs = [float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
+             for got, ref in zip(cudnn, flash) for a, b in zip(got, ref)]
+    # max() would pass over a NaN after the first element; a NaN anywhere means flash.
+    worst = max(diffs) if all(math.isfinite(d) for d in diffs) else math.nan
     _ROWS["kernel"] = "cudnn" if worst <= 2e-2 else "flash"
     return f"{_ROWS['kernel']} (cuDNN against flash: {worst:.1e})"
 
 
-def _one_per_row(position_ids: List[List[int]]) -> bool:
-    """Every row holds one conversation: its positions start at 0 once (padding continues
-    them)."""
-    return all(row.count(0) == 1 for row in position_ids)
+def _keep_rows(one_per_row: bool, position_ids: List[List[int]]) -> bool:
+    """Whether a micro-batch's padded rows go to attention as they are (rather than joined,
+    padding dropped): only when the plan groups rows by length, so that padding is small
+    and widths are few (`group_by_length`), and every row does hold one conversation: its
+    positions start at 0 once (padding continues them)."""
+    return one_per_row and all(row.count(0) == 1 for row in position_ids)
 
 
 def _register_varlen() -> bool:
@@ -538,7 +548,7 @@ class Trainer:
         scored (most of a prompt never is)."""
         if self.world > 1:
             mb = _my_rows(mb, self.rank, self.world)
-        rows = self.attention == VARLEN and _one_per_row(mb.position_ids)
+        rows = self.attention == VARLEN and _keep_rows(self.setup.one_per_row, mb.position_ids)
         if self.attention == VARLEN and not rows:
             mb = _one_row(mb)
         width = len(mb.input_ids[0]) if mb.input_ids else 0

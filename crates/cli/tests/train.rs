@@ -414,6 +414,8 @@ fn trainer_math_matches_plain_references() {
         "joined_rows_loss",
         "compiled_losses",
         "mixed_resume_loss",
+        "rows_attention",
+        "rows_padding_invisible",
     ] {
         assert!(v[key].as_f64().unwrap() <= 1e-5, "{key}: {v}");
     }
@@ -428,6 +430,9 @@ fn trainer_math_matches_plain_references() {
         "mixed_small_updates_kept",
         "mixed_state_read_by_torch_distributed",
         "torch_distributed_state_read_by_mixed",
+        "rows_attention_shape",
+        "rows_kept_when_grouped",
+        "rows_joined_when_packed",
     ] {
         assert_eq!(v[key], true, "{key}: {v}");
     }

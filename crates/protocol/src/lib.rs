@@ -565,6 +565,11 @@ pub struct TrainSetup {
     pub attention: String,
     /// `torch.compile` of the decoder layers and the loss: `auto` (on a GPU), `on`, `off`.
     pub compile: String,
+    /// The plan puts one conversation in each row, rows of like length together
+    /// (`group_by_length`): the worker may then attend over the padded rows as they are
+    /// (cuDNN on a GPU) instead of joining them.
+    #[serde(default)]
+    pub one_per_row: bool,
 }
 
 /// Low-rank adapters instead of full fine-tuning.
@@ -1101,6 +1106,7 @@ pub fn sample_messages() -> Vec<Message> {
                 seed: 7,
                 attention: "sdpa".into(),
                 compile: "off".into(),
+                one_per_row: false,
             },
         },
         Message::TrainSetup {
@@ -1121,6 +1127,7 @@ pub fn sample_messages() -> Vec<Message> {
                 seed: 0,
                 attention: "flex_attention".into(),
                 compile: "auto".into(),
+                one_per_row: true,
             },
         },
         Message::TrainReady {

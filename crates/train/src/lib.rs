@@ -385,6 +385,7 @@ pub fn run(
         seed: t.seed,
         attention: t.attention.clone(),
         compile: t.compile.clone(),
+        one_per_row: t.group_by_length,
     })?;
     let vocab = tok.vocab_size() as u64;
     if vocab > info.vocab_size {
@@ -442,7 +443,8 @@ pub fn run(
             let micro: Vec<_> = plan.steps[i]
                 .iter()
                 .map(|rows| {
-                    let (mb, d) = pack::materialise(&train.examples, rows, pad, pack::align(t));
+                    let (mb, d) =
+                        pack::materialise(&train.examples, rows, pad, pack::align(t), t.seq_len);
                     docs.extend(d);
                     mb
                 })
@@ -564,7 +566,8 @@ fn evaluate(
     for chunk in micro_batches.chunks(t.grad_accum) {
         let mut micro = Vec::new();
         for rows in chunk {
-            let (mb, docs) = pack::materialise(&split.examples, rows, pad, pack::align(t));
+            let (mb, docs) =
+                pack::materialise(&split.examples, rows, pad, pack::align(t), t.seq_len);
             real += docs.iter().map(|&d| d as u64).sum::<u64>();
             all_docs.extend(docs);
             micro.push(mb);

@@ -85,6 +85,14 @@ pub fn align(t: &crate::config::TrainCfg) -> usize {
     }
 }
 
+/// The width a micro-batch whose longest row is `longest` is padded to: a multiple of
+/// `align`, but never past `seq_len` unless the row itself is longer.
+pub fn padded_width(longest: usize, align: usize, seq_len: usize) -> usize {
+    longest
+        .next_multiple_of(align.max(1))
+        .min(seq_len.max(longest))
+}
+
 /// Micro-batches of one conversation per row, conversations of like length together, each
 /// holding at most `budget` tokens counting padding (but always at least one row). The
 /// shuffled `order` is cut into windows of about `LENGTH_WINDOW` micro-batches' tokens;
@@ -93,6 +101,7 @@ pub fn align(t: &crate::config::TrainCfg) -> usize {
 pub fn by_length(
     lens: &[usize],
     order: &[usize],
+    seq_len: usize,
     budget: usize,
     mut state: Option<&mut u64>,
 ) -> Vec<Vec<RowPlan>> {
@@ -120,7 +129,7 @@ pub fn by_length(
                 }
             } else {
                 // Longest first: the first row of a micro-batch sets its width.
-                width = lens[i].next_multiple_of(LENGTH_ALIGN);
+                width = padded_width(lens[i], LENGTH_ALIGN, seq_len);
                 batches.push(vec![vec![i]]);
             }
         }
@@ -145,7 +154,7 @@ pub fn micro_batches(
     state: Option<&mut u64>,
 ) -> Vec<Vec<RowPlan>> {
     if t.group_by_length {
-        return by_length(lens, order, t.micro_batch * t.seq_len, state);
+        return by_length(lens, order, t.seq_len, t.micro_batch * t.seq_len, state);
     }
     rows(lens, order, t.seq_len, t.packing)
         .chunks(t.micro_batch)
@@ -184,7 +193,7 @@ pub fn plan(lens: &[usize], t: &crate::config::TrainCfg) -> Plan {
 }
 
 /// A micro-batch's tensors: rows padded on the right to the longest (rounded up to a
-/// multiple of `align`), positions restarting at each packed example, the mask zero on
+/// multiple of `align`, within `seq_len`: `padded_width`), positions restarting at each packed example, the mask zero on
 /// padding and on each example's first token. Also the examples' lengths (for the
 /// attention FLOPs).
 pub fn materialise(
@@ -192,6 +201,7 @@ pub fn materialise(
     rows: &[RowPlan],
     pad: u32,
     align: usize,
+    seq_len: usize,
 ) -> (MicroBatch, Vec<usize>) {
     let mut ids = Vec::with_capacity(rows.len());
     let mut mask = Vec::with_capacity(rows.len());
@@ -214,12 +224,7 @@ pub fn materialise(
         mask.push(m);
         pos.push(p);
     }
-    let width = ids
-        .iter()
-        .map(Vec::len)
-        .max()
-        .unwrap_or(0)
-        .next_multiple_of(align.max(1));
+    let width = padded_width(ids.iter().map(Vec::len).max().unwrap_or(0), align, seq_len);
     let lengths = ids.iter().map(|r| r.len() as u32).collect();
     for ((i, m), p) in ids.iter_mut().zip(&mut mask).zip(&mut pos) {
         let mut next_pos = p.last().map_or(0, |l| l + 1);
@@ -296,7 +301,7 @@ mod tests {
         let order = shuffled(lens.len(), 1, 0);
         let budget = 1024 * 2;
         let mut state = 9u64;
-        let mbs = by_length(&lens, &order, budget, Some(&mut state));
+        let mbs = by_length(&lens, &order, 1024, budget, Some(&mut state));
         let mut seen: Vec<usize> = mbs.iter().flatten().flatten().copied().collect();
         seen.sort();
         assert_eq!(seen, (0..40).collect::<Vec<_>>());
@@ -314,7 +319,10 @@ mod tests {
         // The micro-batches are shuffled, not sorted longest first.
         assert!(mbs.windows(2).any(|w| lens[w[0][0][0]] < lens[w[1][0][0]]));
         // A row longer than the budget still gets a micro-batch of its own.
-        assert_eq!(by_length(&[5000], &[0], budget, None), vec![vec![vec![0]]]);
+        assert_eq!(
+            by_length(&[5000], &[0], 1024, budget, None),
+            vec![vec![vec![0]]]
+        );
     }
 
     #[test]
@@ -329,8 +337,13 @@ mod tests {
                 mask: vec![1; 65],
             },
         ];
-        let (mb, docs) = materialise(&ex, &[vec![0], vec![1]], 0, LENGTH_ALIGN);
+        let (mb, docs) = materialise(&ex, &[vec![0], vec![1]], 0, LENGTH_ALIGN, 4096);
         assert!(mb.input_ids.iter().all(|r| r.len() == 128));
+        // Never past seq_len (unless a row is longer), so positions stay in range.
+        assert_eq!(padded_width(70, LENGTH_ALIGN, 100), 100);
+        assert_eq!(padded_width(70, LENGTH_ALIGN, 60), 70);
+        let (capped, _) = materialise(&ex, &[vec![0], vec![1]], 0, LENGTH_ALIGN, 100);
+        assert!(capped.input_ids.iter().all(|r| r.len() == 100));
         assert_eq!(mb.lengths, vec![70, 65]);
         assert_eq!(docs, vec![70, 65]);
         assert_eq!(
@@ -356,7 +369,7 @@ mod tests {
                 mask: vec![0],
             },
         ];
-        let (mb, docs) = materialise(&ex, &[vec![0, 1], vec![2]], 0, 1);
+        let (mb, docs) = materialise(&ex, &[vec![0, 1], vec![2]], 0, 1, 8);
         assert_eq!(
             mb.input_ids,
             vec![vec![10, 11, 12, 20, 21], vec![30, 0, 0, 0, 0]]
