@@ -174,6 +174,10 @@ class Executor:
         self.candidate_path = str(self.workdir / _safe_name(job.candidate.name, "candidate.py"))
         if job.device == "cuda" or (job.device == "auto" and torch.cuda.is_available()):
             self.device = torch.device("cuda")
+            if job.gpu_memory_fraction is not None:
+                # The job holds its device alone (a retry after running out of memory
+                # under the shared cap the process was started with).
+                torch.cuda.set_per_process_memory_fraction(job.gpu_memory_fraction)
         else:
             self.device = torch.device("cpu")
         self.tolerance_used = Tolerance(atol=1e-4, rtol=1e-4)

@@ -83,6 +83,7 @@ class EvalJob:
     compile_baseline: bool
     allow_aten: Optional[List[str]]
     shape_check: Optional[Dict[str, Any]]
+    gpu_memory_fraction: Optional[float] = None
 
 
 @dataclass

@@ -259,6 +259,7 @@ impl Evaluator {
                 .as_ref()
                 .map(|(p, _)| p.allow_aten.iter().cloned().collect()),
             shape_check: config.shape_check.clone(),
+            gpu_memory_fraction: None,
         };
         // The torch.compile baseline is timed once per problem, variant and environment.
         let baseline_key =
@@ -272,7 +273,22 @@ impl Evaluator {
             ..job
         };
         let budget = Duration::from_millis(config.budget_ms);
-        let execution = self.pool.run(&job, budget).await?;
+        let mut execution = self.pool.run(&job, budget).await?;
+        // Sharing a device, a candidate runs under a cap of its memory (0.9 / workers) and
+        // beside others' allocations. One that ran out of memory is evaluated once more
+        // holding the device alone, its cap lifted to 90% of it, so that an honest
+        // solution is not failed for sharing.
+        let retried = self.pool.shares_devices() && out_of_memory(&execution.exit);
+        if retried {
+            let first = (execution.wall_ms, execution.lease_wait_ms);
+            let alone = EvalJob {
+                gpu_memory_fraction: Some(ALONE_MEMORY_FRACTION),
+                ..job.clone()
+            };
+            execution = self.pool.run_alone(&alone, budget).await?;
+            execution.wall_ms += first.0;
+            execution.lease_wait_ms += first.1;
+        }
         record.environment = execution.env.clone();
         record.wall_ms = execution.wall_ms;
         record.lease_wait_ms = execution.lease_wait_ms;
@@ -344,6 +360,11 @@ impl Evaluator {
                 record.message = crash_message(&exit, &stderr_tail, &job.candidate.name);
                 record.stderr_tail = Some(stderr_tail).filter(|s| !s.is_empty());
             }
+        }
+        if retried {
+            record.message.push_str(
+                " (it ran out of memory while sharing its device and was evaluated again alone, with 90% of the device's memory; this is that verdict)",
+            );
         }
         self.put(&record)?;
         Ok(Evaluation {
@@ -474,6 +495,24 @@ impl Evaluator {
                 finding(crash_message(&exit, &stderr_tail, &job.problem.name))
             }
         })
+    }
+}
+
+/// The share of its GPU's memory a candidate evaluated again alone may take.
+const ALONE_MEMORY_FRACTION: f64 = 0.9;
+
+/// A verdict that the candidate ran out of memory (PyTorch's `OutOfMemoryError`, or a
+/// CUDA allocation failure reported as a plain error). A candidate may claim this
+/// falsely; it only buys one more evaluation, alone, with the same checks.
+fn out_of_memory(exit: &Exit) -> bool {
+    match exit {
+        Exit::Answered {
+            outcome: Outcome::Verdict(v),
+            ..
+        } => v.error.as_ref().is_some_and(|e| {
+            e.exc_type == "OutOfMemoryError" || e.message.to_lowercase().contains("out of memory")
+        }),
+        _ => false,
     }
 }
 

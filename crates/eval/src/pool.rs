@@ -583,8 +583,29 @@ impl Pool {
             .unwrap_or_default()
     }
 
+    /// Whether candidates share a device while they run (`ShareMode::Pool`), so that one
+    /// may run out of memory because of the others.
+    pub fn shares_devices(&self) -> bool {
+        self.cfg.mode == ShareMode::Pool
+    }
+
     /// Run one evaluation in a fresh process, within `budget` of its own running time.
     pub async fn run(&self, job: &EvalJob, budget: Duration) -> Result<Execution, EvalError> {
+        self.run_evaluation(job, budget, false).await
+    }
+
+    /// Run one evaluation holding its device alone from start to end, as exclusive mode
+    /// does: for a candidate that ran out of memory while sharing it.
+    pub async fn run_alone(&self, job: &EvalJob, budget: Duration) -> Result<Execution, EvalError> {
+        self.run_evaluation(job, budget, true).await
+    }
+
+    async fn run_evaluation(
+        &self,
+        job: &EvalJob,
+        budget: Duration,
+        alone: bool,
+    ) -> Result<Execution, EvalError> {
         let job = job.clone();
         let mut exec = self
             .run_message(
@@ -594,6 +615,7 @@ impl Pool {
                     job,
                 },
                 budget,
+                alone,
             )
             .await?;
         if let Exit::Reply { message } = exec.exit {
@@ -631,6 +653,7 @@ impl Pool {
                 job,
             },
             budget,
+            false,
         )
         .await
     }
@@ -670,10 +693,11 @@ impl Pool {
         &self,
         build: impl FnOnce(String) -> Message,
         budget: Duration,
+        alone: bool,
     ) -> Result<Execution, EvalError> {
         let slot = self.pick_slot()?;
         slot.in_flight.fetch_add(1, Ordering::Relaxed);
-        let result = self.run_on(slot, build, budget).await;
+        let result = self.run_on(slot, build, budget, alone).await;
         slot.in_flight.fetch_sub(1, Ordering::Relaxed);
         result
     }
@@ -683,6 +707,7 @@ impl Pool {
         slot: &Slot,
         build: impl FnOnce(String) -> Message,
         budget: Duration,
+        alone: bool,
     ) -> Result<Execution, EvalError> {
         let _permit = slot
             .running
@@ -690,12 +715,13 @@ impl Pool {
             .await
             .map_err(|_| EvalError::PoolClosed)?;
         let id = format!("job-{}", self.counter.fetch_add(1, Ordering::Relaxed));
-        let exclusive = self.cfg.mode == ShareMode::Exclusive;
+        let exclusive = alone || self.cfg.mode == ShareMode::Exclusive;
         let started = Instant::now();
         let mut waited = Duration::ZERO;
         let exclusive_ns = Arc::new(AtomicU64::new(0));
-        // Exclusive mode: the device is the job's from before its process is taken
-        // until its answer; naive start-up happens inside that hold, as it would there.
+        // Exclusive mode (or a job run alone): the device is the job's from before its
+        // process is taken until its answer; naive start-up happens inside that hold, as
+        // it would there.
         let mut held = if exclusive {
             let h = self
                 .acquire(slot, LeaseKind::Exclusive, &id, &exclusive_ns)

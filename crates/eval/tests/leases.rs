@@ -252,3 +252,55 @@ async fn the_naive_mode_starts_each_process_on_demand_and_still_gets_it_right() 
         );
     }
 }
+
+/// Sharing a device, a candidate can run out of memory because of its neighbours: such a
+/// verdict is not kept but evaluated again with the device held alone (one exclusive
+/// hold from start to end), and the record says so. Any other failure is not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_memory_while_sharing_is_evaluated_again_alone() {
+    let state = tempfile::tempdir().unwrap();
+    let ev = evaluator(
+        state.path(),
+        PoolConfig {
+            workers: 2,
+            spares: 2,
+            ..PoolConfig::default()
+        },
+    )
+    .await;
+    let exclusive = |ev: &Evaluator| {
+        ev.pool()
+            .lease_events()
+            .into_iter()
+            .filter(|e| e.kind == LeaseKind::Exclusive)
+            .count()
+    };
+    let raised = &eval_all(&ev, &["raises.py"], 60_000).await[0];
+    assert_eq!(raised.status, Status::RuntimeError, "{}", raised.message);
+    assert!(!raised.message.contains("alone"), "{}", raised.message);
+    assert_eq!(exclusive(&ev), 0, "a plain error is not retried");
+
+    let oom = &eval_all(&ev, &["runs_out_of_memory.py"], 60_000).await[0];
+    assert_eq!(oom.status, Status::RuntimeError, "{}", oom.message);
+    assert!(
+        oom.message.contains("evaluated again alone"),
+        "{}",
+        oom.message
+    );
+    assert!(oom.message.contains("OutOfMemoryError"), "{}", oom.message);
+    assert_eq!(exclusive(&ev), 1, "{:#?}", ev.pool().lease_events());
+
+    // In exclusive mode every run already holds its device alone: no second run.
+    let state = tempfile::tempdir().unwrap();
+    let alone = evaluator(
+        state.path(),
+        PoolConfig {
+            mode: ShareMode::Exclusive,
+            ..PoolConfig::default()
+        },
+    )
+    .await;
+    let once = &eval_all(&alone, &["runs_out_of_memory.py"], 60_000).await[0];
+    assert!(!once.message.contains("alone"), "{}", once.message);
+    assert_eq!(exclusive(&alone), 1, "one run, one hold");
+}

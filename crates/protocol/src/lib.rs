@@ -191,6 +191,11 @@ pub struct EvalJob {
     /// Module-level constants of a second shape (the heldout variant) to run two more
     /// trials at, after the main ones pass; GPU mode only (the interpreter is too slow).
     pub shape_check: Option<BTreeMap<String, serde_json::Value>>,
+    /// The share of its GPU's memory the process may take for this job, in place of the
+    /// cap it was started with: set when the job holds its device alone after running out
+    /// of memory under the shared cap. `None`: the start-up cap stands.
+    #[serde(default)]
+    pub gpu_memory_fraction: Option<f64>,
 }
 
 /// Which hold on its GPU a candidate asks for. Shared holders (import, compile,
@@ -822,6 +827,7 @@ pub fn sample_messages() -> Vec<Message> {
         compile_baseline: false,
         allow_aten: Some(vec!["empty_like".into(), "view".into()]),
         shape_check: Some(BTreeMap::from([("N".to_string(), serde_json::json!(37))])),
+        gpu_memory_fraction: None,
     };
     let frame = Frame {
         file: "relu.py".into(),
@@ -953,6 +959,7 @@ pub fn sample_messages() -> Vec<Message> {
                 profile: false,
                 allow_aten: None,
                 shape_check: None,
+                gpu_memory_fraction: Some(0.9),
                 ..job
             },
         },
