@@ -729,9 +729,19 @@ class Executor:
             info = error_info(exc, self.candidate_path)
             status: Status = "compile_error" if _is_compile_error(exc) else "runtime_error"
             raise _Fail(self._verdict(status, "correctness", f"trial {t}: {_describe(info)}", done, error=info))
-        with torch.no_grad():
-            torch.manual_seed(seed)
-            expected = reference(*inputs)
+        try:
+            with torch.no_grad():
+                torch.manual_seed(seed)
+                expected = reference(*inputs)
+        except BaseException as exc:  # noqa: BLE001
+            # Not a problem error: the problem was checked alone (`bench validate`), and
+            # the candidate ran first in this process, so it may have broken what the
+            # reference depends on. Out of memory under a shared GPU is retried alone.
+            info = error_info(exc, self.problem_path)
+            raise _Fail(self._verdict(
+                "runtime_error", "correctness",
+                f"trial {t}: the reference failed after the candidate ran (the candidate may have changed "
+                f"something it depends on, or memory ran out): {_describe(info)}", done, error=info))
 
         for i, (b, a) in enumerate(zip(before, cand_inputs)):
             if isinstance(b, torch.Tensor) and not _same_bits(torch, b, a):

@@ -501,22 +501,29 @@ impl Evaluator {
 /// The share of its GPU's memory a candidate evaluated again alone may take.
 const ALONE_MEMORY_FRACTION: f64 = 0.9;
 
-/// A verdict that the candidate ran out of memory (PyTorch's `OutOfMemoryError`, or a
-/// CUDA allocation failure reported as a plain error). A candidate may claim this
-/// falsely; it only buys one more evaluation, alone, with the same checks.
+/// An answer that the candidate, or the problem's reference, ran out of memory
+/// (PyTorch's `OutOfMemoryError`, or a CUDA allocation failure reported as a plain
+/// error). A candidate may claim this falsely; it only buys one more evaluation, alone,
+/// with the same checks.
 fn out_of_memory(exit: &Exit) -> bool {
+    let says = |e: &tritonforge_protocol::ErrorInfo| {
+        e.exc_type == "OutOfMemoryError" || e.message.to_lowercase().contains("out of memory")
+    };
     match exit {
         Exit::Answered {
             outcome: Outcome::Verdict(v),
             ..
-        } => v.error.as_ref().is_some_and(|e| {
-            e.exc_type == "OutOfMemoryError" || e.message.to_lowercase().contains("out of memory")
-        }),
+        } => v.error.as_ref().is_some_and(says),
+        Exit::Answered {
+            outcome: Outcome::ProblemError(p),
+            ..
+        } => {
+            p.error.as_ref().is_some_and(says) || p.message.to_lowercase().contains("out of memory")
+        }
         _ => false,
     }
 }
 
-/// Say how the process died and, from Python's fault handler dump, where in the candidate.
 fn crash_message(exit: &str, stderr_tail: &str, candidate_file: &str) -> String {
     let mut msg = format!("the candidate's process {exit} before answering");
     if let Some(fatal) = stderr_tail

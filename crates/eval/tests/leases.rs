@@ -290,6 +290,20 @@ async fn out_of_memory_while_sharing_is_evaluated_again_alone() {
     assert!(oom.message.contains("OutOfMemoryError"), "{}", oom.message);
     assert_eq!(exclusive(&ev), 1, "{:#?}", ev.pool().lease_events());
 
+    // A reference that runs out of memory after the candidate ran is the candidate's
+    // failure (it may have caused it), named as the reference's, and retried alone too.
+    let problem = Problem::load(&fixture("problems/reference_out_of_memory.py")).unwrap();
+    let relu = Candidate::load(&fixture("candidates/relu_ok.py")).unwrap();
+    let r = ev
+        .evaluate(&problem, &relu, &config(60_000))
+        .await
+        .unwrap()
+        .record;
+    assert_eq!(r.status, Status::RuntimeError, "{}", r.message);
+    assert!(r.message.contains("the reference failed"), "{}", r.message);
+    assert!(r.message.contains("evaluated again alone"), "{}", r.message);
+    assert_eq!(exclusive(&ev), 2, "{:#?}", ev.pool().lease_events());
+
     // In exclusive mode every run already holds its device alone: no second run.
     let state = tempfile::tempdir().unwrap();
     let alone = evaluator(
