@@ -345,8 +345,25 @@ struct Launch {
     /// A Triton cache holding only what the warm-up compiled (kernel and launcher),
     /// copied into each new process's own cache: its warm-up then compiles nothing.
     cache_template: Option<PathBuf>,
-    /// CPU mode: the warmed-up server this device's processes are forked from.
-    zygote: Option<Arc<Zygote>>,
+    /// CPU mode: the warmed-up server this device's processes are forked from; a dead
+    /// one is replaced (`live_zygote`).
+    zygote: Mutex<Option<Arc<Zygote>>>,
+    /// Whether this device forks at all (its first server started and forked).
+    forks: bool,
+    /// Replacements of a dead fork server so far, and one replacement at a time.
+    restarts: std::sync::atomic::AtomicU32,
+    restart_lock: tokio::sync::Mutex<()>,
+}
+
+/// Replacements of a dead fork server per device over a pool's life: enough for a long
+/// `serve` to survive the odd loss, few enough that a candidate able to kill or stop
+/// its parent (where signals are not scoped) cannot make the pool do nothing else.
+const ZYGOTE_RESTARTS: u32 = 3;
+
+impl Launch {
+    fn zygote_now(&self) -> Option<Arc<Zygote>> {
+        self.zygote.lock().ok().and_then(|z| z.clone())
+    }
 }
 
 /// One device: its processes, its candidate slots and its lease lock.
@@ -432,7 +449,10 @@ impl Pool {
                       cache_template: Option<PathBuf>,
                       zygote: Option<Arc<Zygote>>| {
             Arc::new(Launch {
-                zygote,
+                forks: zygote.is_some(),
+                zygote: Mutex::new(zygote),
+                restarts: std::sync::atomic::AtomicU32::new(0),
+                restart_lock: tokio::sync::Mutex::new(()),
                 cache_template,
                 cpu_timing_lease: cfg.cpu_timing_lease,
                 reserved_cpus: reserved_cpus.clone(),
@@ -528,7 +548,7 @@ impl Pool {
     pub fn forked(&self) -> u64 {
         self.slots
             .iter()
-            .filter_map(|s| s.launch.zygote.as_ref())
+            .filter_map(|s| s.launch.zygote_now())
             .map(|z| z.forked())
             .sum::<u64>()
     }
@@ -537,7 +557,7 @@ impl Pool {
     pub fn fork_server(&self) -> Option<i32> {
         self.slots
             .iter()
-            .find_map(|s| s.launch.zygote.as_ref())
+            .find_map(|s| s.launch.zygote_now())
             .filter(|z| z.alive())
             .map(|z| z.pid())
     }
@@ -1014,14 +1034,44 @@ fn worker_env(launch: &Launch, scratch: &std::path::Path) -> Vec<(&'static str, 
 
 /// A process of `launch`, forked when the slot has a live fork server, else started.
 async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
-    if let Some(zygote) = launch.zygote.as_ref().filter(|z| z.alive()) {
+    if let Some(zygote) = live_zygote(&launch).await {
         // Any failure here is the server's or the fork's: a started process is the
         // fallback, and it reports its own failure if it has one.
-        if let Ok(ready) = fork_worker(&launch, zygote).await {
+        if let Ok(ready) = fork_worker(&launch, &zygote).await {
             return Ok(ready);
         }
     }
     spawn_worker(&launch).await
+}
+
+/// The device's fork server, when it has a live one. A dead one (killed, or given up
+/// on) is replaced by a new server, at most `ZYGOTE_RESTARTS` times; until then, or
+/// after, processes are started.
+async fn live_zygote(launch: &Launch) -> Option<Arc<Zygote>> {
+    if let Some(z) = launch.zygote_now().filter(|z| z.alive()) {
+        return Some(z);
+    }
+    if !launch.forks {
+        return None;
+    }
+    let _one = launch.restart_lock.lock().await;
+    // Another start may have replaced it while this one waited.
+    if let Some(z) = launch.zygote_now().filter(|z| z.alive()) {
+        return Some(z);
+    }
+    if launch.restarts.fetch_add(1, Ordering::SeqCst) >= ZYGOTE_RESTARTS {
+        return None;
+    }
+    match spawn(launch, true).await {
+        Ok(First::Zygote(z)) => {
+            if let Ok(mut slot) = launch.zygote.lock() {
+                *slot = Some(z.clone());
+            }
+            Some(z)
+        }
+        // A process that answered as a worker is not a server; dropping it ends it.
+        Ok(First::Worker(_)) | Err(_) => None,
+    }
 }
 
 /// A process of `launch`, started (never a fork server).
