@@ -1045,7 +1045,7 @@ async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
 }
 
 /// The device's fork server, when it has a live one. A dead one (killed, or given up
-/// on) is replaced by a new server, at most `ZYGOTE_RESTARTS` times; until then, or
+/// on) is replaced by a new server, at most `ZYGOTE_RESTARTS` times; meanwhile, and
 /// after, processes are started.
 async fn live_zygote(launch: &Launch) -> Option<Arc<Zygote>> {
     if let Some(z) = launch.zygote_now().filter(|z| z.alive()) {
@@ -1054,8 +1054,11 @@ async fn live_zygote(launch: &Launch) -> Option<Arc<Zygote>> {
     if !launch.forks {
         return None;
     }
-    let _one = launch.restart_lock.lock().await;
-    // Another start may have replaced it while this one waited.
+    // One replacement at a time; a start that finds one under way does not wait for it
+    // (a new server that hangs must not stall every start) but is started itself.
+    let Ok(_one) = launch.restart_lock.try_lock() else {
+        return None;
+    };
     if let Some(z) = launch.zygote_now().filter(|z| z.alive()) {
         return Some(z);
     }
