@@ -506,20 +506,18 @@ const ALONE_MEMORY_FRACTION: f64 = 0.9;
 /// error). A candidate may claim this falsely; it only buys one more evaluation, alone,
 /// with the same checks.
 fn out_of_memory(exit: &Exit) -> bool {
-    let says = |e: &tritonforge_protocol::ErrorInfo| {
-        e.exc_type == "OutOfMemoryError" || e.message.to_lowercase().contains("out of memory")
-    };
+    let says = |text: &str| text.to_lowercase().contains("out of memory");
+    let error_says =
+        |e: &tritonforge_protocol::ErrorInfo| e.exc_type == "OutOfMemoryError" || says(&e.message);
     match exit {
         Exit::Answered {
             outcome: Outcome::Verdict(v),
             ..
-        } => v.error.as_ref().is_some_and(says),
+        } => v.error.as_ref().is_some_and(error_says),
         Exit::Answered {
             outcome: Outcome::ProblemError(p),
             ..
-        } => {
-            p.error.as_ref().is_some_and(says) || p.message.to_lowercase().contains("out of memory")
-        }
+        } => p.error.as_ref().is_some_and(error_says) || says(&p.message),
         _ => false,
     }
 }

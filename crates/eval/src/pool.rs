@@ -346,13 +346,10 @@ struct Launch {
     /// copied into each new process's own cache: its warm-up then compiles nothing.
     cache_template: Option<PathBuf>,
     /// CPU mode: the warmed-up server this device's processes are forked from; a dead
-    /// one is replaced (`live_zygote`).
+    /// one is replaced (`live_zygote`). `None`: this device does not fork.
     zygote: Mutex<Option<Arc<Zygote>>>,
-    /// Whether this device forks at all (its first server started and forked).
-    forks: bool,
-    /// Replacements of a dead fork server so far, and one replacement at a time.
-    restarts: std::sync::atomic::AtomicU32,
-    restart_lock: tokio::sync::Mutex<()>,
+    /// Replacements of a dead fork server so far; held while one is made.
+    restarts: tokio::sync::Mutex<u32>,
 }
 
 /// Replacements of a dead fork server per device over a pool's life: enough for a long
@@ -449,10 +446,8 @@ impl Pool {
                       cache_template: Option<PathBuf>,
                       zygote: Option<Arc<Zygote>>| {
             Arc::new(Launch {
-                forks: zygote.is_some(),
                 zygote: Mutex::new(zygote),
-                restarts: std::sync::atomic::AtomicU32::new(0),
-                restart_lock: tokio::sync::Mutex::new(()),
+                restarts: tokio::sync::Mutex::new(0),
                 cache_template,
                 cpu_timing_lease: cfg.cpu_timing_lease,
                 reserved_cpus: reserved_cpus.clone(),
@@ -1034,9 +1029,13 @@ fn worker_env(launch: &Launch, scratch: &std::path::Path) -> Vec<(&'static str, 
 
 /// A process of `launch`, forked when the slot has a live fork server, else started.
 async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
-    if let Some(zygote) = live_zygote(&launch).await {
-        // Any failure here is the server's or the fork's: a started process is the
-        // fallback, and it reports its own failure if it has one.
+    // Any failure here is the server's or the fork's: a started process is the fallback,
+    // and it reports its own failure if it has one. A failed fork marks its server dead,
+    // so a second look replaces it (a death is often first seen that way).
+    for _ in 0..2 {
+        let Some(zygote) = live_zygote(&launch).await else {
+            break;
+        };
         if let Ok(ready) = fork_worker(&launch, &zygote).await {
             return Ok(ready);
         }
@@ -1048,23 +1047,23 @@ async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
 /// on) is replaced by a new server, at most `ZYGOTE_RESTARTS` times; meanwhile, and
 /// after, processes are started.
 async fn live_zygote(launch: &Launch) -> Option<Arc<Zygote>> {
-    if let Some(z) = launch.zygote_now().filter(|z| z.alive()) {
-        return Some(z);
-    }
-    if !launch.forks {
-        return None;
+    // A device that does not fork has no server, dead or alive; one is never set to none.
+    let current = launch.zygote_now()?;
+    if current.alive() {
+        return Some(current);
     }
     // One replacement at a time; a start that finds one under way does not wait for it
     // (a new server that hangs must not stall every start) but is started itself.
-    let Ok(_one) = launch.restart_lock.try_lock() else {
+    let Ok(mut restarts) = launch.restarts.try_lock() else {
         return None;
     };
     if let Some(z) = launch.zygote_now().filter(|z| z.alive()) {
         return Some(z);
     }
-    if launch.restarts.fetch_add(1, Ordering::SeqCst) >= ZYGOTE_RESTARTS {
+    if *restarts >= ZYGOTE_RESTARTS {
         return None;
     }
+    *restarts += 1;
     match spawn(launch, true).await {
         Ok(First::Zygote(z)) => {
             if let Ok(mut slot) = launch.zygote.lock() {

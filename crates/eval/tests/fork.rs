@@ -110,7 +110,7 @@ async fn a_lost_fork_server_is_replaced_a_bounded_number_of_times() {
         }
         // Replacements are started by the pool's top-ups, in the background.
         let mut server = None;
-        for _ in 0..if round == 3 { 50 } else { 300 } {
+        for _ in 0..if round == 3 { 50 } else { 1200 } {
             // A new server, and it has forked (it is set just before its first fork).
             server = ev
                 .pool()

@@ -76,6 +76,15 @@ async fn futures_join_all<F: std::future::Future>(fs: Vec<F>) -> Vec<F::Output> 
     outs.into_iter().flatten().collect()
 }
 
+/// Exclusive holds granted so far (timing leases, exclusive mode, runs alone).
+fn exclusive_holds(ev: &Evaluator) -> usize {
+    ev.pool()
+        .lease_events()
+        .iter()
+        .filter(|e| e.kind == LeaseKind::Exclusive)
+        .count()
+}
+
 fn overlaps(a: &LeaseEvent, b: &LeaseEvent) -> bool {
     a.acquired < b.released && b.acquired < a.released
 }
@@ -210,14 +219,7 @@ async fn dead_and_hung_workers_release_their_leases_and_are_replaced() {
     // and both correct jobs got their timing lease.
     let events = ev.pool().lease_events();
     assert!(events.iter().all(|e| e.released >= e.acquired));
-    assert_eq!(
-        events
-            .iter()
-            .filter(|e| e.kind == LeaseKind::Exclusive)
-            .count(),
-        2,
-        "{events:#?}"
-    );
+    assert_eq!(exclusive_holds(&ev), 2, "{events:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,17 +270,10 @@ async fn out_of_memory_while_sharing_is_evaluated_again_alone() {
         },
     )
     .await;
-    let exclusive = |ev: &Evaluator| {
-        ev.pool()
-            .lease_events()
-            .into_iter()
-            .filter(|e| e.kind == LeaseKind::Exclusive)
-            .count()
-    };
     let raised = &eval_all(&ev, &["raises.py"], 60_000).await[0];
     assert_eq!(raised.status, Status::RuntimeError, "{}", raised.message);
     assert!(!raised.message.contains("alone"), "{}", raised.message);
-    assert_eq!(exclusive(&ev), 0, "a plain error is not retried");
+    assert_eq!(exclusive_holds(&ev), 0, "a plain error is not retried");
 
     let oom = &eval_all(&ev, &["runs_out_of_memory.py"], 60_000).await[0];
     assert_eq!(oom.status, Status::RuntimeError, "{}", oom.message);
@@ -288,7 +283,7 @@ async fn out_of_memory_while_sharing_is_evaluated_again_alone() {
         oom.message
     );
     assert!(oom.message.contains("OutOfMemoryError"), "{}", oom.message);
-    assert_eq!(exclusive(&ev), 1, "{:#?}", ev.pool().lease_events());
+    assert_eq!(exclusive_holds(&ev), 1, "{:#?}", ev.pool().lease_events());
 
     // A reference that runs out of memory after the candidate ran is the candidate's
     // failure (it may have caused it), named as the reference's, and retried alone too.
@@ -302,7 +297,7 @@ async fn out_of_memory_while_sharing_is_evaluated_again_alone() {
     assert_eq!(r.status, Status::RuntimeError, "{}", r.message);
     assert!(r.message.contains("the reference failed"), "{}", r.message);
     assert!(r.message.contains("evaluated again alone"), "{}", r.message);
-    assert_eq!(exclusive(&ev), 2, "{:#?}", ev.pool().lease_events());
+    assert_eq!(exclusive_holds(&ev), 2, "{:#?}", ev.pool().lease_events());
 
     // In exclusive mode every run already holds its device alone: no second run.
     let state = tempfile::tempdir().unwrap();
@@ -316,5 +311,5 @@ async fn out_of_memory_while_sharing_is_evaluated_again_alone() {
     .await;
     let once = &eval_all(&alone, &["runs_out_of_memory.py"], 60_000).await[0];
     assert!(!once.message.contains("alone"), "{}", once.message);
-    assert_eq!(exclusive(&alone), 1, "one run, one hold");
+    assert_eq!(exclusive_holds(&alone), 1, "one run, one hold");
 }
