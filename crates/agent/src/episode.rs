@@ -110,7 +110,7 @@ pub async fn run_episode(
         ),
     ];
     let mut ep = Episode {
-        id: format!("{run}/{}/{sample}", problem.name),
+        id: crate::runner::episode_id(run, &problem.name, sample),
         run: run.to_string(),
         problem: problem.name.clone(),
         problem_path: problem.path.display().to_string(),

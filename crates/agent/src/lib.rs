@@ -11,9 +11,11 @@ pub mod metrics;
 pub mod openai;
 pub mod prompts;
 pub mod reward;
+pub mod runner;
 pub mod sglang;
 
 pub use backend::{Backend, BackendError, ChatMessage, Completion, Sampling};
 pub use episode::{run_episode, Episode, EpisodeConfig, Turn};
 pub use prompts::{Prompts, Target};
 pub use reward::RewardConfig;
+pub use runner::{BackendSpec, RunEvent, RunResult, RunSpec};

@@ -9,6 +9,13 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use tritonforge_protocol::Tolerance;
 
+pub mod embedded;
+pub mod render;
+pub mod select;
+
+pub use embedded::SuiteSource;
+pub use select::{Filter, Selection, SelectionError};
+
 pub const MANIFEST_FILE: &str = "manifest.toml";
 
 #[derive(Debug, thiserror::Error)]
@@ -282,6 +289,38 @@ pub fn pair_dirs(problems: &Path, candidates: &Path) -> Result<Pairing, BenchErr
         .filter(|c| !prob_names.contains(&stem(c)))
         .collect();
     Ok(pairing)
+}
+
+/// Read every pair of `paths` (problems with the manifest beside the first one, if any).
+/// All unreadable files are reported together, one message each, so a batch fails once
+/// and names every culprit.
+pub fn load_pairs(
+    paths: Vec<(PathBuf, PathBuf)>,
+) -> Result<Vec<(Problem, Candidate)>, Vec<String>> {
+    // Every problem of a batch lives in one directory: read its manifest once.
+    let manifest = match paths.first() {
+        Some((p, _)) => Manifest::find_for(p).map_err(|e| vec![e.to_string()])?,
+        None => None,
+    };
+    let mut errors = Vec::new();
+    let mut pairs = Vec::new();
+    for (p, c) in paths {
+        match (
+            Problem::load_with(&p, manifest.as_ref()),
+            Candidate::load(&c),
+        ) {
+            (Ok(p), Ok(c)) => pairs.push((p, c)),
+            (p, c) => {
+                errors.extend(p.err().map(|e| e.to_string()));
+                errors.extend(c.err().map(|e| e.to_string()));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(pairs)
+    } else {
+        Err(errors)
+    }
 }
 
 #[cfg(test)]

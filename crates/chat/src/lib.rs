@@ -324,6 +324,33 @@ impl ChatTokenizer {
     }
 }
 
+/// Render (and, with a tokenizer, tokenise) chats given as JSON
+/// `{"messages": [...], "add_generation_prompt": bool}`: one `{text, ids}` per chat, or
+/// `{error}` for a chat the template cannot render (named in the second list).
+pub fn render_chats(
+    template: &ChatTemplate,
+    tokenizer: Option<&ChatTokenizer>,
+    chats: &[serde_json::Value],
+) -> Result<(Vec<serde_json::Value>, Vec<String>), ChatError> {
+    let mut out = Vec::new();
+    let mut failed = Vec::new();
+    for (i, chat) in chats.iter().enumerate() {
+        let messages = chat["messages"].as_array().cloned().unwrap_or_default();
+        let gen = chat["add_generation_prompt"].as_bool().unwrap_or(true);
+        let rendered = match template.render(&messages, gen) {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(serde_json::json!({"error": e.to_string()}));
+                failed.push(format!("chat {i}: {e}"));
+                continue;
+            }
+        };
+        let ids = tokenizer.map(|t| t.encode(&rendered)).transpose()?;
+        out.push(serde_json::json!({"text": rendered, "ids": ids}));
+    }
+    Ok((out, failed))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

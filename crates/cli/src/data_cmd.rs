@@ -4,14 +4,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Subcommand;
-use tokio::task::JoinSet;
-use tritonforge_bench::{Candidate, Problem};
 use tritonforge_data::{synth, write, Config, Report, Verdict, Verifier, VerifyItem};
-use tritonforge_eval::{EvalError, Evaluator};
-use tritonforge_protocol::EvalConfig;
-use tritonforge_store::Store;
+use tritonforge_eval::{
+    evaluate_sources, EvalSettings, Evaluator, PairOutcome, SourcePair, TimingSettings,
+};
 
-use crate::{Global, EXIT_USAGE};
+use crate::args::{load_rules, Global, PoolArgs};
+use crate::exit::{self, OrUsage};
 
 #[derive(Subcommand)]
 pub enum DataCmd {
@@ -41,8 +40,6 @@ pub enum DataCmd {
         /// JSONL line, and a heldout problem of the suite under another name.
         #[arg(long)]
         defects: bool,
-        #[arg(long, default_value = "bench")]
-        suite: PathBuf,
     },
     /// Show the stats of a finished build (its output directory).
     Stats {
@@ -59,13 +56,7 @@ pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
             json,
             verify,
         } => {
-            let mut cfg = match Config::load(&config) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return Ok(EXIT_USAGE);
-                }
-            };
+            let mut cfg = Config::load(&config).or_usage()?;
             cfg.verify.enabled |= verify;
             let verifier = if cfg.verify.enabled {
                 Some(EvalVerifier::start(global, &cfg).await?)
@@ -91,12 +82,9 @@ pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
                     eprintln!(
                         "error: {e} (verdicts reached so far are stored; run again to go on)"
                     );
-                    return Ok(crate::EXIT_ENV);
+                    return Ok(exit::ENV);
                 }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return Ok(EXIT_USAGE);
-                }
+                Err(e) => return Err(exit::usage(e)),
             };
             if json {
                 println!("{}", serde_json::to_string(&report)?);
@@ -111,10 +99,9 @@ pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
             out,
             seed,
             defects,
-            suite,
         } => {
             let heldout = if defects {
-                let s = tritonforge_bench::Suite::load(&suite)?;
+                let s = global.load_suite()?;
                 s.entries
                     .iter()
                     .find(|e| e.meta.split.as_deref() == Some("heldout"))
@@ -137,11 +124,10 @@ pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
             {
                 Ok(r) => r,
                 Err(e) => {
-                    eprintln!(
-                        "error: {}: {e} (is it a `data build` output directory?)",
+                    return Err(exit::usage(format!(
+                        "{}: {e} (is it a `data build` output directory?)",
                         path.display()
-                    );
-                    return Ok(EXIT_USAGE);
+                    )))
                 }
             };
             if json {
@@ -158,33 +144,33 @@ pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
 /// store, so each verdict is kept as it comes and a rerun only evaluates what is new.
 struct EvalVerifier {
     evaluator: Arc<Evaluator>,
-    config: EvalConfig,
+    settings: EvalSettings,
     handle: tokio::runtime::Handle,
 }
 
 impl EvalVerifier {
     async fn start(global: &Global, cfg: &Config) -> anyhow::Result<EvalVerifier> {
         let v = &cfg.verify;
-        let pool_args = crate::PoolArgs {
+        let pool_args = PoolArgs {
             jobs: v.jobs,
-            ..crate::PoolArgs::default()
+            ..PoolArgs::default()
         };
-        let pool = global.start_pool(pool_args.config(usize::MAX)).await?;
-        let store = Store::open(&global.store_path())?;
-        let policy = match &cfg.quality.policy {
-            Some(p) => crate::guard_cmd::load_policy(Some(p)).map_err(anyhow::Error::msg)?,
-            None => tritonforge_guard::Policy::default(),
+        let rules = load_rules(cfg.quality.policy.as_deref())?;
+        let evaluator = global
+            .open_evaluator(pool_args.config(usize::MAX)?, Some(rules), true)
+            .await?;
+        let settings = EvalSettings {
+            trials: v.trials,
+            budget: std::time::Duration::from_secs_f64(v.budget_s.max(0.0)),
+            timing: TimingSettings {
+                enabled: v.timing,
+                ..TimingSettings::default()
+            },
+            ..EvalSettings::default()
         };
-        let evaluator =
-            Evaluator::new(pool, Some(store), tritonforge_pyenv::worker_hash()).with_guard(policy);
         Ok(EvalVerifier {
             evaluator: Arc::new(evaluator),
-            config: EvalConfig {
-                trials: v.trials,
-                timing: v.timing,
-                budget_ms: (v.budget_s * 1000.0) as u64,
-                ..EvalConfig::default()
-            },
+            settings,
             handle: tokio::runtime::Handle::current(),
         })
     }
@@ -196,63 +182,42 @@ impl Verifier for EvalVerifier {
         items: &[VerifyItem],
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Verdict>, String> {
-        self.handle.block_on(async {
-            let mut set = JoinSet::new();
-            for (i, item) in items.iter().enumerate() {
-                // The row id names the files the executor writes; keep it a plain name.
-                let stem: String = item
-                    .id
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                    .collect();
-                let problem = Problem {
-                    name: format!("row_{stem}"),
-                    path: PathBuf::from(format!("row_{stem}.py")),
-                    source: item.problem.clone(),
-                    meta: Default::default(),
-                };
-                let candidate = Candidate {
-                    name: format!("row_{stem}_answer"),
-                    path: PathBuf::from(format!("row_{stem}_answer.py")),
-                    source: item.answer.clone(),
-                };
-                let ev = self.evaluator.clone();
-                let config = self.config.clone();
-                set.spawn(async move { (i, ev.evaluate(&problem, &candidate, &config).await) });
-            }
-            let mut verdicts: Vec<Option<Verdict>> = vec![None; items.len()];
-            let mut done = 0;
-            while let Some(joined) = set.join_next().await {
-                let (i, result) = joined.map_err(|e| format!("an evaluation task failed: {e}"))?;
-                let verdict = match result {
-                    Ok(ev) => Verdict {
-                        status: ev.record.status.to_string(),
-                        message: ev.record.message.clone(),
-                        key: ev.record.key.clone(),
-                        cached: ev.cached,
-                        speedup: ev.record.timing.as_ref().map(|t| t.speedup),
-                    },
-                    // The row's PyTorch side is broken: the row goes, the build goes on.
-                    Err(e @ (EvalError::Problem { .. } | EvalError::Bench(_))) => Verdict {
-                        status: "problem_error".into(),
-                        message: e.to_string(),
-                        key: String::new(),
-                        cached: false,
-                        speedup: None,
-                    },
-                    Err(e) => {
-                        self.evaluator.pool().kill_all();
-                        set.abort_all();
-                        return Err(e.to_string());
-                    }
-                };
-                verdicts[i] = Some(verdict);
-                done += 1;
-                if done % 10 == 0 || done == items.len() {
-                    progress(done);
-                }
-            }
-            Ok(verdicts.into_iter().flatten().collect())
-        })
+        let pairs: Vec<SourcePair> = items
+            .iter()
+            .map(|i| SourcePair {
+                id: i.id.clone(),
+                problem: i.problem.clone(),
+                candidate: i.answer.clone(),
+            })
+            .collect();
+        let outcomes = self
+            .handle
+            .block_on(evaluate_sources(
+                &self.evaluator,
+                &pairs,
+                &self.settings,
+                progress,
+            ))
+            .map_err(|e| e.to_string())?;
+        Ok(outcomes
+            .into_iter()
+            .map(|o| match o {
+                PairOutcome::Evaluated(ev) => Verdict {
+                    status: ev.record.status.to_string(),
+                    message: ev.record.message.clone(),
+                    key: ev.record.key.clone(),
+                    cached: ev.cached,
+                    speedup: ev.record.timing.as_ref().map(|t| t.speedup),
+                },
+                // The row's PyTorch side is broken: the row goes, the build goes on.
+                PairOutcome::ProblemError(message) => Verdict {
+                    status: "problem_error".into(),
+                    message,
+                    key: String::new(),
+                    cached: false,
+                    speedup: None,
+                },
+            })
+            .collect())
     }
 }

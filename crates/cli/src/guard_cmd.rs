@@ -4,17 +4,18 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use tritonforge_guard::{Policy, Severity, RULES};
+use tritonforge_guard::{Severity, RULES};
 
-use crate::{short, EXIT_CORRECT, EXIT_USAGE, EXIT_VERDICT};
+use crate::args::{load_rules, short};
+use crate::exit::{self, usage};
 
 #[derive(Args)]
 pub struct GuardArgs {
     /// Candidate files to check.
     files: Vec<PathBuf>,
-    /// Policy file (TOML): `[rules]` severities (`reject`, `warn`, `off`) and `allow_torch`.
-    #[arg(long)]
-    policy: Option<PathBuf>,
+    /// Guard rules file (TOML): `[rules]` severities (`reject`, `warn`, `off`) and `allow_torch`.
+    #[arg(long = "guard-rules", alias = "policy")]
+    rules_file: Option<PathBuf>,
     /// One JSON object per file.
     #[arg(long)]
     json: bool,
@@ -23,44 +24,21 @@ pub struct GuardArgs {
     rules: bool,
 }
 
-/// Read `--policy` (or the strict default), naming the file on error.
-pub fn load_policy(path: Option<&std::path::Path>) -> Result<Policy, String> {
-    match path {
-        None => Ok(Policy::default()),
-        Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            Policy::from_toml(&text, &p.display().to_string()).map_err(|e| e.to_string())
-        }
-    }
-}
-
 pub fn run(args: GuardArgs) -> anyhow::Result<u8> {
     if args.rules {
         for r in RULES {
             println!("{} [{}]\n    {}\n", r.id, severity(r.default), r.doc);
         }
-        return Ok(EXIT_CORRECT);
+        return Ok(exit::CORRECT);
     }
     if args.files.is_empty() {
-        eprintln!("error: give one or more candidate files (or --rules)");
-        return Ok(EXIT_USAGE);
+        return Err(usage("give one or more candidate files (or --rules)"));
     }
-    let policy = match load_policy(args.policy.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(EXIT_USAGE);
-        }
-    };
+    let policy = load_rules(args.rules_file.as_deref())?;
     let mut any_reject = false;
     for file in &args.files {
-        let source = match std::fs::read_to_string(file) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("error: {}: {e}", file.display());
-                return Ok(EXIT_USAGE);
-            }
-        };
+        let source =
+            std::fs::read_to_string(file).map_err(|e| usage(format!("{}: {e}", file.display())))?;
         let started = Instant::now();
         let report = tritonforge_guard::check(&source, &policy);
         let micros = started.elapsed().as_secs_f64() * 1e6;
@@ -92,9 +70,9 @@ pub fn run(args: GuardArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(if any_reject {
-        EXIT_VERDICT
+        exit::VERDICT
     } else {
-        EXIT_CORRECT
+        exit::CORRECT
     })
 }
 

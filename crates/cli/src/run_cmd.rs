@@ -1,30 +1,25 @@
-//! `tritonforge run`: benchmark a policy on a problem set, S samples × T turns per
-//! problem, episodes stored as they finish (a rerun with the same settings resumes),
-//! then a terminal table, `report.md`, `report.json` and `--json`.
+//! `tritonforge run`: play a policy model on problems of the suite, S samples × T turns
+//! per problem. The runner library does the work (selection, scheduling, resume,
+//! storage, summary); this parses flags, shows progress and prints the report.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
-use tritonforge_agent::embedded::{EmbeddedBackend, EmbeddedConfig};
+use tritonforge_agent::embedded::EmbeddedConfig;
 use tritonforge_agent::http::HttpConfig;
-use tritonforge_agent::metrics::{self, Labels};
-use tritonforge_agent::openai::{OpenAiBackend, OpenAiConfig};
-use tritonforge_agent::sglang::SglangBackend;
-use tritonforge_agent::{
-    run_episode, Backend, Episode, EpisodeConfig, Prompts, RewardConfig, Sampling, Target,
-};
-use tritonforge_bench::{Problem, Suite};
-use tritonforge_eval::{sha256_hex, Evaluator};
-use tritonforge_protocol::{DeviceKind, EvalConfig};
+use tritonforge_agent::openai::OpenAiConfig;
+use tritonforge_agent::runner::{self, BackendSpec, RunEvent, RunSpec};
+use tritonforge_agent::{Episode, Prompts, RewardConfig, Sampling};
+use tritonforge_bench::Selection;
+use tritonforge_protocol::DeviceKind;
 use tritonforge_store::Store;
 
-use crate::{Global, EXIT_USAGE, EXIT_VERDICT};
+use crate::args::{EvalFlags, FilterArgs, Global, GuardOpts, PoolArgs};
+use crate::exit::{self, usage, OrUsage};
+use crate::progress;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Api {
@@ -76,7 +71,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
     #[command(flatten)]
-    filter: crate::bench_cmd::Filter,
+    filter: FilterArgs,
     /// Problems by id, key or name (repeatable).
     #[arg(long = "problem")]
     problems: Vec<String>,
@@ -123,436 +118,219 @@ pub struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
-    /// Shape variant to evaluate at (default: `small` in CPU mode).
-    #[arg(long)]
-    variant: Option<String>,
-    #[arg(long, default_value_t = 5)]
-    trials: u32,
-    /// Wall-clock budget per candidate, seconds.
-    #[arg(long, default_value_t = 120.0)]
-    budget: f64,
     #[command(flatten)]
-    timing: crate::eval_cmd::TimingArgs,
+    eval: EvalFlags,
     #[command(flatten)]
-    pool: crate::PoolArgs,
+    pool: PoolArgs,
     #[command(flatten)]
-    guard: crate::GuardOpts,
+    guard: GuardOpts,
 }
 
-pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
-    let suite = match Suite::load(&args.filter.suite) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(EXIT_USAGE);
+impl RunArgs {
+    /// The embedded model: without an endpoint, `--model` names it; a name that would be
+    /// sent nowhere must not be dropped in silence while another model is evaluated.
+    fn embedded_model(&self) -> anyhow::Result<String> {
+        match (&self.base_url, &self.model, &self.embedded_model) {
+            (Some(_), _, Some(_)) => Err(usage(
+                "--embedded-model is the model run here; with --base-url the endpoint \
+                 serves the model (name it with --model)",
+            )),
+            (None, Some(m), Some(e)) if m != e => Err(usage(format!(
+                "--model {m} and --embedded-model {e} name two embedded models; give one"
+            ))),
+            (None, Some(m), _) => Ok(m.clone()),
+            (_, _, e) => Ok(e.clone().unwrap_or_else(|| "smollm2".into())),
         }
-    };
-    let mut entries: Vec<_> = suite
-        .entries
-        .iter()
-        .filter(|e| args.filter.keep(e))
-        .cloned()
-        .collect();
-    let no_selection = args.filter.level.is_none()
-        && args.filter.family.is_none()
-        && args.filter.split.is_none()
-        && args.problems.is_empty();
-    let set = args
-        .set
-        .clone()
-        .or_else(|| no_selection.then(|| "quick".to_string()));
-    if let Some(name) = &set {
-        let Some(keys) = suite.manifest.sets.get(name) else {
-            let known: Vec<&str> = suite.manifest.sets.keys().map(String::as_str).collect();
-            eprintln!(
-                "error: no set {name:?} in {} (sets: {})",
-                suite.manifest.path.display(),
-                known.join(", ")
-            );
-            return Ok(EXIT_USAGE);
-        };
-        entries.retain(|e| keys.contains(&e.key));
     }
-    if !args.problems.is_empty() {
-        let mut picked = Vec::new();
-        for want in &args.problems {
-            match suite.find(want) {
-                Some(e) => picked.push(e.clone()),
-                None => {
-                    eprintln!(
-                        "error: no problem {want:?} in {}",
-                        args.filter.suite.display()
-                    );
-                    return Ok(EXIT_USAGE);
-                }
-            }
-        }
-        entries.retain(|e| picked.iter().any(|p| p.key == e.key));
-    }
-    if let Some(n) = args.limit {
-        entries.truncate(n);
-    }
-    if entries.is_empty() {
-        eprintln!("error: no problem matches the filters");
-        return Ok(EXIT_USAGE);
-    }
-    let reward = match &args.reward {
-        None => RewardConfig::default(),
-        Some(p) => match std::fs::read_to_string(p)
-            .map_err(|e| e.to_string())
-            .and_then(|t| toml_reward(&t))
-        {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("error: {}: {e}", p.display());
-                return Ok(EXIT_USAGE);
-            }
-        },
-    };
-    let prompts = match Prompts::load(args.prompts.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(EXIT_USAGE);
-        }
-    };
-    if let Some(msg) = args.pool.problem() {
-        eprintln!("error: {msg}");
-        return Ok(EXIT_USAGE);
-    }
-    let policy = match args.guard.load() {
-        Ok(p) => p,
-        Err(msg) => {
-            eprintln!("error: {msg}");
-            return Ok(EXIT_USAGE);
-        }
-    };
 
-    // Without an endpoint, `--model` names the embedded model: a name that would be sent
-    // nowhere must not be dropped in silence while another model is evaluated.
-    let embedded_model = match (&args.base_url, &args.model, &args.embedded_model) {
-        (Some(_), _, Some(_)) => {
-            eprintln!(
-                "error: --embedded-model is the model run here; with --base-url the endpoint \
-                 serves the model (name it with --model)"
-            );
-            return Ok(EXIT_USAGE);
-        }
-        (None, Some(m), Some(e)) if m != e => {
-            eprintln!(
-                "error: --model {m} and --embedded-model {e} name two embedded models; give one"
-            );
-            return Ok(EXIT_USAGE);
-        }
-        (None, Some(m), _) => m.clone(),
-        (_, _, e) => e.clone().unwrap_or_else(|| "smollm2".into()),
-    };
-    let pool = global.start_pool(args.pool.config(usize::MAX)).await?;
-    let env = pool.environment().clone();
-    let cpu_mode = env.device == DeviceKind::Cpu;
-    let backend: Arc<dyn Backend> = match &args.base_url {
-        Some(base_url) => {
-            let mut http = HttpConfig::new(base_url);
-            http.api_key = std::env::var(&args.api_key_env)
-                .ok()
-                .filter(|k| !k.is_empty());
-            http.timeout = Duration::from_secs_f64(args.request_timeout.max(0.1));
-            http.retries = args.retries;
-            http.backoff = Duration::from_secs_f64(args.backoff.max(0.0));
-            http.concurrency = args.concurrency;
-            match args.api {
-                Api::Openai => Arc::new(OpenAiBackend::new(OpenAiConfig {
-                    http,
-                    model: args.model.clone().unwrap_or_else(|| "default".into()),
-                    stream: args.stream,
-                })?),
-                Api::Sglang => {
-                    let Some(dir) = &args.tokenizer else {
-                        eprintln!(
-                            "error: --api sglang sends token ids: --tokenizer DIR must name the \
-                             served model's tokenizer (tokenizer.json and chat template)"
-                        );
-                        return Ok(EXIT_USAGE);
-                    };
-                    match SglangBackend::new(http, dir) {
-                        Ok(b) => Arc::new(b),
-                        Err(e) => {
-                            eprintln!("error: {e}");
-                            return Ok(EXIT_USAGE);
-                        }
-                    }
-                }
-            }
-        }
-        None => {
+    fn backend(
+        &self,
+        global: &Global,
+        model: String,
+        device: DeviceKind,
+    ) -> anyhow::Result<BackendSpec> {
+        let timeout = Duration::from_secs_f64(self.request_timeout.max(0.1));
+        let Some(base_url) = &self.base_url else {
             let py = global.python_env()?;
-            Arc::new(EmbeddedBackend::new(EmbeddedConfig {
+            return Ok(BackendSpec::Embedded(EmbeddedConfig {
                 python: py.interpreter.clone(),
                 worker_path: py.worker_path.clone(),
-                model: embedded_model.clone(),
-                device: if cpu_mode {
+                model,
+                device: if device == DeviceKind::Cpu {
                     "cpu".into()
                 } else {
                     "cuda".into()
                 },
                 startup_timeout: Duration::from_secs(300),
-                request_timeout: Duration::from_secs_f64(args.request_timeout.max(0.1)),
-                max_batch: args.parallel.max(1),
-            }))
-        }
-    };
+                request_timeout: timeout,
+                max_batch: self.parallel.max(1),
+            }));
+        };
+        let mut http = HttpConfig::new(base_url);
+        http.api_key = std::env::var(&self.api_key_env)
+            .ok()
+            .filter(|k| !k.is_empty());
+        http.timeout = timeout;
+        http.retries = self.retries;
+        http.backoff = Duration::from_secs_f64(self.backoff.max(0.0));
+        http.concurrency = self.concurrency;
+        Ok(match self.api {
+            Api::Openai => BackendSpec::OpenAi(OpenAiConfig {
+                http,
+                model: self.model.clone().unwrap_or_else(|| "default".into()),
+                stream: self.stream,
+            }),
+            Api::Sglang => {
+                let tokenizer = self.tokenizer.clone().ok_or_else(|| {
+                    usage(
+                        "--api sglang sends token ids: --tokenizer DIR must name the \
+                         served model's tokenizer (tokenizer.json and chat template)",
+                    )
+                })?;
+                BackendSpec::Sglang { http, tokenizer }
+            }
+        })
+    }
+
+    fn spec(&self) -> anyhow::Result<RunSpec> {
+        let reward = match &self.reward {
+            None => RewardConfig::default(),
+            Some(p) => std::fs::read_to_string(p)
+                .map_err(|e| e.to_string())
+                .and_then(|t| toml_reward(&t))
+                .map_err(|e| usage(format!("{}: {e}", p.display())))?,
+        };
+        Ok(RunSpec {
+            selection: Selection {
+                filter: (&self.filter).into(),
+                problems: self.problems.clone(),
+                set: self.set.clone(),
+                limit: self.limit,
+            },
+            samples: self.samples,
+            turns: self.turns,
+            target_speedup: self.target_speedup,
+            sampling: Sampling {
+                temperature: self.temperature,
+                top_p: self.top_p,
+                max_tokens: self.max_tokens.unwrap_or(if self.base_url.is_some() {
+                    4096
+                } else {
+                    512
+                }),
+                seed: self.seed,
+            },
+            reward,
+            eval: self.eval.settings()?,
+            parallel: self.parallel,
+            run_id: self.run_id.clone(),
+        })
+    }
+}
+
+pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
+    let suite = global.load_suite()?;
+    let spec = args.spec()?;
+    spec.selection.select(&suite).or_usage()?;
+    let prompts = Prompts::load(args.prompts.as_deref()).or_usage()?;
+    let pool = args.pool.config(usize::MAX)?;
+    let guard = args.guard.load()?;
+    let model = args.embedded_model()?;
+    let evaluator = Arc::new(global.open_evaluator(pool, guard, true).await?);
+    let env = tritonforge_eval::report::env_line(evaluator.environment());
+    let backend = args
+        .backend(global, model, evaluator.device())?
+        .build()
+        .or_usage()?;
     if !args.json {
-        eprintln!("{}", crate::report::env_line(&env));
+        eprintln!("{env}");
     }
     let store = Store::open(&global.store_path())?;
-    let episodes_store = Store::open(&global.store_path())?;
-    let evaluator = Arc::new(crate::guarded(
-        Evaluator::new(pool, Some(store), tritonforge_pyenv::worker_hash()),
-        policy,
-    ));
-    let target = Target {
-        device: if cpu_mode {
-            "CPU (Triton interpreter; correctness only, no timing)".into()
-        } else {
-            env.gpus
-                .first()
-                .map(|g| format!("{} (CUDA)", g.name))
-                .unwrap_or_else(|| "NVIDIA GPU (CUDA)".into())
-        },
-        dtype: "float32".into(),
-        timing: !cpu_mode && !args.timing.no_timing,
-    };
-    let sampling = Sampling {
-        temperature: args.temperature,
-        top_p: args.top_p,
-        max_tokens: args
-            .max_tokens
-            .unwrap_or(if args.base_url.is_some() { 4096 } else { 512 }),
-        seed: args.seed,
-    };
-    let cfg = Arc::new(EpisodeConfig {
-        turns: args.turns.max(1),
-        target_speedup: args.target_speedup,
-        sampling: sampling.clone(),
-        reward: reward.clone(),
-        target,
-    });
-    let keys: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
-    let run_id = args.run_id.clone().unwrap_or_else(|| {
-        let settings = serde_json::json!({
-            "backend": backend.describe(), "problems": keys, "samples": args.samples,
-            "turns": cfg.turns, "sampling": sampling, "target": args.target_speedup,
-            "reward": reward, "variant": args.variant, "device": cpu_mode, "set": set,
-        });
-        format!("run-{}", &sha256_hex(settings.to_string().as_bytes())[..12])
-    });
-
-    // Resume: episodes of this run already stored (and not cut short by an error) are kept.
-    let mut done: Vec<Episode> = Vec::new();
-    for (_, text) in episodes_store.episodes(&run_id)? {
-        if let Ok(ep) = serde_json::from_str::<Episode>(&text) {
-            if ep.error.is_none() {
-                done.push(ep);
-            }
-        }
-    }
-    let prompts = Arc::new(prompts);
-    let slots = Arc::new(Semaphore::new(args.parallel.max(1)));
-    let mut set: JoinSet<(Episode, Labels)> = JoinSet::new();
-    let mut labels_of = std::collections::BTreeMap::new();
-    let mut planned = 0usize;
-    for e in &entries {
-        let problem = Problem::load_with(&e.problem_path, Some(&suite.manifest))
-            .with_context(|| format!("loading {}", e.key))?;
-        let (variant, overrides) = match problem.variant(args.variant.as_deref(), cpu_mode) {
-            Ok(v) => v,
-            Err(err) => {
-                eprintln!("error: {err}");
-                return Ok(EXIT_USAGE);
-            }
-        };
-        let eval = args.timing.apply(EvalConfig {
-            trials: args.trials,
-            tolerance: problem.meta.tolerance(),
-            shape_check: if cpu_mode {
-                None
-            } else {
-                problem.shape_check(variant.as_deref())
-            },
-            variant,
-            overrides,
-            budget_ms: (args.budget * 1000.0) as u64,
-            ..EvalConfig::default()
-        });
-        let labels = Labels {
-            level: e.meta.level,
-            family: e.meta.family.clone(),
-        };
-        labels_of.insert(problem.name.clone(), labels.clone());
-        for s in 0..args.samples {
-            let id = format!("{run_id}/{}/{s}", problem.name);
-            if done.iter().any(|d| d.id == id) {
-                continue;
-            }
-            planned += 1;
-            let (backend, evaluator, prompts, cfg, slots) = (
-                backend.clone(),
-                evaluator.clone(),
-                prompts.clone(),
-                cfg.clone(),
-                slots.clone(),
-            );
-            let (problem, eval, run_id, labels) = (
-                problem.clone(),
-                eval.clone(),
-                run_id.clone(),
-                labels.clone(),
-            );
-            set.spawn(async move {
-                let _slot = slots.acquire().await;
-                let ep = match run_episode(
-                    backend.as_ref(),
-                    &evaluator,
-                    &prompts,
-                    &problem,
-                    &eval,
-                    &cfg,
-                    &run_id,
-                    s,
-                )
-                .await
-                {
-                    Ok(ep) => ep,
-                    Err(e) => Episode {
-                        id: format!("{run_id}/{}/{s}", problem.name),
-                        run: run_id.clone(),
-                        problem: problem.name.clone(),
-                        problem_path: problem.path.display().to_string(),
-                        sample: s,
-                        backend: backend.describe(),
-                        turns: Vec::new(),
-                        error: Some(e.to_string()),
-                    },
-                };
-                (ep, labels)
-            });
-        }
-    }
-    if !args.json {
-        eprintln!(
-            "run {run_id}: {} problems x {} samples x up to {} turns ({} stored, {planned} to play)",
-            entries.len(),
-            args.samples,
-            cfg.turns,
-            done.len()
-        );
-    }
-    let started = Instant::now();
-    let mut finished = 0usize;
-    // A bar on a terminal; on a pipe or file it hides itself and each episode gets a line.
-    let bar = if args.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::with_draw_target(Some(planned as u64), ProgressDrawTarget::stderr())
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes ({eta} left) {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let bar = progress::bar(
+        None,
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes ({eta} left) {msg}",
+        args.json,
     );
     bar.enable_steady_tick(Duration::from_millis(250));
-    let mut solved = 0usize;
-    let mut all: Vec<(Episode, Labels)> = done
-        .into_iter()
-        .map(|ep| {
-            let l = labels_of.get(&ep.problem).cloned().unwrap_or_default();
-            (ep, l)
-        })
-        .collect();
-    while let Some(joined) = set.join_next().await {
-        let (ep, labels) = joined.context("an episode task panicked")?;
-        // Stored as it finishes: an interrupted run loses nothing already played.
-        episodes_store.put_episode(
-            &ep.id,
-            &ep.run,
-            &ep.problem,
-            ep.sample,
-            &serde_json::to_string(&ep)?,
-        )?;
-        finished += 1;
-        if !args.json {
-            let last = ep.turns.last();
-            let detail = match (&ep.error, last) {
-                (Some(e), _) => format!("error: {e}"),
-                (None, Some(t)) => format!(
-                    "{} after {} turn(s){}",
-                    t.outcome,
-                    ep.turns.len(),
-                    t.speedup.map(|s| format!(", {s:.2}x")).unwrap_or_default()
+    let json = args.json;
+    let mut on_event = |e: RunEvent| match e {
+        RunEvent::Planned {
+            run_id,
+            problems,
+            samples,
+            turns,
+            stored,
+            to_play,
+        } => {
+            bar.set_length(to_play as u64);
+            progress::line(&bar, json, format!(
+                "run {run_id}: {problems} problems x {samples} samples x up to {turns} turns ({stored} stored, {to_play} to play)"
+            ));
+        }
+        RunEvent::EpisodeDone {
+            done,
+            to_play,
+            episode,
+            solved_so_far,
+        } => {
+            progress::line(
+                &bar,
+                json,
+                format!(
+                    "[{done}/{to_play}] {} sample {}: {}",
+                    episode.problem,
+                    episode.sample,
+                    detail(&episode)
                 ),
-                (None, None) => "no turn".into(),
-            };
-            let line = format!(
-                "[{finished}/{planned}] {} sample {}: {detail}",
-                ep.problem, ep.sample
             );
-            if bar.is_hidden() {
-                eprintln!("{line}");
-            } else {
-                bar.println(line);
-            }
+            bar.set_message(format!("{solved_so_far} correct"));
+            bar.inc(1);
         }
-        if ep.solved() {
-            solved += 1;
-        }
-        bar.set_message(format!("{solved} correct"));
-        bar.inc(1);
-        all.push((ep, labels));
-    }
+    };
+    let result = runner::run(
+        &spec,
+        &suite,
+        backend,
+        evaluator,
+        prompts,
+        &store,
+        &mut on_event,
+    )
+    .await;
     bar.finish_and_clear();
-    all.sort_by(|a, b| a.0.id.cmp(&b.0.id));
-    let summary = metrics::summarize(&all);
-    let header = vec![
-        ("run".to_string(), run_id.clone()),
-        ("policy".to_string(), backend.describe()),
-        ("environment".to_string(), crate::report::env_line(&env)),
-        (
-            "problems".to_string(),
-            format!(
-                "{} ({} samples, up to {} turns, target speedup {})",
-                entries.len(),
-                args.samples,
-                cfg.turns,
-                args.target_speedup
-            ),
-        ),
-        (
-            "wall time of this invocation".to_string(),
-            format!("{:.1} s", started.elapsed().as_secs_f64()),
-        ),
-    ];
-    let md = metrics::markdown("TritonForge run", &header, &summary);
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    std::fs::write(args.out.join("report.md"), &md)?;
-    std::fs::write(
-        args.out.join("report.html"),
-        tritonforge_agent::html::html("TritonForge run", &header, &summary),
-    )?;
-    let json = serde_json::json!({"run": run_id, "policy": backend.describe(), "summary": summary});
-    std::fs::write(
-        args.out.join("report.json"),
-        serde_json::to_string_pretty(&json)?,
-    )?;
+    let result = result.map_err(|e| match e {
+        runner::RunError::Selection(_) | runner::RunError::Problem { .. } => usage(e),
+        runner::RunError::Eval(tritonforge_eval::EvalError::Bench(_)) => usage(e),
+        e => anyhow::Error::new(e),
+    })?;
+    let md = result
+        .write_reports(&args.out, &env)
+        .context("writing the report")?;
     if args.json {
-        println!("{json}");
+        println!("{}", result.json());
     } else {
         print!("{md}");
         eprintln!("report: {}", args.out.join("report.md").display());
     }
-    let all_failed = !all.is_empty() && all.iter().all(|(e, _)| e.error.is_some());
-    Ok(if all_failed { EXIT_VERDICT } else { 0 })
+    Ok(if result.all_failed() {
+        exit::VERDICT
+    } else {
+        exit::CORRECT
+    })
+}
+
+/// How an episode ended, for its progress line.
+fn detail(ep: &Episode) -> String {
+    match (&ep.error, ep.turns.last()) {
+        (Some(e), _) => format!("error: {e}"),
+        (None, Some(t)) => format!(
+            "{} after {} turn(s){}",
+            t.outcome,
+            ep.turns.len(),
+            t.speedup.map(|s| format!(", {s:.2}x")).unwrap_or_default()
+        ),
+        (None, None) => "no turn".into(),
+    }
 }
 
 fn toml_reward(text: &str) -> Result<RewardConfig, String> {

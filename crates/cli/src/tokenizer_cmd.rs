@@ -6,10 +6,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tritonforge_chat::{ChatTemplate, ChatTokenizer};
 
-use crate::{Global, EXIT_USAGE};
+use crate::args::Global;
+use crate::exit::USAGE as EXIT_USAGE;
 
 #[derive(Subcommand)]
 pub enum TokenizerCmd {
@@ -104,23 +105,9 @@ fn render(args: RenderArgs) -> anyhow::Result<u8> {
         eprintln!("error: give --tokenizer DIR, --template FILE or both");
         return Ok(EXIT_USAGE);
     };
-    let mut out = Vec::new();
-    for (i, chat) in chats.iter().enumerate() {
-        let messages = chat["messages"].as_array().cloned().unwrap_or_default();
-        let gen = chat["add_generation_prompt"].as_bool().unwrap_or(true);
-        let rendered = match template.render(&messages, gen) {
-            Ok(r) => r,
-            Err(e) => {
-                out.push(json!({"error": e.to_string()}));
-                eprintln!("chat {i}: {e}");
-                continue;
-            }
-        };
-        let ids = match &tokenizer {
-            Some(t) => Some(t.encode(&rendered)?),
-            None => None,
-        };
-        out.push(json!({"text": rendered, "ids": ids}));
+    let (out, failed) = tritonforge_chat::render_chats(template, tokenizer.as_ref(), &chats)?;
+    for f in failed {
+        eprintln!("{f}");
     }
     println!("{}", serde_json::to_string(&out)?);
     Ok(0)

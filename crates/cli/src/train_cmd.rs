@@ -2,17 +2,18 @@
 //! tokenises, masks, packs and schedules (`tritonforge-train`); the policy worker trains.
 //! Every metric goes to the store and to `metrics.jsonl` as it happens.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Subcommand;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tritonforge_store::Store;
+use tritonforge_train::events::MetricsLog;
 use tritonforge_train::worker::{WorkerPolicy, WorkerSpec};
 use tritonforge_train::{Event, Policy, RunOptions, SftConfig, TrainError};
 
-use crate::{Global, EXIT_USAGE};
+use crate::args::Global;
+use crate::exit::USAGE as EXIT_USAGE;
+use crate::progress;
 
 #[derive(Subcommand)]
 pub enum TrainCmd {
@@ -49,9 +50,9 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
     };
     let py = global.python_env()?;
     let device = match global.device {
-        crate::Device::Cpu => "cpu".to_string(),
-        crate::Device::Cuda => "cuda".to_string(),
-        crate::Device::Auto => {
+        crate::args::Device::Cpu => "cpu".to_string(),
+        crate::args::Device::Cuda => "cuda".to_string(),
+        crate::args::Device::Auto => {
             let info = tritonforge_pyenv::probe(&py, global.device.into())?;
             if info.device == tritonforge_protocol::DeviceKind::Cuda {
                 "cuda".into()
@@ -89,78 +90,13 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
                 .unwrap_or(0)
         ),
     };
-    let result = tokio::task::spawn_blocking(move || {
-        let model = cfg.model.clone();
-        let metrics_path = cfg.output.dir.join("metrics.jsonl");
-        let mut metrics_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&metrics_path)
-            .ok();
-        let bar = if json {
-            ProgressBar::hidden()
-        } else {
-            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
-        };
-        let interactive = !bar.is_hidden();
-        let mut run_id = opts.run_id.clone();
-        let mut start = || -> Result<Box<dyn Policy>, TrainError> {
-            Ok(Box::new(WorkerPolicy::start(&spec, &model)?))
-        };
-        let mut sink = |e: Event| {
-            let line = event_json(&e);
-            match &e {
-                Event::Prepared {
-                    run, steps, start, ..
-                } => {
-                    run_id = run.clone();
-                    bar.set_length(*steps);
-                    bar.set_position(*start);
-                    bar.set_style(
-                        ProgressStyle::with_template(
-                            "{bar:30} {pos}/{len} {elapsed_precise} {msg}",
-                        )
-                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-                    );
-                }
-                Event::Metric(m) => {
-                    let text = serde_json::to_string(m).unwrap_or_default();
-                    if let Err(err) = store.put_train_metric(&run_id, m.step, &m.split, &text) {
-                        bar.println(format!("warning: storing a metric: {err}"));
-                    }
-                    if let Some(f) = metrics_file.as_mut() {
-                        let _ = writeln!(f, "{{\"run\":{:?},\"metric\":{text}}}", run_id);
-                    }
-                    if m.split == "train" {
-                        bar.set_position(m.step);
-                        bar.set_message(format!(
-                            "loss {:.4} lr {:.2e} {:.0} tok/s{}",
-                            m.loss,
-                            m.lr,
-                            m.tokens_per_s,
-                            m.mfu
-                                .map(|x| format!(" MFU {:.1}%", x * 100.0))
-                                .unwrap_or_default()
-                        ));
-                    }
-                }
-                _ => {}
-            }
-            if json {
-                println!("{line}");
-            } else if interactive {
-                if !matches!(e, Event::Metric(ref m) if m.split == "train") {
-                    bar.println(human(&e));
-                }
-            } else {
-                eprintln!("{}", human(&e));
-            }
-        };
-        let r = tritonforge_train::run(&cfg, &tok_dir, &opts, &mut start, &mut sink);
-        bar.finish_and_clear();
-        r
-    })
-    .await?;
+    let log = MetricsLog::open(
+        store,
+        &cfg.output.dir.join("metrics.jsonl"),
+        opts.run_id.clone(),
+    );
+    let result =
+        tokio::task::spawn_blocking(move || train(&cfg, &tok_dir, &opts, &spec, log, json)).await?;
     match result {
         Ok(state) => {
             eprintln!(
@@ -186,7 +122,7 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
             eprintln!(
                 "(checkpoints written so far are kept; `--resume` continues from the latest)"
             );
-            Ok(crate::EXIT_ENV)
+            Ok(crate::exit::ENV)
         }
     }
 }
@@ -235,60 +171,51 @@ fn tokenizer_dir(cfg: &SftConfig, py: &tritonforge_pyenv::PythonEnv) -> Result<P
     }
 }
 
-fn event_json(e: &Event) -> String {
-    let v = match e {
-        Event::Prepared {
-            run,
-            train,
-            validation,
-            skipped,
-            samples,
-            steps,
-            start,
-        } => {
-            serde_json::json!({"event": "prepared", "run": run, "train": train, "validation": validation,
-            "skipped": skipped, "samples": samples, "steps": steps, "start": start})
+/// Run the trainer with progress: a bar (or plain lines) and every metric kept.
+fn train(
+    cfg: &SftConfig,
+    tok_dir: &Path,
+    opts: &RunOptions,
+    spec: &WorkerSpec,
+    mut log: MetricsLog,
+    json: bool,
+) -> Result<tritonforge_train::RunState, TrainError> {
+    let bar = progress::bar(None, "{bar:30} {pos}/{len} {elapsed_precise} {msg}", json);
+    let mut start = || -> Result<Box<dyn Policy>, TrainError> {
+        Ok(Box::new(WorkerPolicy::start(spec, &cfg.model)?))
+    };
+    let mut sink = |e: Event| {
+        if let Some(warning) = log.record(&e) {
+            progress::line(&bar, false, warning);
         }
-        Event::Ready(info) => serde_json::json!({"event": "ready", "info": info}),
-        Event::Metric(m) => serde_json::json!({"event": "metric", "metric": m}),
-        Event::Saved { dir, step } => {
-            serde_json::json!({"event": "saved", "dir": dir, "step": step})
+        match &e {
+            Event::Prepared { steps, start, .. } => {
+                bar.set_length(*steps);
+                bar.set_position(*start);
+            }
+            Event::Metric(m) if m.split == "train" => {
+                bar.set_position(m.step);
+                let mfu = m.mfu.map(|x| format!(" MFU {:.1}%", x * 100.0));
+                bar.set_message(format!(
+                    "loss {:.4} lr {:.2e} {:.0} tok/s{}",
+                    m.loss,
+                    m.lr,
+                    m.tokens_per_s,
+                    mfu.unwrap_or_default()
+                ));
+                if !bar.is_hidden() {
+                    return; // the bar shows it
+                }
+            }
+            _ => {}
+        }
+        if json {
+            println!("{}", e.to_json());
+        } else {
+            progress::line(&bar, false, e.describe());
         }
     };
-    v.to_string()
-}
-
-fn human(e: &Event) -> String {
-    match e {
-        Event::Prepared {
-            train,
-            validation,
-            skipped,
-            steps,
-            start,
-            ..
-        } => format!(
-            "data: {train} train and {validation} validation conversations; skipped {skipped:?}; {steps} steps{}",
-            if *start > 0 { format!(", resuming after step {start}") } else { String::new() }
-        ),
-        Event::Ready(i) => format!(
-            "model: {:.1}M parameters ({:.1}M trained), {} on {}{}",
-            i.parameters as f64 / 1e6,
-            i.trainable as f64 / 1e6,
-            i.dtype,
-            i.device,
-            i.gpu_name.as_deref().map(|g| format!(" ({g})")).unwrap_or_default()
-        ),
-        Event::Metric(m) => format!(
-            "step {} {}: loss {:.4}, lr {:.2e}, {} tokens, {:.0} tok/s{}",
-            m.step,
-            m.split,
-            m.loss,
-            m.lr,
-            m.tokens,
-            m.tokens_per_s,
-            m.grad_norm.map(|g| format!(", grad norm {g:.3}")).unwrap_or_default()
-        ),
-        Event::Saved { dir, step } => format!("saved step {step}: {}", dir.display()),
-    }
+    let r = tritonforge_train::run(cfg, tok_dir, opts, &mut start, &mut sink);
+    bar.finish_and_clear();
+    r
 }

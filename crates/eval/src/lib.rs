@@ -18,10 +18,18 @@ use tritonforge_protocol::{
 use tritonforge_store::{Store, StoreError};
 
 mod device_lock;
+pub mod doctor;
 pub mod pool;
+pub mod report;
+pub mod setup;
+pub mod sources;
+pub mod validate;
 mod zygote;
 
 pub use pool::{Execution, Exit, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec};
+pub use setup::{EvalSettings, EvaluatorSetup, ShapeCheck, TimingSettings};
+pub use sources::{evaluate_sources, PairOutcome, SourcePair};
+pub use validate::{validate_suite, CheckDone, Checked, ValidateSpec, ValidationReport};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
@@ -48,6 +56,8 @@ pub enum EvalError {
     },
     #[error("the pool is shut down")]
     PoolClosed,
+    #[error("an evaluation task failed: {0}")]
+    TaskFailed(String),
 }
 
 fn tail(stderr: &str) -> String {

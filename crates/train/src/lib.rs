@@ -5,6 +5,7 @@
 //! tensor math only. The crate never prints: what happens goes to an [`Event`] sink.
 
 pub mod config;
+pub mod events;
 pub mod examples;
 pub mod pack;
 pub mod worker;

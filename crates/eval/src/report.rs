@@ -1,9 +1,10 @@
-//! Human-readable and JSON output of evaluations.
+//! Evaluations as text: the verdict a person reads, the batch table and summary, the
+//! JSON line, the environment and sandbox lines. Formatting only; the binary prints.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use tritonforge_eval::{EvalError, Evaluation};
+use crate::{EvalError, Evaluation};
 use tritonforge_protocol::{DeviceKind, EnvInfo, Status};
 
 pub fn env_line(env: &EnvInfo) -> String {
@@ -324,4 +325,29 @@ pub fn summary(rows: &[Row], elapsed: Duration) -> String {
 fn planned_trials(r: &tritonforge_protocol::record::EvalRecord) -> usize {
     let planned = r.config.trials as usize + usize::from(r.config.shape_check.is_some());
     planned.max(r.trials.len())
+}
+
+/// One line on what confines candidate processes, and what does not.
+pub fn sandbox_line(s: &tritonforge_protocol::Sandbox) -> String {
+    let mut parts = Vec::new();
+    match s.landlock_abi {
+        Some(abi) => parts.push(format!("landlock ABI {abi}")),
+        None => parts.push("no landlock".to_string()),
+    }
+    let yes_no = |b: bool, yes: &str, no: &str| if b { yes.to_string() } else { no.to_string() };
+    parts.push(yes_no(
+        s.filesystem,
+        "writes confined to scratch",
+        "writes NOT confined",
+    ));
+    parts.push(yes_no(s.network, "TCP denied", "network NOT restricted"));
+    parts.push(yes_no(s.signals, "signals scoped", "signals NOT scoped"));
+    if let Some(f) = s.gpu_memory_fraction {
+        parts.push(format!("GPU memory cap {:.0}%", f * 100.0));
+    }
+    let mut line = parts.join(", ");
+    for n in &s.notes {
+        line.push_str(&format!("\n             note: {n}"));
+    }
+    line
 }

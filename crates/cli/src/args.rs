@@ -1,0 +1,372 @@
+//! Flags shared by several commands, and what they resolve to: the state directory,
+//! the Python environment, the suite, the evaluator.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use tritonforge_bench::{Filter, Suite, SuiteSource};
+use tritonforge_eval::{
+    EvalSettings, Evaluator, EvaluatorSetup, PoolConfig, ShapeCheck, ShareMode, TimingSettings,
+};
+use tritonforge_protocol::DeviceRequest;
+use tritonforge_pyenv::{PythonEnv, PythonSource};
+
+use crate::exit::{usage, OrUsage};
+
+#[derive(Args, Clone)]
+pub struct Global {
+    /// Workspace state directory (store, managed venv, scratch).
+    #[arg(
+        long,
+        global = true,
+        env = "TRITONFORGE_HOME",
+        default_value = ".tritonforge"
+    )]
+    pub state_dir: PathBuf,
+    /// Use this Python interpreter as is (it must have torch and triton); nothing is installed.
+    #[arg(long, global = true, env = "TRITONFORGE_PYTHON")]
+    pub python: Option<PathBuf>,
+    /// Where the managed virtual environment lives [default: <state-dir>/venv].
+    #[arg(long, global = true, env = "TRITONFORGE_VENV")]
+    pub venv: Option<PathBuf>,
+    /// Where candidates run: auto (GPU when visible), cpu (Triton interpreter), cuda.
+    #[arg(long, global = true, value_enum, default_value_t = Device::Auto)]
+    pub device: Device,
+    /// The suite's root directory (holding manifest.toml) [default: the suite built into
+    /// this binary].
+    #[arg(long, global = true, env = "TRITONFORGE_SUITE")]
+    pub suite: Option<PathBuf>,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl From<Device> for DeviceRequest {
+    fn from(d: Device) -> Self {
+        match d {
+            Device::Auto => DeviceRequest::Auto,
+            Device::Cpu => DeviceRequest::Cpu,
+            Device::Cuda => DeviceRequest::Cuda,
+        }
+    }
+}
+
+impl Global {
+    /// Workers run in their own scratch directories: every path we hand them is absolute.
+    pub fn absolutize(&mut self) {
+        let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+        self.state_dir = abs(&self.state_dir);
+        self.venv = self.venv.as_deref().map(abs);
+        self.suite = self.suite.as_deref().map(abs);
+        // A bare name (`python3`) is looked up on PATH; anything with a slash is a path.
+        self.python = self.python.as_deref().map(|p| {
+            if p.components().count() > 1 {
+                abs(p)
+            } else {
+                p.to_owned()
+            }
+        });
+    }
+
+    pub fn store_path(&self) -> PathBuf {
+        self.state_dir.join("tritonforge.sqlite")
+    }
+
+    pub fn python_source(&self) -> PythonSource {
+        PythonSource::resolve(self.python.clone(), self.venv.clone(), &self.state_dir)
+    }
+
+    /// The interpreter, creating the managed venv on first use (progress on stderr).
+    pub fn python_env(&self) -> anyhow::Result<PythonEnv> {
+        let source = self.python_source();
+        let env = tritonforge_pyenv::ensure(&source, &self.state_dir, &mut |line| {
+            eprintln!("  [python] {line}");
+        })?;
+        Ok(env)
+    }
+
+    /// The suite: `--suite`, `TRITONFORGE_SUITE`, or the one built into the binary.
+    pub fn load_suite(&self) -> anyhow::Result<Suite> {
+        let root = SuiteSource::resolve(self.suite.clone())
+            .root(&self.state_dir)
+            .context("writing out the built-in suite")?;
+        Suite::load(&root).or_usage()
+    }
+
+    /// Start the executor pool and open the store: the evaluator every command uses.
+    pub async fn open_evaluator(
+        &self,
+        pool: PoolConfig,
+        guard: Option<tritonforge_guard::Policy>,
+        store: bool,
+    ) -> anyhow::Result<Evaluator> {
+        let env = self.python_env()?;
+        let setup = EvaluatorSetup {
+            worker: tritonforge_eval::WorkerSpec {
+                python: env.interpreter.clone(),
+                worker_path: env.worker_path.clone(),
+                scratch_root: self.state_dir.join("scratch"),
+                device: self.device.into(),
+                threads: 1,
+            },
+            pool,
+            store: store.then(|| self.store_path()),
+            guard,
+            refresh: false,
+            worker_fingerprint: tritonforge_pyenv::worker_hash(),
+        };
+        Evaluator::open(setup)
+            .await
+            .context("starting the executor pool")
+    }
+}
+
+/// Level, family and split filters over the suite.
+#[derive(Args, Clone, Default)]
+pub struct FilterArgs {
+    #[arg(long)]
+    pub level: Option<u32>,
+    #[arg(long)]
+    pub family: Option<String>,
+    #[arg(long)]
+    pub split: Option<String>,
+}
+
+impl From<&FilterArgs> for Filter {
+    fn from(a: &FilterArgs) -> Filter {
+        Filter {
+            level: a.level,
+            family: a.family.clone(),
+            split: a.split.clone(),
+        }
+    }
+}
+
+/// Whether and how the static guard runs before each evaluation.
+#[derive(Args, Clone, Default)]
+pub struct GuardOpts {
+    /// Do not run the static guard (the runtime checks still run).
+    #[arg(long)]
+    pub no_guard: bool,
+    /// Guard rules file (TOML) instead of the strict default.
+    #[arg(long = "guard-rules", alias = "policy")]
+    pub rules: Option<PathBuf>,
+}
+
+impl GuardOpts {
+    /// The rules to run (`None`: no guard), or the rules file's error.
+    pub fn load(&self) -> anyhow::Result<Option<tritonforge_guard::Policy>> {
+        if self.no_guard {
+            return Ok(None);
+        }
+        load_rules(self.rules.as_deref()).map(Some)
+    }
+}
+
+/// Read a guard rules file (or the strict default), naming the file on error.
+pub fn load_rules(path: Option<&Path>) -> anyhow::Result<tritonforge_guard::Policy> {
+    match path {
+        None => Ok(tritonforge_guard::Policy::default()),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).map_err(|e| usage(format!("{}: {e}", p.display())))?;
+            tritonforge_guard::Policy::from_toml(&text, &p.display().to_string()).or_usage()
+        }
+    }
+}
+
+/// How the executor pool runs candidates.
+#[derive(Args, Clone, Default)]
+pub struct PoolArgs {
+    /// Candidates evaluated at once per device [default: number of CPUs].
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Processes kept started ahead of need, per device [default: --jobs].
+    #[arg(long)]
+    pub spares: Option<usize>,
+    /// One candidate per GPU at a time for all its phases, instead of sharing the GPU
+    /// except while timing.
+    #[arg(long)]
+    pub exclusive: bool,
+    /// GPU indices to spread candidates over, e.g. `0,1` [default: every visible GPU].
+    #[arg(long, value_delimiter = ',')]
+    pub gpus: Vec<u32>,
+    /// The naive baseline: a fresh interpreter started per candidate when its turn comes,
+    /// one candidate at a time, nothing pre-started.
+    #[arg(long)]
+    pub naive: bool,
+    /// Cap on each candidate process's share of GPU memory [default: 0.9 / --jobs, at least 0.25].
+    #[arg(long)]
+    pub gpu_mem_fraction: Option<f64>,
+    /// Do not apply landlock file-system/network rules to candidate processes.
+    #[arg(long)]
+    pub no_landlock: bool,
+    /// CPU mode: start every candidate's process from scratch instead of forking it
+    /// from the fork server (slower; for comparing the two).
+    #[arg(long)]
+    pub no_fork: bool,
+}
+
+impl PoolArgs {
+    /// The pool for `items` pieces of work; bad settings are a usage error.
+    pub fn config(&self, items: usize) -> anyhow::Result<PoolConfig> {
+        if let Some(f) = self.gpu_mem_fraction {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(usage(format!(
+                    "--gpu-mem-fraction must be in (0, 1], got {f}"
+                )));
+            }
+        }
+        if self.jobs == Some(0) {
+            return Err(usage("--jobs must be at least 1"));
+        }
+        if self.naive && self.exclusive {
+            return Err(usage(
+                "--naive already runs one candidate at a time; drop --exclusive",
+            ));
+        }
+        let jobs = jobs_or_default(self.jobs).min(items.max(1));
+        let base = PoolConfig {
+            gpu_memory_fraction: self.gpu_mem_fraction,
+            landlock: !self.no_landlock,
+            ..PoolConfig::default()
+        };
+        if self.naive {
+            return Ok(PoolConfig {
+                workers: 1,
+                spares: 0,
+                mode: ShareMode::Exclusive,
+                prestart: false,
+                gpus: (!self.gpus.is_empty()).then(|| self.gpus[..1].to_vec()),
+                ..base
+            });
+        }
+        Ok(PoolConfig {
+            workers: jobs,
+            spares: self.spares.unwrap_or(jobs),
+            mode: if self.exclusive {
+                ShareMode::Exclusive
+            } else {
+                ShareMode::Pool
+            },
+            gpus: (!self.gpus.is_empty()).then(|| self.gpus.clone()),
+            prestart: true,
+            fork: !self.no_fork,
+            ..base
+        })
+    }
+}
+
+/// `--jobs`, or one per CPU; clamped to a sane range.
+pub fn jobs_or_default(flag: Option<usize>) -> usize {
+    flag.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+    })
+    .clamp(1, 64)
+}
+
+/// How candidates are timed (GPU only).
+#[derive(Args, Clone)]
+pub struct TimingArgs {
+    /// Skip timing.
+    #[arg(long)]
+    pub no_timing: bool,
+    /// Wall-clock budget for the timed repetitions per candidate, milliseconds.
+    #[arg(long, default_value_t = 400)]
+    pub timing_budget_ms: u32,
+    /// Flag speedups above this as implausible.
+    #[arg(long, default_value_t = 10.0)]
+    pub speedup_cap: f64,
+    /// Measure the candidate kernels' share of GPU time with the profiler.
+    #[arg(long)]
+    pub profile: bool,
+    /// Also time `torch.compile` of the reference (cached per problem, variant and environment).
+    #[arg(long)]
+    pub compile_baseline: bool,
+}
+
+impl From<&TimingArgs> for TimingSettings {
+    fn from(a: &TimingArgs) -> TimingSettings {
+        TimingSettings {
+            enabled: !a.no_timing,
+            budget_ms: a.timing_budget_ms,
+            speedup_cap: a.speedup_cap,
+            profile: a.profile,
+            compile_baseline: a.compile_baseline,
+        }
+    }
+}
+
+/// How each candidate is evaluated: trials, seed, shapes, budgets (`eval` and `run`).
+#[derive(Args, Clone)]
+pub struct EvalFlags {
+    /// Correctness trials, each with a fresh seed.
+    #[arg(long, default_value_t = 5)]
+    pub trials: u32,
+    /// Base seed for weights and inputs.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Shape variant from the manifest (`full`, `small`, `heldout`, ...). Default: `small` in CPU mode when defined.
+    #[arg(long)]
+    pub variant: Option<String>,
+    /// Also run two trials at this shape variant, unseen by the candidate, after the main
+    /// ones pass: kernels hard-coded to the suite's shapes fail there. Default:
+    /// `heldout` on a GPU; none in CPU mode (the interpreter is too slow for those sizes).
+    #[arg(long, conflicts_with = "no_shape_check")]
+    pub shape_check: Option<String>,
+    /// Skip the trials at unseen shapes.
+    #[arg(long)]
+    pub no_shape_check: bool,
+    /// Wall-clock budget per candidate, seconds, from the moment its job is sent
+    /// (time spent waiting for its GPU is not counted).
+    #[arg(long, default_value_t = 120.0)]
+    pub budget: f64,
+    #[command(flatten)]
+    pub timing: TimingArgs,
+}
+
+impl EvalFlags {
+    /// The settings, or a usage error naming the bad flag.
+    pub fn settings(&self) -> anyhow::Result<EvalSettings> {
+        let t = &self.timing;
+        if self.trials == 0
+            || !(self.budget > 0.0 && self.budget.is_finite())
+            || t.timing_budget_ms == 0
+            || t.speedup_cap.is_nan()
+            || t.speedup_cap <= 1.0
+        {
+            return Err(usage(
+                "--trials, --budget and --timing-budget-ms must be positive; --speedup-cap above 1",
+            ));
+        }
+        Ok(EvalSettings {
+            trials: self.trials,
+            seed: self.seed,
+            variant: self.variant.clone(),
+            shape_check: match (&self.shape_check, self.no_shape_check) {
+                (_, true) => ShapeCheck::Off,
+                (Some(v), false) => ShapeCheck::Variant(v.clone()),
+                (None, false) => ShapeCheck::Default,
+            },
+            budget: Duration::from_secs_f64(self.budget),
+            timing: t.into(),
+        })
+    }
+}
+
+/// `path` relative to the current directory when it is inside it, for shorter output.
+pub fn short(path: &Path) -> String {
+    let cwd = std::env::current_dir().ok();
+    match cwd.as_deref().and_then(|c| path.strip_prefix(c).ok()) {
+        Some(rel) => rel.display().to_string(),
+        None => path.display().to_string(),
+    }
+}

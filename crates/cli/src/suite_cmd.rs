@@ -1,0 +1,125 @@
+//! `tritonforge suite` (alias `bench`): list, show and validate the problem suite.
+
+use std::sync::Arc;
+
+use clap::Subcommand;
+use tritonforge_bench::{Filter, SuiteEntry};
+use tritonforge_eval::{validate_suite, Checked, ValidateSpec};
+
+use crate::args::{FilterArgs, Global, GuardOpts, PoolArgs, TimingArgs};
+use crate::exit::{self, usage};
+
+#[derive(Subcommand)]
+pub enum SuiteCmd {
+    /// List problems, filtered by level, family or split.
+    List {
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one problem: metadata, variants, solution, source.
+    Show {
+        /// Id (`L1-001`), key (`level1/relu`) or name (`relu`).
+        problem: String,
+    },
+    /// Check the suite: manifest and files agree; every problem imports, is deterministic and
+    /// not degenerate; every reference solution is correct. Reports all failures.
+    Validate {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Variants to run [default: `small` in CPU mode, `full` and `heldout` on a GPU].
+        #[arg(long)]
+        variant: Vec<String>,
+        #[command(flatten)]
+        pool: PoolArgs,
+        #[command(flatten)]
+        timing: TimingArgs,
+        #[command(flatten)]
+        guard: GuardOpts,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
+    let suite = global.load_suite()?;
+    match cmd {
+        SuiteCmd::List { filter, json } => {
+            let filter = Filter::from(&filter);
+            let rows: Vec<&SuiteEntry> = suite.entries.iter().filter(|e| filter.keep(e)).collect();
+            if !json {
+                print!("{}", tritonforge_bench::render::list_table(&rows));
+            }
+            for e in rows.iter().filter(|_| json) {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "id": e.id(), "key": e.key, "name": e.name(), "level": e.meta.level,
+                        "family": e.meta.family, "split": e.meta.split,
+                        "variants": e.meta.variants, "path": e.problem_path,
+                        "solution": e.solution_path,
+                    })
+                );
+            }
+            Ok(exit::CORRECT)
+        }
+        SuiteCmd::Show { problem } => {
+            let Some(e) = suite.find(&problem) else {
+                return Err(usage(format!(
+                    "no problem {problem:?} in {} (use an id, a key like level1/relu, or a unique name)",
+                    suite.manifest.path.display()
+                )));
+            };
+            print!("{}", tritonforge_bench::render::show(e));
+            Ok(exit::CORRECT)
+        }
+        SuiteCmd::Validate {
+            filter,
+            variant,
+            pool,
+            timing,
+            guard,
+            json,
+        } => {
+            let evaluator = global
+                .open_evaluator(pool.config(usize::MAX)?, guard.load()?, true)
+                .await?;
+            if !json {
+                eprintln!(
+                    "{}",
+                    tritonforge_eval::report::env_line(evaluator.environment())
+                );
+            }
+            let spec = ValidateSpec {
+                filter: Filter::from(&filter),
+                variants: variant,
+                timing: (&timing).into(),
+            };
+            let report = validate_suite(Arc::new(evaluator), &suite, &spec, &mut |c| {
+                if !json {
+                    let what = match c.what {
+                        Checked::Problem => "problem ",
+                        Checked::Solution => "solution",
+                    };
+                    let ok = if c.ok { "ok" } else { "FAILED" };
+                    eprintln!(
+                        "[{}/{}] {what} {} [{}]: {ok}",
+                        c.done, c.total, c.key, c.variant
+                    );
+                }
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", report.text());
+            }
+            Ok(if report.findings.is_empty() {
+                exit::CORRECT
+            } else {
+                exit::VERDICT
+            })
+        }
+    }
+}
