@@ -311,9 +311,6 @@ pub struct EvalFlags {
     /// Correctness trials, each with a fresh seed.
     #[arg(long, default_value_t = 5)]
     pub trials: u32,
-    /// Base seed for weights and inputs.
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
     /// Shape variant from the manifest (`full`, `small`, `heldout`, ...). Default: `small` in CPU mode when defined.
     #[arg(long)]
     pub variant: Option<String>,
@@ -349,7 +346,6 @@ impl EvalFlags {
         }
         Ok(EvalSettings {
             trials: self.trials,
-            seed: self.seed,
             variant: self.variant.clone(),
             shape_check: match (&self.shape_check, self.no_shape_check) {
                 (_, true) => ShapeCheck::Off,
@@ -358,6 +354,7 @@ impl EvalFlags {
             },
             budget: Duration::from_secs_f64(self.budget),
             timing: t.into(),
+            ..EvalSettings::default()
         })
     }
 }

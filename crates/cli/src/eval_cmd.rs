@@ -33,6 +33,9 @@ pub struct EvalArgs {
     /// Print JSON (one record; JSON lines for a batch).
     #[arg(long)]
     json: bool,
+    /// Base seed for weights and inputs.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
     #[command(flatten)]
     eval: EvalFlags,
     #[command(flatten)]
@@ -63,7 +66,10 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
                 "give either --problem FILE --candidate FILE, or --problems DIR --candidates DIR",
             )),
         };
-    let settings = args.eval.settings()?;
+    let settings = EvalSettings {
+        seed: args.seed,
+        ..args.eval.settings()?
+    };
     args.pool.config(usize::MAX)?; // bad pool flags fail before any file is read
     let guard = args.guard.load()?;
     // Read every input before starting anything, so bad input fails fast and named.
