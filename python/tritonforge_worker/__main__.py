@@ -230,13 +230,13 @@ def roundtrip() -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[1] == "policy":
-        from .policy import serve_policy
+        from .policy_worker import serve_policy
 
         code = serve_policy(argv[2:])
         sys.stderr.flush()
         os._exit(code)
     if len(argv) >= 2 and argv[1] == "tokenizer":
-        from .policy import export_tokenizer
+        from .policy_worker import export_tokenizer
 
         return export_tokenizer(argv[2:])
     commands = {"serve": serve, "probe": probe, "roundtrip": roundtrip}

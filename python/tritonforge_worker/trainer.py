@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from .models import gguf_kwargs, has_weights, resolve
 from .protocol import MicroBatch, SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetupJob
 
 STATE_FILE = "trainer_state.pt"
 ADAPTER_DIR = "adapter"
 PROBE_FILE = "probe.pt"
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
 
 VARLEN = "tritonforge_varlen"
@@ -189,10 +189,6 @@ def _plain_head(head: Any) -> bool:
     return type(head) is torch.nn.Linear and head.bias is None
 
 
-def _has_weights(path: Path) -> bool:
-    return any(p.name.endswith(WEIGHT_SUFFIXES) for p in path.iterdir())
-
-
 def _precision(name: str, device: str) -> Tuple[Any, Any]:
     """(weight and optimizer dtype, compute dtype under autocast or None).
 
@@ -218,21 +214,18 @@ def load_for_training(model: str, dtype: Any, seed: int, attention: str = "sdpa"
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from .policy import resolve
-
     path, gguf = resolve(model)
     p = Path(path)
     if not p.exists():
         raise TrainError(f"model {model}: no such file or directory")
-    if gguf is None and p.is_dir() and not _has_weights(p):
+    if gguf is None and p.is_dir() and not has_weights(p):
         if not (p / "config.json").is_file():
             raise TrainError(f"model {model}: neither weights nor config.json in the directory")
         config = AutoConfig.from_pretrained(path)
         torch.manual_seed(seed)
         with torch.device(device):
             return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention)
-    kw = {"gguf_file": gguf} if gguf else {}
-    net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention, **kw)
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention, **gguf_kwargs(gguf))
     if gguf:
         # The weights were dequantised on load; what is trained and saved is a plain model.
         net.hf_quantizer = None

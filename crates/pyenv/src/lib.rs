@@ -72,6 +72,14 @@ const WORKER_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/tritonforge_worker/policy.py"),
     ),
     (
+        "policy_worker.py",
+        include_str!("../../../python/tritonforge_worker/policy_worker.py"),
+    ),
+    (
+        "models.py",
+        include_str!("../../../python/tritonforge_worker/models.py"),
+    ),
+    (
         "trainer.py",
         include_str!("../../../python/tritonforge_worker/trainer.py"),
     ),
