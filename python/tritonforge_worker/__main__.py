@@ -106,8 +106,8 @@ def _serve_one(proto_out: IO[str], mode: str) -> int:
     if isinstance(msg, Shutdown):
         return 0
     if isinstance(msg, CheckProblem):
-        from .executor import check_problem
         from .lease import Lease
+        from .problem_check import check_problem
 
         Lease(proto_out, sys.stdin, msg.id).hold("shared")
         sys.stdin.close()

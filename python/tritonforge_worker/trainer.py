@@ -764,8 +764,11 @@ class Trainer:
         """Several ranks: the full weights and optimizer state are gathered to rank 0 (on
         the CPU), which writes the same files a single device writes."""
         import torch.distributed as dist
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                             get_optimizer_state_dict)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
 
         full = StateDictOptions(full_state_dict=True, cpu_offload=True)
         weights = get_model_state_dict(self.net, options=full)
@@ -803,7 +806,6 @@ class Trainer:
 
     def _load_state(self, ckpt: Path) -> None:
         import torch
-
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)

@@ -103,6 +103,10 @@ const WORKER_FILES: &[(&str, &str)] = &[
         "executor.py",
         include_str!("../../../python/tritonforge_worker/executor.py"),
     ),
+    (
+        "problem_check.py",
+        include_str!("../../../python/tritonforge_worker/problem_check.py"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]
