@@ -115,10 +115,12 @@ def _serve_one(proto_out: IO[str], mode: str) -> int:
         start = time.perf_counter()
         report = check_problem(msg.job, os.getcwd())
         elapsed = (time.perf_counter() - start) * 1000.0
-        _send(proto_out, ProblemReportMessage(type="problem_report", protocol=PROTOCOL_VERSION, id=msg.id, report=report, elapsed_ms=elapsed))
+        _send(proto_out, ProblemReportMessage(type="problem_report", protocol=PROTOCOL_VERSION, id=msg.id,
+                                              report=report, elapsed_ms=elapsed))
         return 0
     if not isinstance(msg, Evaluate):
-        _send(proto_out, Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=f"a worker accepts evaluate, check_problem or shutdown, not {msg.type}"))
+        _send(proto_out, Error(type="error", protocol=PROTOCOL_VERSION, id=None,
+                               message=f"a worker accepts evaluate, check_problem or shutdown, not {msg.type}"))
         return 2
     from .executor import Executor
     from .lease import Lease
@@ -127,7 +129,8 @@ def _serve_one(proto_out: IO[str], mode: str) -> int:
     # stdin stays open: lease grants arrive on it.
     outcome = Executor(msg.job, os.getcwd(), Lease(proto_out, sys.stdin, msg.id)).run()
     elapsed = (time.perf_counter() - start) * 1000.0
-    _send(proto_out, EvalResult(type="result", protocol=PROTOCOL_VERSION, id=msg.id, outcome=outcome, elapsed_ms=elapsed))
+    _send(proto_out, EvalResult(type="result", protocol=PROTOCOL_VERSION, id=msg.id, outcome=outcome,
+                                elapsed_ms=elapsed))
     return 0
 
 

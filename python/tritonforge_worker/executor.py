@@ -385,8 +385,8 @@ def shape_check(cx: Context, candidate: Any, overrides: Dict[str, Any], done: Li
     except BaseException as exc:  # noqa: BLE001
         info = error_info(exc, cx.candidate_path)
         raise _Fail(verdict(cx, "runtime_error", "init",
-                                  f"building ModelNew at unseen shapes ({shape}) failed: {_describe(info)}",
-                                  done, error=info))
+                            f"building ModelNew at unseen shapes ({shape}) failed: {_describe(info)}",
+                            done, error=info)) from exc
     cx.lease.hold(None)
     try:
         done.append(trial(cx, len(done), problem, reference, model, done))
@@ -408,7 +408,8 @@ def trial(cx: Context, t: int, problem: Any, reference: Any, model: Any, done: L
         inputs = to_device(cx, host_inputs)
     except BaseException as exc:  # noqa: BLE001
         info = error_info(exc, cx.problem_path)
-        raise _Fail(verdict(cx, "runtime_error", "correctness", f"problem get_inputs failed: {_describe(info)}", done, error=info))
+        raise _Fail(verdict(cx, "runtime_error", "correctness", f"problem get_inputs failed: {_describe(info)}",
+                            done, error=info)) from exc
     cand_inputs = clone(cx, inputs)
     before = clone(cx, cand_inputs)
     # The candidate runs first, so its output buffers can never be memory the
@@ -420,7 +421,7 @@ def trial(cx: Context, t: int, problem: Any, reference: Any, model: Any, done: L
     except BaseException as exc:  # noqa: BLE001
         info = error_info(exc, cx.candidate_path)
         status: Status = "compile_error" if _is_compile_error(exc) else "runtime_error"
-        raise _Fail(verdict(cx, status, "correctness", f"trial {t}: {_describe(info)}", done, error=info))
+        raise _Fail(verdict(cx, status, "correctness", f"trial {t}: {_describe(info)}", done, error=info)) from exc
     try:
         with torch.no_grad():
             torch.manual_seed(seed)
@@ -430,12 +431,12 @@ def trial(cx: Context, t: int, problem: Any, reference: Any, model: Any, done: L
         # the candidate ran first in this process, so it may have broken what the
         # reference depends on. Out of memory under a shared GPU is retried alone.
         info = error_info(exc, cx.problem_path)
-        raise _Fail(verdict(cx,
-            "runtime_error", "correctness",
+        raise _Fail(verdict(
+            cx, "runtime_error", "correctness",
             f"trial {t}: the reference failed after the candidate ran (the candidate may have changed "
-            f"something it depends on, or memory ran out): {_describe(info)}", done, error=info))
+            f"something it depends on, or memory ran out): {_describe(info)}", done, error=info)) from exc
 
-    for i, (b, a) in enumerate(zip(before, cand_inputs)):
+    for i, (b, a) in enumerate(zip(before, cand_inputs, strict=True)):
         if isinstance(b, torch.Tensor) and not _same_bits(torch, b, a):
             raise _Fail(
                 verdict(cx,
@@ -452,7 +453,8 @@ def trial(cx: Context, t: int, problem: Any, reference: Any, model: Any, done: L
     exp = _flatten(expected)
     worst_abs, worst_rel = check_outputs(cx, t, exp, _flatten(got), done)
     cx.lease.hold(None)
-    return TrialStat(trial=t, seed=seed, outputs=len(exp), max_abs_err=finite_or_none(worst_abs), max_rel_err=finite_or_none(worst_rel), passed=True)
+    return TrialStat(trial=t, seed=seed, outputs=len(exp), max_abs_err=finite_or_none(worst_abs),
+                     max_rel_err=finite_or_none(worst_rel), passed=True)
 
 
 def call_candidate(cx: Context, model: Any, inputs: List[Any], where: str, done: List[TrialStat]) -> Any:
@@ -487,7 +489,7 @@ def call_candidate(cx: Context, model: Any, inputs: List[Any], where: str, done:
                 "rejected", "guard",
                 f"{where}: [runtime-aten] ModelNew.forward {'; '.join(found)}; forward may only allocate, "
                 "view and copy tensors and launch the candidate's own Triton kernels (policy allow_aten)", done))
-    for i, (snap, o) in enumerate(zip(at_return, _flatten(out))):
+    for i, (snap, o) in enumerate(zip(at_return, _flatten(out), strict=False)):
         if snap is not None and not _same_bits(torch, snap, o):
             raise _Fail(verdict(cx,
                 "rejected", "guard",
@@ -525,7 +527,7 @@ def require_launch(cx: Context, before: int, where: str, done: List[TrialStat], 
         launched = cx.recorder.observe(before)
     except Tampered as exc:
         raise _Fail(verdict(cx, "rejected", "provenance",
-                                  f"{where}: the candidate tampered with the launch hooks ({exc})", done))
+                            f"{where}: the candidate tampered with the launch hooks ({exc})", done)) from exc
     check_integrity(cx, where, done, threads)
     if not launched:
         names = sorted(cx.recorder.kernel_names())
@@ -541,14 +543,16 @@ def check_outputs(cx: Context, t: int, exp: List[Any], out: List[Any], done: Lis
         raise mismatch(cx, t, 0, "count", f"{len(exp)} outputs", f"{len(out)} outputs", done)
     worst_abs = 0.0
     worst_rel = 0.0
-    for i, (e, o) in enumerate(zip(exp, out)):
+    for i, (e, o) in enumerate(zip(exp, out, strict=True)):
         a, r = compare(cx, t, i, e, o, done)
         worst_abs = max(worst_abs, a)
         worst_rel = max(worst_rel, r)
     return worst_abs, worst_rel
 
 
-def mismatch(cx: Context, t: int, i: int, kind: Any, expected: str, got: str, done: List[TrialStat], **kw: Any) -> _Fail:
+def mismatch(
+    cx: Context, t: int, i: int, kind: Any, expected: str, got: str, done: List[TrialStat], **kw: Any
+) -> _Fail:
     m = Mismatch(
         trial=t, output=i, kind=kind, expected=expected, got=got,
         max_abs_err=kw.get("max_abs_err"), max_rel_err=kw.get("max_rel_err"),
@@ -715,7 +719,9 @@ def compiled_baseline(cx: Context, problem: Any, reference: Any) -> Any:
     return compiled
 
 
-def time_candidate(cx: Context, problem: Any, reference: Any, model: Any, compiled: Any, done: List[TrialStat]) -> Timing:
+def time_candidate(
+    cx: Context, problem: Any, reference: Any, model: Any, compiled: Any, done: List[TrialStat]
+) -> Timing:
     """Reference and candidate timed in this process, interleaved, under the timing lease.
 
     Every repetition gets inputs never seen before (drawn on the device, outside the

@@ -174,7 +174,7 @@ def _answer(tok: Any, net: Any, msgs: List[Any], device: str) -> None:
         _send(Error(type="error", protocol=PROTOCOL_VERSION, id=msgs[0].id, message=f"{type(exc).__name__}: {exc}"))
         return
     elapsed = (time.perf_counter() - start) * 1000.0
-    for m, result in zip(msgs, results):
+    for m, result in zip(msgs, results, strict=True):
         _send(Generation(type="generation", protocol=PROTOCOL_VERSION, id=m.id, result=result, elapsed_ms=elapsed))
 
 

@@ -78,7 +78,7 @@ def check_problem(job: Any, workdir: str) -> Any:
     # the tolerance; anything larger would make verdicts flip between runs.
     if len(again) != len(first):
         findings.append("not deterministic: the same seeds gave a different number of outputs")
-    for i, (a, b) in enumerate(zip(first, again)):
+    for i, (a, b) in enumerate(zip(first, again, strict=False)):
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
             continue
         if a.shape != b.shape or a.dtype != b.dtype:
