@@ -22,7 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
-from tritonforge_worker.policy import generate_batch, load  # noqa: E402
+from tritonforge_worker.models import load  # noqa: E402
+from tritonforge_worker.policy import generate_batch  # noqa: E402
 from tritonforge_worker.protocol import ChatTurn, GenerateJob  # noqa: E402
 
 

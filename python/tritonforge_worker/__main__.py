@@ -106,8 +106,8 @@ def _serve_one(proto_out: IO[str], mode: str) -> int:
     if isinstance(msg, Shutdown):
         return 0
     if isinstance(msg, CheckProblem):
-        from .executor import check_problem
         from .lease import Lease
+        from .problem_check import check_problem
 
         Lease(proto_out, sys.stdin, msg.id).hold("shared")
         sys.stdin.close()
@@ -115,10 +115,12 @@ def _serve_one(proto_out: IO[str], mode: str) -> int:
         start = time.perf_counter()
         report = check_problem(msg.job, os.getcwd())
         elapsed = (time.perf_counter() - start) * 1000.0
-        _send(proto_out, ProblemReportMessage(type="problem_report", protocol=PROTOCOL_VERSION, id=msg.id, report=report, elapsed_ms=elapsed))
+        _send(proto_out, ProblemReportMessage(type="problem_report", protocol=PROTOCOL_VERSION, id=msg.id,
+                                              report=report, elapsed_ms=elapsed))
         return 0
     if not isinstance(msg, Evaluate):
-        _send(proto_out, Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=f"a worker accepts evaluate, check_problem or shutdown, not {msg.type}"))
+        _send(proto_out, Error(type="error", protocol=PROTOCOL_VERSION, id=None,
+                               message=f"a worker accepts evaluate, check_problem or shutdown, not {msg.type}"))
         return 2
     from .executor import Executor
     from .lease import Lease
@@ -127,7 +129,8 @@ def _serve_one(proto_out: IO[str], mode: str) -> int:
     # stdin stays open: lease grants arrive on it.
     outcome = Executor(msg.job, os.getcwd(), Lease(proto_out, sys.stdin, msg.id)).run()
     elapsed = (time.perf_counter() - start) * 1000.0
-    _send(proto_out, EvalResult(type="result", protocol=PROTOCOL_VERSION, id=msg.id, outcome=outcome, elapsed_ms=elapsed))
+    _send(proto_out, EvalResult(type="result", protocol=PROTOCOL_VERSION, id=msg.id, outcome=outcome,
+                                elapsed_ms=elapsed))
     return 0
 
 
@@ -230,13 +233,13 @@ def roundtrip() -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[1] == "policy":
-        from .policy import serve_policy
+        from .policy_worker import serve_policy
 
         code = serve_policy(argv[2:])
         sys.stderr.flush()
         os._exit(code)
     if len(argv) >= 2 and argv[1] == "tokenizer":
-        from .policy import export_tokenizer
+        from .policy_worker import export_tokenizer
 
         return export_tokenizer(argv[2:])
     commands = {"serve": serve, "probe": probe, "roundtrip": roundtrip}

@@ -51,7 +51,8 @@ def collect(mode: str) -> EnvInfo:
     if mode == "cuda":
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            gpus.append(GpuInfo(index=i, name=p.name, memory_bytes=int(p.total_memory), capability=f"{p.major}.{p.minor}"))
+            gpus.append(GpuInfo(index=i, name=p.name, memory_bytes=int(p.total_memory),
+                                capability=f"{p.major}.{p.minor}"))
     return EnvInfo(
         python=sys.version.split()[0],
         platform=platform.platform(),

@@ -12,11 +12,11 @@ import os
 import sys
 import traceback
 import types
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .lease import NoLease
-from .runtime_guard import thread_count
 from .protocol import (
     ErrorInfo,
     EvalJob,
@@ -33,6 +33,7 @@ from .protocol import (
     Verdict,
     finite_or_none,
 )
+from .runtime_guard import thread_count
 
 # Default tolerances by dtype; a problem's manifest may override both.
 _DEFAULT_TOL = {
@@ -44,9 +45,9 @@ _DEFAULT_TOL = {
 
 
 class _Fail(Exception):
-    """Internal: carries a finished verdict out of nested code."""
+    """Internal: carries a finished outcome (a verdict, or a `ProblemError`) out of nested code."""
 
-    def __init__(self, verdict: Verdict) -> None:
+    def __init__(self, verdict: Verdict | ProblemError) -> None:
         super().__init__(verdict.message)
         self.verdict = verdict
 
@@ -95,15 +96,17 @@ def _apply_overrides(tree: ast.Module, overrides: Dict[str, Any], filename: str)
     """Replace module-level `NAME = ...` assignments; a named constant that is absent is an error."""
     seen = set()
     for node in tree.body:
-        targets: List[ast.expr] = []
+        targets: List[ast.expr]
+        value: ast.expr
         if isinstance(node, ast.Assign):
-            targets = list(node.targets)
+            targets, value = list(node.targets), node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets = [node.target]
+            targets, value = [node.target], node.value
+        else:
+            continue
         for t in targets:
             if isinstance(t, ast.Name) and t.id in overrides:
-                new = ast.copy_location(ast.Constant(overrides[t.id]), node.value)  # type: ignore[arg-type]
-                node.value = new  # type: ignore[union-attr]
+                node.value = ast.copy_location(ast.Constant(overrides[t.id]), value)
                 seen.add(t.id)
     missing = sorted(set(overrides) - seen)
     if missing:
@@ -159,686 +162,769 @@ def _tolerance_for(dtype_name: str, override: Optional[Tolerance]) -> Tuple[floa
     return _DEFAULT_TOL.get(dtype_name, (0.0, 0.0))
 
 
-class Executor:
-    def __init__(self, job: EvalJob, workdir: str, lease: Any = None) -> None:
-        import torch
+# -- the evaluation's state, shared by every phase ----------------------------
 
-        self.torch = torch
-        self.job = job
-        self.lease = lease if lease is not None else NoLease()
-        self.recorder: Any = None
-        self.aten: Any = None
-        self.integrity: Any = None
-        self.workdir = Path(workdir)
-        self.problem_path = _problem_file(self.workdir, job.problem.name)
-        self.candidate_path = str(self.workdir / _safe_name(job.candidate.name, "candidate.py"))
-        if job.device == "cuda" or (job.device == "auto" and torch.cuda.is_available()):
-            self.device = torch.device("cuda")
-            if job.gpu_memory_fraction is not None:
-                # The job holds its device alone (a retry after running out of memory
-                # under the shared cap the process was started with).
-                torch.cuda.set_per_process_memory_fraction(job.gpu_memory_fraction)
+
+@dataclass
+class Context:
+    """One evaluation: the job, where its files are, the device, and the watchers
+    `build` installs (launch recorder, ATen recorder, integrity snapshot).
+    `tolerance_used` is the last tolerance a comparison applied (verdicts report it)."""
+
+    job: EvalJob
+    torch: Any
+    device: Any
+    lease: Any
+    problem_path: str
+    candidate_path: str
+    recorder: Any = None
+    aten: Any = None
+    integrity: Any = None
+    tolerance_used: Tolerance = field(default_factory=lambda: Tolerance(atol=1e-4, rtol=1e-4))
+
+
+def new_context(job: EvalJob, workdir: str, lease: Any = None) -> Context:
+    """The context for `job` run in `workdir` (choosing the device; nothing runs yet)."""
+    import torch
+
+    work = Path(workdir)
+    problem_path = _problem_file(work, job.problem.name)
+    candidate_path = str(work / _safe_name(job.candidate.name, "candidate.py"))
+    if job.device == "cuda" or (job.device == "auto" and torch.cuda.is_available()):
+        device = torch.device("cuda")
+        if job.gpu_memory_fraction is not None:
+            # The job holds its device alone (a retry after running out of memory
+            # under the shared cap the process was started with).
+            torch.cuda.set_per_process_memory_fraction(job.gpu_memory_fraction)
+    else:
+        device = torch.device("cpu")
+    return Context(
+        job=job,
+        torch=torch,
+        device=device,
+        lease=lease if lease is not None else NoLease(),
+        problem_path=problem_path,
+        candidate_path=candidate_path,
+    )
+
+
+def verdict(
+    cx: Context,
+    status: Status,
+    stage: Stage,
+    message: str,
+    trials: List[TrialStat],
+    error: Optional[ErrorInfo] = None,
+    mismatch: Optional[Mismatch] = None,
+    timing: Optional[Timing] = None,
+    timing_note: Optional[str] = None,
+    gpu_share: Optional[float] = None,
+) -> Verdict:
+    """A verdict carrying the tolerance used and the provenance recorded so far."""
+    return Verdict(
+        kind="verdict",
+        status=status,
+        stage=stage,
+        message=message,
+        error=error,
+        mismatch=mismatch,
+        trials=trials,
+        timing=timing,
+        timing_note=timing_note,
+        tolerance=cx.tolerance_used,
+        provenance=provenance_of(cx, gpu_share),
+    )
+
+
+def to_device(cx: Context, values: Sequence[Any]) -> List[Any]:
+    torch = cx.torch
+    return [v.to(cx.device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def clone(cx: Context, values: Sequence[Any]) -> List[Any]:
+    torch = cx.torch
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+# -- phase 1: build (watchers, the problem, the candidate, both models) -------
+
+
+@dataclass
+class Built:
+    """What `build` made: the imported problem and candidate modules, and the models."""
+
+    problem: types.ModuleType
+    candidate: types.ModuleType
+    reference: Any
+    model: Any
+
+
+def build(cx: Context) -> Built:
+    """Write both files, install the watchers, import the problem and the candidate,
+    and construct `Model` and `ModelNew` on the device. Raises `_Fail` (a
+    `ProblemError` when the problem is at fault, else the candidate's verdict)."""
+    torch = cx.torch
+    job = cx.job
+    Path(cx.problem_path).write_text(job.problem.source, encoding="utf-8")
+    Path(cx.candidate_path).write_text(job.candidate.source, encoding="utf-8")
+    from .provenance import LaunchRecorder
+
+    cx.recorder = LaunchRecorder(cx.candidate_path, cx.lease)
+    cx.recorder.install()
+    from .runtime_guard import AtenRecorder, Integrity
+
+    if job.allow_aten is not None:
+        cx.aten = AtenRecorder(torch, job.allow_aten, cx.recorder.in_launch, cx.device.type)
+    # Taken before the candidate's code runs at all, after everything the worker installs.
+    cx.integrity = Integrity(torch)
+
+    # The problem: any failure here is the problem's fault, not the candidate's.
+    try:
+        problem = load_problem(cx.problem_path, job.overrides)
+        torch.manual_seed(job.seed)
+        init_inputs = list(problem.get_init_inputs())
+    except BaseException as exc:  # noqa: BLE001 - reported, never swallowed
+        info = error_info(exc, cx.problem_path)
+        raise _Fail(ProblemError(kind="problem_error", message=f"{job.problem.name}: {_describe(info)}",
+                                 error=info)) from exc
+
+    # The candidate's import: syntax errors, missing names, bad imports.
+    try:
+        candidate = load_module("tf_candidate", cx.candidate_path, {})
+        if not isinstance(getattr(candidate, "ModelNew", None), type):
+            raise AttributeError("candidate defines no class `ModelNew`")
+    except BaseException as exc:  # noqa: BLE001
+        info = error_info(exc, cx.candidate_path)
+        raise _Fail(verdict(cx, "compile_error", "import", _describe(info), [], error=info)) from exc
+    check_integrity(cx, "importing the candidate", [])
+
+    # The GPU is held only around work that uses it, so that a timing lease waits for
+    # one trial of each other candidate at most, not for its whole correctness phase.
+    cx.lease.hold("shared")
+    try:
+        torch.manual_seed(job.seed)
+        reference = problem.Model(*to_device(cx, clone(cx, init_inputs)))
+        if isinstance(reference, torch.nn.Module):
+            reference = reference.to(cx.device)
+    except BaseException as exc:  # noqa: BLE001
+        info = error_info(exc, cx.problem_path)
+        raise _Fail(ProblemError(kind="problem_error", message=f"{job.problem.name}: {_describe(info)}",
+                                 error=info)) from exc
+    try:
+        torch.manual_seed(job.seed)
+        model = candidate.ModelNew(*to_device(cx, clone(cx, init_inputs)))
+        if isinstance(model, torch.nn.Module):
+            model = model.to(cx.device)
+    except BaseException as exc:  # noqa: BLE001
+        info = error_info(exc, cx.candidate_path)
+        raise _Fail(verdict(cx, "runtime_error", "init", f"building ModelNew failed: {_describe(info)}", [],
+                            error=info)) from exc
+    check_integrity(cx, "building ModelNew", [])
+    return Built(problem=problem, candidate=candidate, reference=reference, model=model)
+
+
+# -- phase 2: trials (correctness), at the benchmark's shapes and unseen ones --
+
+
+def run_trials(cx: Context, built: Built) -> List[TrialStat]:
+    """`job.trials` correctness trials; the first failure raises `_Fail`."""
+    cx.lease.hold(None)
+    trials: List[TrialStat] = []
+    for t in range(cx.job.trials):
+        trials.append(trial(cx, t, built.problem, built.reference, built.model, trials))
+    return trials
+
+
+def check_shapes(cx: Context, built: Built, trials: List[TrialStat]) -> str:
+    """One more trial at each unseen shape (`job.shape_check`, and one more BATCH row),
+    appended to `trials`; returns the note the verdict's message ends with ("" when the
+    job asks for none)."""
+    job = cx.job
+    if job.shape_check is None:
+        return ""
+    shapes = [dict(job.shape_check)]
+    batch = getattr(built.problem, "BATCH", None)
+    if isinstance(batch, int) and not isinstance(batch, bool):
+        # One more row than the benchmark: a kernel whose element count or grid is
+        # baked in at the benchmark's size leaves it unwritten (smaller unseen
+        # shapes only make it read and write out of bounds, which may not fault).
+        shapes.append({**job.overrides, "BATCH": batch + 1})
+    for shape in shapes:
+        shape_check(cx, built.candidate, shape, trials)
+    return " ({} of them at unseen shapes: {})".format(
+        len(shapes), "; ".join(", ".join(f"{k}={v}" for k, v in sorted(o.items())) for o in shapes))
+
+
+def shape_check(cx: Context, candidate: Any, overrides: Dict[str, Any], done: List[TrialStat]) -> None:
+    """One more trial at shapes the candidate was not evaluated at (the heldout variant on a GPU).
+
+    Both models are built again from the problem imported with those shapes; a
+    kernel that hard-codes sizes, grids or strides of the benchmark fails here.
+    A failure raises `_Fail` naming the shapes.
+    """
+    torch = cx.torch
+    job = cx.job
+    shape = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+    try:
+        problem = load_module("tf_problem_shape", cx.problem_path, overrides)
+        torch.manual_seed(job.seed)
+        init_inputs = list(problem.get_init_inputs())
+        cx.lease.hold("shared")
+        reference = problem.Model(*to_device(cx, clone(cx, init_inputs)))
+        if isinstance(reference, torch.nn.Module):
+            reference = reference.to(cx.device)
+    except BaseException as exc:  # noqa: BLE001 - the problem's own fault: report, do not blame
+        info = error_info(exc, cx.problem_path)
+        raise _Fail(ProblemError(kind="problem_error", message=f"{job.problem.name} at {shape}: {_describe(info)}",
+                                 error=info)) from exc
+    try:
+        torch.manual_seed(job.seed)
+        model = candidate.ModelNew(*to_device(cx, clone(cx, init_inputs)))
+        if isinstance(model, torch.nn.Module):
+            model = model.to(cx.device)
+    except BaseException as exc:  # noqa: BLE001
+        info = error_info(exc, cx.candidate_path)
+        raise _Fail(verdict(cx, "runtime_error", "init",
+                            f"building ModelNew at unseen shapes ({shape}) failed: {_describe(info)}",
+                            done, error=info)) from exc
+    cx.lease.hold(None)
+    try:
+        done.append(trial(cx, len(done), problem, reference, model, done))
+    except _Fail as fail:
+        v = fail.verdict
+        if isinstance(v, Verdict):
+            v.message = (f"at unseen shapes ({shape}), which a kernel must handle as well as the "
+                         f"benchmark's: {v.message}")
+        raise
+
+
+def trial(cx: Context, t: int, problem: Any, reference: Any, model: Any, done: List[TrialStat]) -> TrialStat:
+    torch = cx.torch
+    seed = cx.job.seed + 1 + t * 7919
+    try:
+        torch.manual_seed(seed)
+        host_inputs = list(problem.get_inputs())  # host work: no hold on the GPU yet
+        cx.lease.hold("shared")
+        inputs = to_device(cx, host_inputs)
+    except BaseException as exc:  # noqa: BLE001
+        info = error_info(exc, cx.problem_path)
+        raise _Fail(verdict(cx, "runtime_error", "correctness", f"problem get_inputs failed: {_describe(info)}",
+                            done, error=info)) from exc
+    cand_inputs = clone(cx, inputs)
+    before = clone(cx, cand_inputs)
+    # The candidate runs first, so its output buffers can never be memory the
+    # reference just freed with the right answer in it.
+    try:
+        got = call_candidate(cx, model, cand_inputs, f"trial {t}", done)
+    except _Fail:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        info = error_info(exc, cx.candidate_path)
+        status: Status = "compile_error" if _is_compile_error(exc) else "runtime_error"
+        raise _Fail(verdict(cx, status, "correctness", f"trial {t}: {_describe(info)}", done, error=info)) from exc
+    try:
+        with torch.no_grad():
+            torch.manual_seed(seed)
+            expected = reference(*inputs)
+    except BaseException as exc:  # noqa: BLE001
+        # Not a problem error: the problem was checked alone (`bench validate`), and
+        # the candidate ran first in this process, so it may have broken what the
+        # reference depends on. Out of memory under a shared GPU is retried alone.
+        info = error_info(exc, cx.problem_path)
+        raise _Fail(verdict(
+            cx, "runtime_error", "correctness",
+            f"trial {t}: the reference failed after the candidate ran (the candidate may have changed "
+            f"something it depends on, or memory ran out): {_describe(info)}", done, error=info)) from exc
+
+    for i, (b, a) in enumerate(zip(before, cand_inputs, strict=True)):
+        if isinstance(b, torch.Tensor) and not _same_bits(torch, b, a):
+            raise _Fail(
+                verdict(cx,
+                    "incorrect",
+                    "correctness",
+                    f"trial {t}: the candidate wrote into input {i}; inputs must be left unchanged",
+                    done,
+                    mismatch=Mismatch(
+                        trial=t, output=i, kind="input_mutated", expected="unchanged input", got="modified input",
+                        max_abs_err=None, max_rel_err=None, worst_index=[], mismatched=0, total=int(b.numel()),
+                    ),
+                )
+            )
+    exp = _flatten(expected)
+    worst_abs, worst_rel = check_outputs(cx, t, exp, _flatten(got), done)
+    cx.lease.hold(None)
+    return TrialStat(trial=t, seed=seed, outputs=len(exp), max_abs_err=finite_or_none(worst_abs),
+                     max_rel_err=finite_or_none(worst_rel), passed=True)
+
+
+def call_candidate(cx: Context, model: Any, inputs: List[Any], where: str, done: List[TrialStat]) -> Any:
+    """One watched forward of the candidate (trials, warm-up, spot checks during timing).
+
+    Provenance (one of its own kernels must launch), the ATen operators it dispatches,
+    its threads, and its outputs: copied on the launching stream the moment forward
+    returns and compared after a device-wide synchronisation, so work still running
+    elsewhere (another stream, a thread) when it returned is caught.
+    """
+    torch = cx.torch
+    on_gpu = cx.device.type == "cuda"
+    if on_gpu:
+        poison(cx)
+    before = cx.recorder.own_launches()
+    threads = thread_count()
+    with torch.no_grad():
+        if cx.aten is not None:
+            with cx.aten:
+                out = model(*inputs)
         else:
-            self.device = torch.device("cpu")
-        self.tolerance_used = Tolerance(atol=1e-4, rtol=1e-4)
+            out = model(*inputs)
+        at_return = [o.detach().clone() if type(o) is torch.Tensor and o.layout == torch.strided
+                     and o.device.type != "meta" else None for o in _flatten(out)]
+    if on_gpu:
+        torch.cuda.synchronize()
+    require_launch(cx, before, where, done, threads)
+    if cx.aten is not None:
+        found = cx.aten.findings()
+        if found:
+            raise _Fail(verdict(cx,
+                "rejected", "guard",
+                f"{where}: [runtime-aten] ModelNew.forward {'; '.join(found)}; forward may only allocate, "
+                "view and copy tensors and launch the candidate's own Triton kernels (policy allow_aten)", done))
+    for i, (snap, o) in enumerate(zip(at_return, _flatten(out), strict=False)):
+        if snap is not None and not _same_bits(torch, snap, o):
+            raise _Fail(verdict(cx,
+                "rejected", "guard",
+                f"{where}: [runtime-late-write] output {i} changed after forward returned (work left running "
+                "on another stream or thread); every write must be ordered before forward returns on the "
+                "current stream", done))
+    return out
 
-    # -- verdict helpers -------------------------------------------------
-    def _verdict(
-        self,
-        status: Status,
-        stage: Stage,
-        message: str,
-        trials: List[TrialStat],
-        error: Optional[ErrorInfo] = None,
-        mismatch: Optional[Mismatch] = None,
-        timing: Optional[Timing] = None,
-        timing_note: Optional[str] = None,
-        gpu_share: Optional[float] = None,
-    ) -> Verdict:
-        provenance: Optional[Provenance] = None
-        if self.recorder is not None and self.recorder.calls:
-            provenance = self.recorder.summary(gpu_share)
-        return Verdict(
-            kind="verdict",
-            status=status,
-            stage=stage,
-            message=message,
-            error=error,
-            mismatch=mismatch,
-            trials=trials,
-            timing=timing,
-            timing_note=timing_note,
-            tolerance=self.tolerance_used,
-            provenance=provenance,
+
+def poison(cx: Context) -> None:
+    from .runtime_guard import poison_free_blocks
+
+    poison_free_blocks(cx.torch, cx.device)
+
+
+def check_integrity(cx: Context, where: str, done: List[TrialStat], threads: Optional[int] = None) -> None:
+    changed = cx.integrity.changed() if cx.integrity is not None else []
+    if changed:
+        names = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+        raise _Fail(verdict(cx,
+            "rejected", "guard",
+            f"{where}: [runtime-patched] the candidate replaced functions the evaluator relies on ({names}); "
+            "clocks, synchronisation, comparisons and the evaluator's own code must be left alone", done))
+    if threads is not None and thread_count() > threads:
+        raise _Fail(verdict(cx,
+            "rejected", "guard",
+            f"{where}: [runtime-threads] ModelNew.forward left {thread_count() - threads} thread(s) running "
+            "after it returned; all work must be done by the candidate's kernels before forward returns", done))
+
+
+def require_launch(cx: Context, before: int, where: str, done: List[TrialStat], threads: Optional[int] = None) -> None:
+    from .provenance import Tampered
+
+    try:
+        launched = cx.recorder.observe(before)
+    except Tampered as exc:
+        raise _Fail(verdict(cx, "rejected", "provenance",
+                            f"{where}: the candidate tampered with the launch hooks ({exc})", done)) from exc
+    check_integrity(cx, where, done, threads)
+    if not launched:
+        names = sorted(cx.recorder.kernel_names())
+        defined = f"it defines {', '.join(names)}" if names else "it defines no @triton.jit kernel"
+        raise _Fail(verdict(cx,
+            "rejected", "provenance",
+            f"{where}: ModelNew.forward launched none of the candidate's own Triton kernels ({defined}); "
+            "the work must be done by the candidate's Triton kernels, not by PyTorch", done))
+
+
+def check_outputs(cx: Context, t: int, exp: List[Any], out: List[Any], done: List[TrialStat]) -> Tuple[float, float]:
+    if len(exp) != len(out):
+        raise mismatch(cx, t, 0, "count", f"{len(exp)} outputs", f"{len(out)} outputs", done)
+    worst_abs = 0.0
+    worst_rel = 0.0
+    for i, (e, o) in enumerate(zip(exp, out, strict=True)):
+        a, r = compare(cx, t, i, e, o, done)
+        worst_abs = max(worst_abs, a)
+        worst_rel = max(worst_rel, r)
+    return worst_abs, worst_rel
+
+
+def mismatch(
+    cx: Context, t: int, i: int, kind: Any, expected: str, got: str, done: List[TrialStat], **kw: Any
+) -> _Fail:
+    m = Mismatch(
+        trial=t, output=i, kind=kind, expected=expected, got=got,
+        max_abs_err=kw.get("max_abs_err"), max_rel_err=kw.get("max_rel_err"),
+        worst_index=kw.get("worst_index", []), mismatched=kw.get("mismatched", 0), total=kw.get("total", 0),
+    )
+    detail = kw.get("detail") or f"expected {expected}, got {got}"
+    return _Fail(verdict(cx, "incorrect", "correctness", f"trial {t}, output {i}: {detail}", done, mismatch=m))
+
+
+def compare(cx: Context, t: int, i: int, e: Any, o: Any, done: List[TrialStat]) -> Tuple[float, float]:
+    torch = cx.torch
+    if not isinstance(e, torch.Tensor):
+        if e != o:
+            raise mismatch(cx, t, i, "value", repr(e)[:80], repr(o)[:80], done)
+        return 0.0, 0.0
+    # Exactly a Tensor: a subclass could lie about its values when compared.
+    if type(o) is not torch.Tensor:
+        raise mismatch(cx, t, i, "type", "torch.Tensor", type(o).__name__, done)
+    if o.device.type != e.device.type:
+        raise mismatch(cx, t, i, "device", str(e.device), str(o.device), done)
+    if tuple(o.shape) != tuple(e.shape):
+        raise mismatch(cx, t, i, "shape", str(tuple(e.shape)), str(tuple(o.shape)), done)
+    if o.dtype != e.dtype:
+        raise mismatch(cx, t, i, "dtype", str(e.dtype), str(o.dtype), done)
+    atol, rtol = _tolerance_for(str(e.dtype).replace("torch.", ""), cx.job.tolerance)
+    cx.tolerance_used = Tolerance(atol=atol, rtol=rtol)
+    total = int(e.numel())
+    if total == 0:
+        return 0.0, 0.0
+    if not (e.is_floating_point() or e.is_complex()):
+        diff = o != e
+        n = int(diff.sum())
+        if n:
+            idx = _unravel(int(diff.flatten().nonzero()[0]), e.shape)
+            raise mismatch(cx, t, i, "value", str(e[tuple(idx)].item()), str(o[tuple(idx)].item()), done,
+                                 worst_index=idx, mismatched=n, total=total,
+                                 detail=f"{n}/{total} elements differ, first at {idx}")
+        return 0.0, 0.0
+    of = o.detach().double()
+    ef = e.detach().double()
+    nonfinite = ~torch.isfinite(of)
+    if bool(nonfinite.any()):
+        n = int(nonfinite.sum())
+        idx = _unravel(int(nonfinite.flatten().nonzero()[0]), e.shape)
+        raise mismatch(cx, t, i, "nonfinite", f"{ef[tuple(idx)].item():.6g}", str(of[tuple(idx)].item()), done,
+                             worst_index=idx, mismatched=n, total=total,
+                             detail=f"{n}/{total} elements are NaN or Inf (first at {idx}); NaN/Inf never pass")
+    abs_err = (of - ef).abs()
+    rel_err = abs_err / ef.abs().clamp_min(1e-12)
+    bad = abs_err > (atol + rtol * ef.abs())
+    bad |= ~torch.isfinite(ef)
+    max_abs = float(abs_err.max())
+    max_rel = float(rel_err.max())
+    n = int(bad.sum())
+    if n:
+        flat = int(torch.argmax(torch.where(bad, abs_err, torch.zeros_like(abs_err))))
+        idx = _unravel(flat, e.shape)
+        raise mismatch(cx,
+            t, i, "value", f"{ef[tuple(idx)].item():.6g}", f"{of[tuple(idx)].item():.6g}", done,
+            max_abs_err=finite_or_none(max_abs), max_rel_err=finite_or_none(max_rel), worst_index=idx,
+            mismatched=n, total=total,
+            detail=(f"{n}/{total} elements outside atol={atol:g} rtol={rtol:g}; max abs err {max_abs:.4g}, "
+                    f"max rel err {max_rel:.4g}; worst at {idx}: expected {ef[tuple(idx)].item():.6g}, "
+                    f"got {of[tuple(idx)].item():.6g}"),
         )
+    return max_abs, max_rel
 
-    def _to_device(self, values: Sequence[Any]) -> List[Any]:
-        torch = self.torch
-        return [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values]
 
-    def _clone(self, values: Sequence[Any]) -> List[Any]:
-        torch = self.torch
-        return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+# -- phase 3: provenance (the candidate kernels' share of GPU time; the summary) --
 
-    # -- the pipeline ----------------------------------------------------
-    def run(self) -> Any:
-        torch = self.torch
-        job = self.job
-        Path(self.problem_path).write_text(job.problem.source, encoding="utf-8")
-        Path(self.candidate_path).write_text(job.candidate.source, encoding="utf-8")
-        from .provenance import LaunchRecorder
 
-        self.recorder = LaunchRecorder(self.candidate_path, self.lease)
-        self.recorder.install()
-        from .runtime_guard import AtenRecorder, Integrity
+def provenance_of(cx: Context, gpu_share: Optional[float]) -> Optional[Provenance]:
+    """The launch recorder's summary, once the candidate launched anything."""
+    if cx.recorder is not None and cx.recorder.calls:
+        summary: Provenance = cx.recorder.summary(gpu_share)
+        return summary
+    return None
 
-        if job.allow_aten is not None:
-            self.aten = AtenRecorder(torch, job.allow_aten, self.recorder.in_launch, self.device.type)
-        # Taken before the candidate's code runs at all, after everything the worker installs.
-        self.integrity = Integrity(torch)
 
-        # The problem: any failure here is the problem's fault, not the candidate's.
+def profile_share(cx: Context, built: Built) -> Optional[float]:
+    """The GPU share when the job asks for a profile on a GPU, else None. A guard
+    failure during the profiled calls raises `_Fail`; any other failure gives None."""
+    if not (cx.job.profile and cx.device.type == "cuda"):
+        return None
+    try:
+        cx.lease.hold("shared")
+        return measure_gpu_share(cx, built.problem, built.model)
+    except _Fail:
+        raise
+    except BaseException:  # noqa: BLE001 - the share is a measurement, not a verdict
+        return None
+
+
+def measure_gpu_share(cx: Context, problem: Any, model: Any) -> Optional[float]:
+    """The candidate kernels' share of GPU time over a few forwards, from the profiler."""
+    torch = cx.torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(cx.job.seed + 50_000)
+    inputs = to_device(cx, list(problem.get_inputs()))
+    model(*inputs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            call_candidate(cx, model, inputs, "profiled call", [])
+    own = cx.recorder.kernel_names()
+    total = 0.0
+    mine = 0.0
+    for evt in prof.events():
+        if getattr(getattr(evt, "device_type", None), "name", "") != "CUDA":
+            continue
+        us = float(evt.time_range.elapsed_us())
+        total += us
+        if evt.name in own:
+            mine += us
+    return mine / total if total > 0 else None
+
+
+# -- phase 4: timing ----------------------------------------------------------
+
+
+def timing_phase(
+    cx: Context, built: Built, trials: List[TrialStat], gpu_share: Optional[float]
+) -> Tuple[Optional[Timing], Optional[str]]:
+    """(timing, note): the leases, the compiled baseline and the timed run when the job
+    asks for timing on a GPU; a note saying why not otherwise. Raises `_Fail`."""
+    job = cx.job
+    on_gpu = cx.device.type == "cuda"
+    if not job.timing:
+        return None, "timing not requested"
+    compiled = None
+    if job.compile_baseline and on_gpu:
+        cx.lease.hold("shared")
+        compiled = compiled_baseline(cx, built.problem, built.reference)
+    # The timing lease: nothing else runs on this GPU until the result is sent. In CPU
+    # mode nothing is timed, so it is taken only when the pool asks (its tests do).
+    if on_gpu or os.environ.get("TRITONFORGE_CPU_TIMING_LEASE") == "1":
+        cx.lease.hold("exclusive")
+    timing_cpu = os.environ.get("TRITONFORGE_TIMING_CPU")
+    if on_gpu and timing_cpu:
+        # This (launching) thread moves to the core kept free for timing.
+        os.sched_setaffinity(0, {int(timing_cpu)})
+    if not on_gpu:
+        return None, "timing unavailable in CPU mode (Triton interpreter)"
+    try:
+        return time_candidate(cx, built.problem, built.reference, built.model, compiled, trials), None
+    except _Fail:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        info = error_info(exc, cx.candidate_path)
+        raise _Fail(verdict(cx, "runtime_error", "timing", f"during timing: {_describe(info)}", trials,
+                            error=info, gpu_share=gpu_share)) from exc
+
+
+def compiled_baseline(cx: Context, problem: Any, reference: Any) -> Any:
+    """`torch.compile(Model)`, compiled (CPU work, shared lease) before the timing lease."""
+    torch = cx.torch
+    compiled = torch.compile(reference)
+    torch.manual_seed(cx.job.seed + 60_000)
+    inputs = to_device(cx, list(problem.get_inputs()))
+    with torch.no_grad():
+        compiled(*inputs)
+    torch.cuda.synchronize()
+    return compiled
+
+
+def time_candidate(
+    cx: Context, problem: Any, reference: Any, model: Any, compiled: Any, done: List[TrialStat]
+) -> Timing:
+    """Reference and candidate timed in this process, interleaved, under the timing lease.
+
+    Every repetition gets inputs never seen before (drawn on the device, outside the
+    timed windows), so neither side can answer from a cache keyed on its inputs.
+    Each call is bracketed by CUDA events and preceded by a rewrite of a buffer
+    larger than L2; the flush also covers the host's launch latency, so a window
+    holds the call's GPU work (the do_bench convention). A device-wide
+    synchronisation precedes the final timestamp. A few audited repetitions are
+    also timed on the host clock with a device-wide synchronisation after each
+    call: a candidate whose host time exceeds its window by much more than the
+    reference's does is flagged. A candidate that launches its kernels on another
+    stream is timed again with a device-wide synchronisation inside every window,
+    so work it leaves running elsewhere is counted. The candidate's outputs on the
+    audited calls are checked against the reference on a clean copy of the same
+    inputs, so a candidate cannot be right only while it is being checked.
+    """
+    import numpy as np
+
+    torch = cx.torch
+    job = cx.job
+    stream = torch.cuda.current_stream().cuda_stream
+    run = timed_run(cx, problem, reference, model, compiled, done, sync_each=False)
+    side = cx.recorder.foreign_streams(stream)
+    if side:
+        run = timed_run(cx, problem, reference, model, compiled, done, sync_each=True)
+    dev, audit, kept = run
+    # The GPU is not needed alone any more: checks and statistics run shared.
+    cx.lease.hold("shared")
+    with torch.no_grad():
+        checks = [(i, _flatten(reference(*clean)), out) for i, clean, out in kept]
+    for i, expected, out in checks:
         try:
-            problem = load_problem(self.problem_path, job.overrides)
-            torch.manual_seed(job.seed)
-            init_inputs = list(problem.get_init_inputs())
-        except BaseException as exc:  # noqa: BLE001 - reported, never swallowed
-            info = error_info(exc, self.problem_path)
-            return ProblemError(kind="problem_error", message=f"{job.problem.name}: {_describe(info)}", error=info)
-
-        # The candidate's import: syntax errors, missing names, bad imports.
-        try:
-            candidate = load_module("tf_candidate", self.candidate_path, {})
-            if not isinstance(getattr(candidate, "ModelNew", None), type):
-                raise AttributeError("candidate defines no class `ModelNew`")
-        except BaseException as exc:  # noqa: BLE001
-            info = error_info(exc, self.candidate_path)
-            return self._verdict("compile_error", "import", _describe(info), [], error=info)
-        try:
-            self._check_integrity("importing the candidate", [])
-        except _Fail as fail:
-            return fail.verdict
-
-        # The GPU is held only around work that uses it, so that a timing lease waits for
-        # one trial of each other candidate at most, not for its whole correctness phase.
-        self.lease.hold("shared")
-        try:
-            torch.manual_seed(job.seed)
-            reference = problem.Model(*self._to_device(self._clone(init_inputs)))
-            if isinstance(reference, torch.nn.Module):
-                reference = reference.to(self.device)
-        except BaseException as exc:  # noqa: BLE001
-            info = error_info(exc, self.problem_path)
-            return ProblemError(kind="problem_error", message=f"{job.problem.name}: {_describe(info)}", error=info)
-        try:
-            torch.manual_seed(job.seed)
-            model = candidate.ModelNew(*self._to_device(self._clone(init_inputs)))
-            if isinstance(model, torch.nn.Module):
-                model = model.to(self.device)
-        except BaseException as exc:  # noqa: BLE001
-            info = error_info(exc, self.candidate_path)
-            return self._verdict("runtime_error", "init", f"building ModelNew failed: {_describe(info)}", [], error=info)
-        try:
-            self._check_integrity("building ModelNew", [])
-        except _Fail as fail:
-            return fail.verdict
-
-        self.lease.hold(None)
-        trials: List[TrialStat] = []
-        try:
-            for t in range(job.trials):
-                trials.append(self._trial(t, problem, reference, model, trials))
-        except _Fail as fail:
-            return fail.verdict
-
-        on_gpu = self.device.type == "cuda"
-        shape_note = ""
-        if job.shape_check is not None:
-            try:
-                shapes = [dict(job.shape_check)]
-                batch = getattr(problem, "BATCH", None)
-                if isinstance(batch, int) and not isinstance(batch, bool):
-                    # One more row than the benchmark: a kernel whose element count or grid is
-                    # baked in at the benchmark's size leaves it unwritten (smaller unseen
-                    # shapes only make it read and write out of bounds, which may not fault).
-                    shapes.append({**job.overrides, "BATCH": batch + 1})
-                for shape in shapes:
-                    self._shape_check(candidate, shape, trials)
-            except _Fail as fail:
-                return fail.verdict
-            shape_note = " ({} of them at unseen shapes: {})".format(
-                len(shapes), "; ".join(", ".join(f"{k}={v}" for k, v in sorted(o.items())) for o in shapes))
-
-        gpu_share: Optional[float] = None
-        if job.profile and on_gpu:
-            try:
-                self.lease.hold("shared")
-                gpu_share = self._gpu_share(problem, model)
-            except _Fail as fail:
-                return fail.verdict
-            except BaseException:  # noqa: BLE001 - the share is a measurement, not a verdict
-                gpu_share = None
-
-        note = None
-        timing = None
-        if not job.timing:
-            note = "timing not requested"
-        else:
-            compiled = None
-            if job.compile_baseline and on_gpu:
-                self.lease.hold("shared")
-                compiled = self._compiled_baseline(problem, reference)
-            # The timing lease: nothing else runs on this GPU until the result is sent. In CPU
-            # mode nothing is timed, so it is taken only when the pool asks (its tests do).
-            if on_gpu or os.environ.get("TRITONFORGE_CPU_TIMING_LEASE") == "1":
-                self.lease.hold("exclusive")
-            timing_cpu = os.environ.get("TRITONFORGE_TIMING_CPU")
-            if on_gpu and timing_cpu:
-                # This (launching) thread moves to the core kept free for timing.
-                os.sched_setaffinity(0, {int(timing_cpu)})
-            if not on_gpu:
-                note = "timing unavailable in CPU mode (Triton interpreter)"
-            else:
-                try:
-                    timing = self._time(problem, reference, model, compiled, trials)
-                except _Fail as fail:
-                    return fail.verdict
-                except BaseException as exc:  # noqa: BLE001
-                    info = error_info(exc, self.candidate_path)
-                    return self._verdict("runtime_error", "timing", f"during timing: {_describe(info)}", trials,
-                                         error=info, gpu_share=gpu_share)
-        worst = max((s.max_abs_err or 0.0 for s in trials), default=0.0)
-        msg = f"all {len(trials)} trials match (max abs err {worst:.3g}){shape_note}"
-        return self._verdict("correct", "correctness", msg, trials, timing=timing, timing_note=note, gpu_share=gpu_share)
-
-    def _shape_check(self, candidate: Any, overrides: Dict[str, Any], done: List[TrialStat]) -> None:
-        """One more trial at shapes the candidate was not evaluated at (the heldout variant on a GPU).
-
-        Both models are built again from the problem imported with those shapes; a
-        kernel that hard-codes sizes, grids or strides of the benchmark fails here.
-        A failure raises `_Fail` naming the shapes.
-        """
-        torch = self.torch
-        job = self.job
-        shape = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
-        try:
-            problem = load_module("tf_problem_shape", self.problem_path, overrides)
-            torch.manual_seed(job.seed)
-            init_inputs = list(problem.get_init_inputs())
-            self.lease.hold("shared")
-            reference = problem.Model(*self._to_device(self._clone(init_inputs)))
-            if isinstance(reference, torch.nn.Module):
-                reference = reference.to(self.device)
-        except BaseException as exc:  # noqa: BLE001 - the problem's own fault: report, do not blame
-            info = error_info(exc, self.problem_path)
-            raise _Fail(ProblemError(kind="problem_error", message=f"{job.problem.name} at {shape}: {_describe(info)}",
-                                     error=info))  # type: ignore[arg-type]
-        try:
-            torch.manual_seed(job.seed)
-            model = candidate.ModelNew(*self._to_device(self._clone(init_inputs)))
-            if isinstance(model, torch.nn.Module):
-                model = model.to(self.device)
-        except BaseException as exc:  # noqa: BLE001
-            info = error_info(exc, self.candidate_path)
-            raise _Fail(self._verdict("runtime_error", "init",
-                                      f"building ModelNew at unseen shapes ({shape}) failed: {_describe(info)}",
-                                      done, error=info))
-        self.lease.hold(None)
-        try:
-            done.append(self._trial(len(done), problem, reference, model, done))
+            check_outputs(cx, i, expected, _flatten(out), done)
         except _Fail as fail:
             v = fail.verdict
-            if isinstance(v, Verdict):
-                v.message = (f"at unseen shapes ({shape}), which a kernel must handle as well as the "
-                             f"benchmark's: {v.message}")
-            raise
-
-    def _call_candidate(self, model: Any, inputs: List[Any], where: str, done: List[TrialStat]) -> Any:
-        """One watched forward of the candidate (trials, warm-up, spot checks during timing).
-
-        Provenance (one of its own kernels must launch), the ATen operators it dispatches,
-        its threads, and its outputs: copied on the launching stream the moment forward
-        returns and compared after a device-wide synchronisation, so work still running
-        elsewhere (another stream, a thread) when it returned is caught.
-        """
-        torch = self.torch
-        on_gpu = self.device.type == "cuda"
-        if on_gpu:
-            self._poison()
-        before = self.recorder.own_launches()
-        threads = thread_count()
-        with torch.no_grad():
-            if self.aten is not None:
-                with self.aten:
-                    out = model(*inputs)
-            else:
-                out = model(*inputs)
-            at_return = [o.detach().clone() if type(o) is torch.Tensor and o.layout == torch.strided
-                         and o.device.type != "meta" else None for o in _flatten(out)]
-        if on_gpu:
-            torch.cuda.synchronize()
-        self._require_launch(before, where, done, threads)
-        if self.aten is not None:
-            found = self.aten.findings()
-            if found:
-                raise _Fail(self._verdict(
-                    "rejected", "guard",
-                    f"{where}: [runtime-aten] ModelNew.forward {'; '.join(found)}; forward may only allocate, "
-                    "view and copy tensors and launch the candidate's own Triton kernels (policy allow_aten)", done))
-        for i, (snap, o) in enumerate(zip(at_return, _flatten(out))):
-            if snap is not None and not _same_bits(torch, snap, o):
-                raise _Fail(self._verdict(
-                    "rejected", "guard",
-                    f"{where}: [runtime-late-write] output {i} changed after forward returned (work left running "
-                    "on another stream or thread); every write must be ordered before forward returns on the "
-                    "current stream", done))
-        return out
-
-    def _poison(self) -> None:
-        from .runtime_guard import poison_free_blocks
-
-        poison_free_blocks(self.torch, self.device)
-
-    def _check_integrity(self, where: str, done: List[TrialStat], threads: Optional[int] = None) -> None:
-        changed = self.integrity.changed() if self.integrity is not None else []
-        if changed:
-            names = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
-            raise _Fail(self._verdict(
-                "rejected", "guard",
-                f"{where}: [runtime-patched] the candidate replaced functions the evaluator relies on ({names}); "
-                "clocks, synchronisation, comparisons and the evaluator's own code must be left alone", done))
-        if threads is not None and thread_count() > threads:
-            raise _Fail(self._verdict(
-                "rejected", "guard",
-                f"{where}: [runtime-threads] ModelNew.forward left {thread_count() - threads} thread(s) running "
-                "after it returned; all work must be done by the candidate's kernels before forward returns", done))
-
-    def _require_launch(self, before: int, where: str, done: List[TrialStat], threads: Optional[int] = None) -> None:
-        from .provenance import Tampered
-
-        try:
-            launched = self.recorder.observe(before)
-        except Tampered as exc:
-            raise _Fail(self._verdict("rejected", "provenance",
-                                      f"{where}: the candidate tampered with the launch hooks ({exc})", done))
-        self._check_integrity(where, done, threads)
-        if not launched:
-            names = sorted(self.recorder.kernel_names())
-            defined = f"it defines {', '.join(names)}" if names else "it defines no @triton.jit kernel"
-            raise _Fail(self._verdict(
-                "rejected", "provenance",
-                f"{where}: ModelNew.forward launched none of the candidate's own Triton kernels ({defined}); "
-                "the work must be done by the candidate's Triton kernels, not by PyTorch", done))
-
-    def _gpu_share(self, problem: Any, model: Any) -> Optional[float]:
-        """The candidate kernels' share of GPU time over a few forwards, from the profiler."""
-        torch = self.torch
-        from torch.profiler import ProfilerActivity, profile
-
-        torch.manual_seed(self.job.seed + 50_000)
-        inputs = self._to_device(list(problem.get_inputs()))
-        model(*inputs)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(3):
-                self._call_candidate(model, inputs, "profiled call", [])
-        own = self.recorder.kernel_names()
-        total = 0.0
-        mine = 0.0
-        for evt in prof.events():
-            if getattr(getattr(evt, "device_type", None), "name", "") != "CUDA":
-                continue
-            us = float(evt.time_range.elapsed_us())
-            total += us
-            if evt.name in own:
-                mine += us
-        return mine / total if total > 0 else None
-
-    def _compiled_baseline(self, problem: Any, reference: Any) -> Any:
-        """`torch.compile(Model)`, compiled (CPU work, shared lease) before the timing lease."""
-        torch = self.torch
-        compiled = torch.compile(reference)
-        torch.manual_seed(self.job.seed + 60_000)
-        inputs = self._to_device(list(problem.get_inputs()))
-        with torch.no_grad():
-            compiled(*inputs)
-        torch.cuda.synchronize()
-        return compiled
-
-    def _time(self, problem: Any, reference: Any, model: Any, compiled: Any, done: List[TrialStat]) -> Timing:
-        """Reference and candidate timed in this process, interleaved, under the timing lease.
-
-        Every repetition gets inputs never seen before (drawn on the device, outside the
-        timed windows), so neither side can answer from a cache keyed on its inputs.
-        Each call is bracketed by CUDA events and preceded by a rewrite of a buffer
-        larger than L2; the flush also covers the host's launch latency, so a window
-        holds the call's GPU work (the do_bench convention). A device-wide
-        synchronisation precedes the final timestamp. A few audited repetitions are
-        also timed on the host clock with a device-wide synchronisation after each
-        call: a candidate whose host time exceeds its window by much more than the
-        reference's does is flagged. A candidate that launches its kernels on another
-        stream is timed again with a device-wide synchronisation inside every window,
-        so work it leaves running elsewhere is counted. The candidate's outputs on the
-        audited calls are checked against the reference on a clean copy of the same
-        inputs, so a candidate cannot be right only while it is being checked.
-        """
-        import numpy as np
-
-        torch = self.torch
-        job = self.job
-        stream = torch.cuda.current_stream().cuda_stream
-        run = self._timed_run(problem, reference, model, compiled, done, sync_each=False)
-        side = self.recorder.foreign_streams(stream)
-        if side:
-            run = self._timed_run(problem, reference, model, compiled, done, sync_each=True)
-        dev, audit, kept = run
-        # The GPU is not needed alone any more: checks and statistics run shared.
-        self.lease.hold("shared")
-        with torch.no_grad():
-            checks = [(i, _flatten(reference(*clean)), out) for i, clean, out in kept]
-        for i, expected, out in checks:
-            try:
-                self._check_outputs(i, expected, _flatten(out), done)
-            except _Fail as fail:
-                v = fail.verdict
+            if isinstance(v, Verdict):  # always: output checks only fail with verdicts
                 v.stage = "timing"
                 v.message = f"timed call {i} gave a wrong output ({v.message}); outputs must be right on every call"
-                raise
+            raise
 
-        def med(xs: List[float]) -> float:
-            return float(np.median(np.asarray(xs))) if xs else float("nan")
+    def med(xs: List[float]) -> float:
+        return float(np.median(np.asarray(xs))) if xs else float("nan")
 
-        def stats(name: str) -> TimingStats:
-            xs = np.asarray(dev[name])
-            q1, m, q3 = np.percentile(xs, [25, 50, 75])
-            return TimingStats(median_ms=float(m), iqr_ms=float(q3 - q1), samples=len(xs),
-                               host_median_ms=med(audit[name]))
+    def stats(name: str) -> TimingStats:
+        xs = np.asarray(dev[name])
+        q1, m, q3 = np.percentile(xs, [25, 50, 75])
+        return TimingStats(median_ms=float(m), iqr_ms=float(q3 - q1), samples=len(xs),
+                           host_median_ms=med(audit[name]))
 
-        r = stats("reference")
-        c = stats("candidate")
-        harness = med(dev["empty"])
-        ref = np.asarray(dev["reference"])
-        can = np.asarray(dev["candidate"])
-        emp = np.asarray(dev["empty"])
-        n = min(len(ref), len(can), len(emp))
-        boot = np.random.default_rng(0)
-        idx = boot.integers(0, n, size=(200, n))
-        h = np.median(emp[:n][idx], axis=1)
-        ratios = (np.maximum(np.median(ref[:n][idx], axis=1) - h, 1e-6)
-                  / np.maximum(np.median(can[:n][idx], axis=1) - h, 1e-6))
-        low, high = np.percentile(ratios, [2.5, 97.5])
-        speedup = max(r.median_ms - harness, 1e-6) / max(c.median_ms - harness, 1e-6)
-        flags: List[Any] = []
-        if speedup > job.speedup_cap:
-            flags.append("implausible_speedup")
-        # Host time beyond the device window: launch latency and synchronisation for an
-        # honest call (about the same for both sides), hidden work for a dishonest one.
-        excess_c = c.host_median_ms - c.median_ms
-        excess_r = r.host_median_ms - r.median_ms
-        if excess_c - excess_r > 0.05 + 0.5 * c.median_ms:
-            flags.append("clock_disagreement")
-        if side:
-            flags.append("side_streams")
-        return Timing(
-            reference=r,
-            candidate=c,
-            speedup=speedup,
-            speedup_low=float(low),
-            speedup_high=float(high),
-            flags=flags,
-            checked_outputs=len(checks),
-            harness_ms=harness,
-            compiled=stats("compiled") if compiled is not None else None,
-        )
+    r = stats("reference")
+    c = stats("candidate")
+    harness = med(dev["empty"])
+    ref = np.asarray(dev["reference"])
+    can = np.asarray(dev["candidate"])
+    emp = np.asarray(dev["empty"])
+    n = min(len(ref), len(can), len(emp))
+    boot = np.random.default_rng(0)
+    idx = boot.integers(0, n, size=(200, n))
+    h = np.median(emp[:n][idx], axis=1)
+    ratios = (np.maximum(np.median(ref[:n][idx], axis=1) - h, 1e-6)
+              / np.maximum(np.median(can[:n][idx], axis=1) - h, 1e-6))
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    speedup = max(r.median_ms - harness, 1e-6) / max(c.median_ms - harness, 1e-6)
+    flags: List[Any] = []
+    if speedup > job.speedup_cap:
+        flags.append("implausible_speedup")
+    # Host time beyond the device window: launch latency and synchronisation for an
+    # honest call (about the same for both sides), hidden work for a dishonest one.
+    excess_c = c.host_median_ms - c.median_ms
+    excess_r = r.host_median_ms - r.median_ms
+    if excess_c - excess_r > 0.05 + 0.5 * c.median_ms:
+        flags.append("clock_disagreement")
+    if side:
+        flags.append("side_streams")
+    return Timing(
+        reference=r,
+        candidate=c,
+        speedup=speedup,
+        speedup_low=float(low),
+        speedup_high=float(high),
+        flags=flags,
+        checked_outputs=len(checks),
+        harness_ms=harness,
+        compiled=stats("compiled") if compiled is not None else None,
+    )
 
-    def _timed_run(self, problem: Any, reference: Any, model: Any, compiled: Any, done: List[TrialStat],
-                   sync_each: bool) -> Tuple[Dict[str, List[float]], Dict[str, List[float]], List[Tuple[int, List[Any], Any]]]:
-        """One timed run: per-arm window times, audited host times, audited candidate outputs."""
-        import random
-        import time as _time
 
-        torch = self.torch
-        job = self.job
-        on_device = True
+def timed_run(
+    cx: Context, problem: Any, reference: Any, model: Any, compiled: Any, done: List[TrialStat], sync_each: bool
+) -> Tuple[Dict[str, List[float]], Dict[str, List[float]], List[Tuple[int, List[Any], Any]]]:
+    """One timed run: per-arm window times, audited host times, audited candidate outputs."""
+    import random
+    import time as _time
 
-        def fresh(seed: int) -> List[Any]:
-            nonlocal on_device
-            torch.manual_seed(seed)
-            if on_device:
-                try:
-                    with torch.device(self.device):
-                        return self._to_device(list(problem.get_inputs()))
-                except Exception:  # noqa: BLE001 - a problem that insists on host tensors
-                    on_device = False
-                    torch.manual_seed(seed)
-            return self._to_device(list(problem.get_inputs()))
+    torch = cx.torch
+    job = cx.job
+    on_device = True
 
-        flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device=self.device)  # 256 MiB > any L2
+    def fresh(seed: int) -> List[Any]:
+        nonlocal on_device
+        torch.manual_seed(seed)
+        if on_device:
+            try:
+                with torch.device(cx.device):
+                    return to_device(cx, list(problem.get_inputs()))
+            except Exception:  # noqa: BLE001 - a problem that insists on host tensors
+                on_device = False
+                torch.manual_seed(seed)
+        return to_device(cx, list(problem.get_inputs()))
 
-        def empty(*_: Any) -> None:
-            return None
+    flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device=cx.device)  # 256 MiB > any L2
 
-        # `empty` measures the harness itself (two event records), subtracted from both sides.
-        arms: List[Tuple[str, Any]] = [("candidate", model), ("reference", reference), ("empty", empty)]
-        if compiled is not None:
-            arms.append(("compiled", compiled))
-        seed = job.seed + 100_000
-        new_event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-        windows: List[Tuple[str, Any, Any]] = []
-        audit: Dict[str, List[float]] = {name: [] for name, _ in arms}
-        kept: List[Tuple[int, List[Any], Any]] = []
-        with torch.no_grad():
-            for _ in range(2):  # warm-up, autotuning included, outside the numbers
-                seed += 1
-                inputs = fresh(seed)
-                for name, fn in arms:
-                    if name == "candidate":
-                        self._call_candidate(model, inputs, "timing warm-up", done)
-                    else:
-                        fn(*inputs)
-            cushion = _cushion(torch, new_event)
-            torch.cuda.synchronize()
-            probe_start = _time.perf_counter()
+    def empty(*_: Any) -> None:
+        return None
+
+    # `empty` measures the harness itself (two event records), subtracted from both sides.
+    arms: List[Tuple[str, Any]] = [("candidate", model), ("reference", reference), ("empty", empty)]
+    if compiled is not None:
+        arms.append(("compiled", compiled))
+    seed = job.seed + 100_000
+    new_event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    windows: List[Tuple[str, Any, Any]] = []
+    audit: Dict[str, List[float]] = {name: [] for name, _ in arms}
+    kept: List[Tuple[int, List[Any], Any]] = []
+    with torch.no_grad():
+        for _ in range(2):  # warm-up, autotuning included, outside the numbers
             seed += 1
             inputs = fresh(seed)
-            for _, fn in arms:
-                flush.zero_()
-                cushion()
-                fn(*inputs)
-            torch.cuda.synchronize()
-            per_round = max(_time.perf_counter() - probe_start, 1e-6)
-            reps = int(min(1000, max(30, (job.timing_budget_ms / 1000.0) / per_round)))
-            rng = random.Random(int.from_bytes(os.urandom(8), "little"))
-            picked = rng.sample(range(reps), k=min(reps, 8))
-            audited = set(picked[:5])
-            # Spot checks: a full watched call (ATen, threads, late writes), out of the stats.
-            spots = set(picked[5:])
-            events = [(new_event(), new_event()) for _ in range(reps * len(arms))]
-            for i in range(reps):
-                seed += 1
-                inputs = fresh(seed)
-                check = i in audited
-                spot = i in spots
-                clean = self._clone(inputs) if check or spot else None
-                order = arms if i % 2 == 0 else list(reversed(arms))  # A/B then B/A: no order bias
-                for k, (name, fn) in enumerate(order):
-                    start, end = events[i * len(arms) + k]
-                    if spot:
-                        out = self._call_candidate(model, inputs, f"timed call {i}", done) if name == "candidate" \
-                            else fn(*inputs)
-                        if name == "candidate":
-                            kept.append((i, clean, out))
-                        del out
-                        continue
-                    before = self.recorder.own_launches() if name == "candidate" else 0
-                    threads = thread_count() if name == "candidate" else None
-                    flush.zero_()
-                    if check and name == "candidate":
-                        # Memory the reference just freed holds the right answer: never hand it over.
-                        self._poison()
-                    if check or sync_each:
-                        # Audited, or work on other streams: the device is idle when the window
-                        # opens, so nothing the call launches can run before it (under a cushion).
-                        torch.cuda.synchronize()
-                        h0 = _time.perf_counter()
-                    else:
-                        # The GPU stays busy while the host launches the call, so the
-                        # window starts with the call's own work, not launch latency.
-                        cushion()
-                    start.record()
-                    out = fn(*inputs)
-                    if sync_each:
-                        torch.cuda.synchronize()
-                    end.record()
-                    if check:
-                        torch.cuda.synchronize()
-                        audit[name].append((_time.perf_counter() - h0) * 1000.0)
+            for name, fn in arms:
+                if name == "candidate":
+                    call_candidate(cx, model, inputs, "timing warm-up", done)
+                else:
+                    fn(*inputs)
+        cushion = _cushion(torch, new_event)
+        torch.cuda.synchronize()
+        probe_start = _time.perf_counter()
+        seed += 1
+        inputs = fresh(seed)
+        for _, fn in arms:
+            flush.zero_()
+            cushion()
+            fn(*inputs)
+        torch.cuda.synchronize()
+        per_round = max(_time.perf_counter() - probe_start, 1e-6)
+        reps = int(min(1000, max(30, (job.timing_budget_ms / 1000.0) / per_round)))
+        rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+        picked = rng.sample(range(reps), k=min(reps, 8))
+        audited = set(picked[:5])
+        # Spot checks: a full watched call (ATen, threads, late writes), out of the stats.
+        spots = set(picked[5:])
+        events = [(new_event(), new_event()) for _ in range(reps * len(arms))]
+        for i in range(reps):
+            seed += 1
+            inputs = fresh(seed)
+            check = i in audited
+            spot = i in spots
+            clean = clone(cx, inputs) if check or spot else None
+            order = arms if i % 2 == 0 else list(reversed(arms))  # A/B then B/A: no order bias
+            for k, (name, fn) in enumerate(order):
+                start, end = events[i * len(arms) + k]
+                if spot:
+                    out = call_candidate(cx, model, inputs, f"timed call {i}", done) if name == "candidate" \
+                        else fn(*inputs)
                     if name == "candidate":
-                        self._require_launch(before, f"timed call {i}", done, threads)
-                        if clean is not None:
-                            kept.append((i, clean, out))
-                    if not check:  # audited windows include launch latency: kept out of the stats
-                        windows.append((name, start, end))
+                        assert clean is not None  # a spot check always keeps a clean copy
+                        kept.append((i, clean, out))
                     del out
-            torch.cuda.synchronize()  # device-wide, before the last timestamp is read
-        dev: Dict[str, List[float]] = {name: [] for name, _ in arms}
-        for name, start, end in windows:
-            dev[name].append(float(start.elapsed_time(end)))
-        return dev, audit, kept
-
-    def _trial(self, t: int, problem: Any, reference: Any, model: Any, done: List[TrialStat]) -> TrialStat:
-        torch = self.torch
-        seed = self.job.seed + 1 + t * 7919
-        try:
-            torch.manual_seed(seed)
-            host_inputs = list(problem.get_inputs())  # host work: no hold on the GPU yet
-            self.lease.hold("shared")
-            inputs = self._to_device(host_inputs)
-        except BaseException as exc:  # noqa: BLE001
-            info = error_info(exc, self.problem_path)
-            raise _Fail(self._verdict("runtime_error", "correctness", f"problem get_inputs failed: {_describe(info)}", done, error=info))
-        cand_inputs = self._clone(inputs)
-        before = self._clone(cand_inputs)
-        # The candidate runs first, so its output buffers can never be memory the
-        # reference just freed with the right answer in it.
-        try:
-            got = self._call_candidate(model, cand_inputs, f"trial {t}", done)
-        except _Fail:
-            raise
-        except BaseException as exc:  # noqa: BLE001
-            info = error_info(exc, self.candidate_path)
-            status: Status = "compile_error" if _is_compile_error(exc) else "runtime_error"
-            raise _Fail(self._verdict(status, "correctness", f"trial {t}: {_describe(info)}", done, error=info))
-        try:
-            with torch.no_grad():
-                torch.manual_seed(seed)
-                expected = reference(*inputs)
-        except BaseException as exc:  # noqa: BLE001
-            # Not a problem error: the problem was checked alone (`bench validate`), and
-            # the candidate ran first in this process, so it may have broken what the
-            # reference depends on. Out of memory under a shared GPU is retried alone.
-            info = error_info(exc, self.problem_path)
-            raise _Fail(self._verdict(
-                "runtime_error", "correctness",
-                f"trial {t}: the reference failed after the candidate ran (the candidate may have changed "
-                f"something it depends on, or memory ran out): {_describe(info)}", done, error=info))
-
-        for i, (b, a) in enumerate(zip(before, cand_inputs)):
-            if isinstance(b, torch.Tensor) and not _same_bits(torch, b, a):
-                raise _Fail(
-                    self._verdict(
-                        "incorrect",
-                        "correctness",
-                        f"trial {t}: the candidate wrote into input {i}; inputs must be left unchanged",
-                        done,
-                        mismatch=Mismatch(
-                            trial=t, output=i, kind="input_mutated", expected="unchanged input", got="modified input",
-                            max_abs_err=None, max_rel_err=None, worst_index=[], mismatched=0, total=int(b.numel()),
-                        ),
-                    )
-                )
-        exp = _flatten(expected)
-        worst_abs, worst_rel = self._check_outputs(t, exp, _flatten(got), done)
-        self.lease.hold(None)
-        return TrialStat(trial=t, seed=seed, outputs=len(exp), max_abs_err=finite_or_none(worst_abs), max_rel_err=finite_or_none(worst_rel), passed=True)
-
-    def _check_outputs(self, t: int, exp: List[Any], out: List[Any], done: List[TrialStat]) -> Tuple[float, float]:
-        if len(exp) != len(out):
-            raise self._mismatch(t, 0, "count", f"{len(exp)} outputs", f"{len(out)} outputs", done)
-        worst_abs = 0.0
-        worst_rel = 0.0
-        for i, (e, o) in enumerate(zip(exp, out)):
-            a, r = self._compare(t, i, e, o, done)
-            worst_abs = max(worst_abs, a)
-            worst_rel = max(worst_rel, r)
-        return worst_abs, worst_rel
-
-    def _mismatch(self, t: int, i: int, kind: Any, expected: str, got: str, done: List[TrialStat], **kw: Any) -> _Fail:
-        m = Mismatch(
-            trial=t, output=i, kind=kind, expected=expected, got=got,
-            max_abs_err=kw.get("max_abs_err"), max_rel_err=kw.get("max_rel_err"),
-            worst_index=kw.get("worst_index", []), mismatched=kw.get("mismatched", 0), total=kw.get("total", 0),
-        )
-        detail = kw.get("detail") or f"expected {expected}, got {got}"
-        return _Fail(self._verdict("incorrect", "correctness", f"trial {t}, output {i}: {detail}", done, mismatch=m))
-
-    def _compare(self, t: int, i: int, e: Any, o: Any, done: List[TrialStat]) -> Tuple[float, float]:
-        torch = self.torch
-        if not isinstance(e, torch.Tensor):
-            if e != o:
-                raise self._mismatch(t, i, "value", repr(e)[:80], repr(o)[:80], done)
-            return 0.0, 0.0
-        # Exactly a Tensor: a subclass could lie about its values when compared.
-        if type(o) is not torch.Tensor:
-            raise self._mismatch(t, i, "type", "torch.Tensor", type(o).__name__, done)
-        if o.device.type != e.device.type:
-            raise self._mismatch(t, i, "device", str(e.device), str(o.device), done)
-        if tuple(o.shape) != tuple(e.shape):
-            raise self._mismatch(t, i, "shape", str(tuple(e.shape)), str(tuple(o.shape)), done)
-        if o.dtype != e.dtype:
-            raise self._mismatch(t, i, "dtype", str(e.dtype), str(o.dtype), done)
-        atol, rtol = _tolerance_for(str(e.dtype).replace("torch.", ""), self.job.tolerance)
-        self.tolerance_used = Tolerance(atol=atol, rtol=rtol)
-        total = int(e.numel())
-        if total == 0:
-            return 0.0, 0.0
-        if not (e.is_floating_point() or e.is_complex()):
-            diff = o != e
-            n = int(diff.sum())
-            if n:
-                idx = _unravel(int(diff.flatten().nonzero()[0]), e.shape)
-                raise self._mismatch(t, i, "value", str(e[tuple(idx)].item()), str(o[tuple(idx)].item()), done,
-                                     worst_index=idx, mismatched=n, total=total,
-                                     detail=f"{n}/{total} elements differ, first at {idx}")
-            return 0.0, 0.0
-        of = o.detach().double()
-        ef = e.detach().double()
-        nonfinite = ~torch.isfinite(of)
-        if bool(nonfinite.any()):
-            n = int(nonfinite.sum())
-            idx = _unravel(int(nonfinite.flatten().nonzero()[0]), e.shape)
-            raise self._mismatch(t, i, "nonfinite", f"{ef[tuple(idx)].item():.6g}", str(of[tuple(idx)].item()), done,
-                                 worst_index=idx, mismatched=n, total=total,
-                                 detail=f"{n}/{total} elements are NaN or Inf (first at {idx}); NaN/Inf never pass")
-        abs_err = (of - ef).abs()
-        rel_err = abs_err / ef.abs().clamp_min(1e-12)
-        bad = abs_err > (atol + rtol * ef.abs())
-        bad |= ~torch.isfinite(ef)
-        max_abs = float(abs_err.max())
-        max_rel = float(rel_err.max())
-        n = int(bad.sum())
-        if n:
-            flat = int(torch.argmax(torch.where(bad, abs_err, torch.zeros_like(abs_err))))
-            idx = _unravel(flat, e.shape)
-            raise self._mismatch(
-                t, i, "value", f"{ef[tuple(idx)].item():.6g}", f"{of[tuple(idx)].item():.6g}", done,
-                max_abs_err=finite_or_none(max_abs), max_rel_err=finite_or_none(max_rel), worst_index=idx,
-                mismatched=n, total=total,
-                detail=(f"{n}/{total} elements outside atol={atol:g} rtol={rtol:g}; max abs err {max_abs:.4g}, "
-                        f"max rel err {max_rel:.4g}; worst at {idx}: expected {ef[tuple(idx)].item():.6g}, "
-                        f"got {of[tuple(idx)].item():.6g}"),
-            )
-        return max_abs, max_rel
+                    continue
+                before = cx.recorder.own_launches() if name == "candidate" else 0
+                threads = thread_count() if name == "candidate" else None
+                flush.zero_()
+                if check and name == "candidate":
+                    # Memory the reference just freed holds the right answer: never hand it over.
+                    poison(cx)
+                if check or sync_each:
+                    # Audited, or work on other streams: the device is idle when the window
+                    # opens, so nothing the call launches can run before it (under a cushion).
+                    torch.cuda.synchronize()
+                    h0 = _time.perf_counter()
+                else:
+                    # The GPU stays busy while the host launches the call, so the
+                    # window starts with the call's own work, not launch latency.
+                    cushion()
+                start.record()
+                out = fn(*inputs)
+                if sync_each:
+                    torch.cuda.synchronize()
+                end.record()
+                if check:
+                    torch.cuda.synchronize()
+                    audit[name].append((_time.perf_counter() - h0) * 1000.0)
+                if name == "candidate":
+                    require_launch(cx, before, f"timed call {i}", done, threads)
+                    if clean is not None:
+                        kept.append((i, clean, out))
+                if not check:  # audited windows include launch latency: kept out of the stats
+                    windows.append((name, start, end))
+                del out
+        torch.cuda.synchronize()  # device-wide, before the last timestamp is read
+    dev: Dict[str, List[float]] = {name: [] for name, _ in arms}
+    for name, start, end in windows:
+        dev[name].append(float(start.elapsed_time(end)))
+    return dev, audit, kept
 
 
 def _cushion(torch: Any, new_event: Any) -> Any:
@@ -854,6 +940,37 @@ def _cushion(torch: Any, new_event: Any) -> Any:
     ms = max(float(a.elapsed_time(b)), 1e-3)
     cycles = int(1_000_000 * 0.2 / ms)
     return lambda: sleep(cycles)
+
+
+# -- the sequence -------------------------------------------------------------
+
+
+class Executor:
+    """One candidate against one problem: the phases above, in order; the first
+    failure's verdict (or `ProblemError`) is the outcome."""
+
+    def __init__(self, job: EvalJob, workdir: str, lease: Any = None) -> None:
+        self.cx = new_context(job, workdir, lease)
+
+    @property
+    def recorder(self) -> Any:
+        """The launch recorder `build` installed (None before `run`)."""
+        return self.cx.recorder
+
+    def run(self) -> Verdict | ProblemError:
+        cx = self.cx
+        try:
+            built = build(cx)
+            trials = run_trials(cx, built)
+            shape_note = check_shapes(cx, built, trials)
+            gpu_share = profile_share(cx, built)
+            timing, note = timing_phase(cx, built, trials, gpu_share)
+        except _Fail as fail:
+            return fail.verdict
+        worst = max((s.max_abs_err or 0.0 for s in trials), default=0.0)
+        msg = f"all {len(trials)} trials match (max abs err {worst:.3g}){shape_note}"
+        return verdict(cx, "correct", "correctness", msg, trials, timing=timing, timing_note=note,
+                       gpu_share=gpu_share)
 
 
 def _same_bits(torch: Any, a: Any, b: Any) -> bool:
@@ -885,122 +1002,3 @@ def _safe_name(name: str, default: str) -> str:
     if not base.endswith(".py") or not base[:-3].replace("_", "a").replace("-", "a").isalnum():
         return default
     return base
-
-
-def check_problem(job: Any, workdir: str) -> Any:
-    """Suite validation of one problem at one shape variant.
-
-    Sound means: it imports; `Model` builds; the same seeds give bit-identical outputs;
-    no output holds NaN or Inf; every output varies (over elements and input seeds) by
-    well over the comparison tolerance, so a constant or all-zero answer can never
-    pass; and the output depends on the inputs.
-    """
-    import time as _time
-
-    import torch
-
-    from .protocol import OutputSummary, ProblemReport
-
-    findings: List[str] = []
-    outputs: List[OutputSummary] = []
-    path = _problem_file(Path(workdir), job.problem.name)
-    Path(path).write_text(job.problem.source, encoding="utf-8")
-    device = torch.device("cuda" if job.device != "cpu" and torch.cuda.is_available() else "cpu")
-
-    def report(max_ms: float, error: Optional[ErrorInfo] = None) -> ProblemReport:
-        return ProblemReport(findings=findings, error=error, outputs=outputs, max_forward_ms=max_ms)
-
-    try:
-        problem = load_problem(path, job.overrides)
-    except BaseException as exc:  # noqa: BLE001
-        info = error_info(exc, path)
-        findings.append(f"does not import: {_describe(info)}")
-        return report(0.0, info)
-
-    def run(input_seed: int) -> Tuple[List[Any], float]:
-        torch.manual_seed(job.seed)
-        init = [v.to(device) if isinstance(v, torch.Tensor) else v for v in problem.get_init_inputs()]
-        model = problem.Model(*init)
-        if isinstance(model, torch.nn.Module):
-            model = model.to(device)
-        torch.manual_seed(input_seed)
-        inputs = [v.to(device) if isinstance(v, torch.Tensor) else v for v in problem.get_inputs()]
-        start = _time.perf_counter()
-        with torch.no_grad():
-            out = model(*inputs)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return _flatten(out), (_time.perf_counter() - start) * 1000.0
-
-    max_ms = 0.0
-    try:
-        runs = []
-        for k in range(max(2, job.seeds)):
-            out, ms = run(job.seed + 1 + k * 7919)
-            runs.append(out)
-            max_ms = max(max_ms, ms)
-        again, ms = run(job.seed + 1)
-        max_ms = max(max_ms, ms)
-    except BaseException as exc:  # noqa: BLE001
-        info = error_info(exc, path)
-        findings.append(f"reference forward fails: {_describe(info)}")
-        return report(max_ms, info)
-
-    first = runs[0]
-    # Reproducible within 1% of the tolerance: GPU libraries may reorder floating-point
-    # sums between runs (cuDNN's transposed convolutions do), which is harmless far below
-    # the tolerance; anything larger would make verdicts flip between runs.
-    if len(again) != len(first):
-        findings.append("not deterministic: the same seeds gave a different number of outputs")
-    for i, (a, b) in enumerate(zip(first, again)):
-        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-            continue
-        if a.shape != b.shape or a.dtype != b.dtype:
-            findings.append(f"not deterministic: output {i} changed shape or dtype between identical runs")
-        elif not a.is_floating_point():
-            if not torch.equal(a, b):
-                findings.append(f"not deterministic: output {i} differs between identical runs")
-        else:
-            atol, rtol = _tolerance_for(str(a.dtype).replace("torch.", ""), job.tolerance)
-            ad, bd = a.detach().double(), b.detach().double()
-            diff = (ad - bd).abs().nan_to_num(nan=float("inf"))
-            both_nan = ad.isnan() & bd.isnan()
-            limit = 0.01 * (atol + rtol * bd.abs())
-            if bool(((diff > limit) & ~both_nan).any()):
-                findings.append(
-                    f"not deterministic: output {i} differs between identical runs by up to "
-                    f"{float(diff[~both_nan].max()):.3g}, more than 1% of the tolerance"
-                )
-    for i, o in enumerate(first):
-        if not isinstance(o, torch.Tensor):
-            findings.append(f"output {i} is a {type(o).__name__}, not a tensor")
-            continue
-        stacked = [r[i] for r in runs if i < len(r) and isinstance(r[i], torch.Tensor)]
-        summary = OutputSummary(shape=[int(d) for d in o.shape], dtype=str(o.dtype).replace("torch.", ""),
-                                std=None, tolerance_scale=None)
-        outputs.append(summary)
-        if o.numel() == 0:
-            findings.append(f"output {i} is empty")
-            continue
-        if o.is_floating_point():
-            allv = torch.cat([s.detach().double().flatten() for s in stacked])
-            if not bool(torch.isfinite(allv).all()):
-                findings.append(f"output {i} holds NaN or Inf")
-                continue
-            atol, rtol = _tolerance_for(summary.dtype, job.tolerance)
-            scale = atol + rtol * float(allv.abs().mean())
-            std = float(allv.std()) if allv.numel() > 1 else 0.0
-            summary.std = finite_or_none(std)
-            summary.tolerance_scale = finite_or_none(scale)
-            if std <= 10.0 * scale:
-                findings.append(
-                    f"output {i} is degenerate: its spread (std {std:.3g}) is not well above the "
-                    f"tolerance scale {scale:.3g}, so a constant answer could pass"
-                )
-        else:
-            allv = torch.cat([s.flatten() for s in stacked])
-            if int(torch.unique(allv).numel()) < 2:
-                findings.append(f"output {i} is constant")
-        if len(stacked) > 1 and all(_same_bits(torch, stacked[0], s) for s in stacked[1:]):
-            findings.append(f"output {i} does not depend on the inputs (identical for every input seed)")
-    return report(max_ms)

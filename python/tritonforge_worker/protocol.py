@@ -500,7 +500,7 @@ class Checkpointed:
 
 
 MESSAGE_TYPES: Dict[str, type] = {
-    cls.TYPE: cls  # type: ignore[attr-defined]
+    cls.TYPE: cls
     for cls in (
         Hello, Evaluate, EvalResult, Error, Shutdown, CheckProblem, ProblemReportMessage,
         LeaseRequest, LeaseGrant, LeaseRelease, Generate, Generation,
@@ -544,7 +544,7 @@ def _decode(tp: Any, value: Any, path: str) -> Any:
         if not isinstance(value, dict):
             raise ProtocolError(f"{path}: expected an object")
         return {str(k): _decode(args[1], v, f"{path}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ProtocolError(f"{path}: expected an object for {tp.__name__}")
         hints = typing.get_type_hints(tp)

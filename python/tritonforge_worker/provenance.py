@@ -77,7 +77,7 @@ class LaunchRecorder:
             finally:
                 recorder.launch_depth -= 1
 
-        interp.InterpretedFunction.run = interp_run  # type: ignore[method-assign]
+        interp.InterpretedFunction.run = interp_run
         self._patched[(interp.InterpretedFunction, "run")] = interp_run
 
         # Compiling is CPU work: let other candidates use the GPU meanwhile.
@@ -87,7 +87,7 @@ class LaunchRecorder:
         def _do_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
             return recorder.lease.released_during(lambda: orig_compile(self, *args, **kwargs))
 
-        jit.JITFunction._do_compile = _do_compile  # type: ignore[method-assign]
+        jit.JITFunction._do_compile = _do_compile
         self._patched[(jit.JITFunction, "_do_compile")] = _do_compile
 
         counts = self.handle_counts

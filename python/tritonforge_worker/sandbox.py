@@ -78,7 +78,9 @@ def _landlock(writable: List[str], abi: int) -> List[str]:
             pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
                 rule = PathBeneath(handled_fs, pfd)
-                if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                added = libc.syscall(_SYS_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_RULE_PATH_BENEATH),
+                                     ctypes.byref(rule), ctypes.c_uint32(0))
+                if added != 0:
                     raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
             finally:
                 os.close(pfd)

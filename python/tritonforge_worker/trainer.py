@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from .models import gguf_kwargs, has_weights, resolve
 from .protocol import MicroBatch, SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetupJob
 
 STATE_FILE = "trainer_state.pt"
 ADAPTER_DIR = "adapter"
 PROBE_FILE = "probe.pt"
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
 
 VARLEN = "tritonforge_varlen"
@@ -105,7 +105,7 @@ def _check_cudnn_rows(device: str, heads: int, kv_heads: int, head_dim: int) -> 
         _ROWS["kernel"] = "flash"
         return f"flash (cuDNN failed: {type(exc).__name__}: {str(exc)[:160]})"
     diffs = [float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
-             for got, ref in zip(cudnn, flash) for a, b in zip(got, ref)]
+             for got, ref in zip(cudnn, flash, strict=True) for a, b in zip(got, ref, strict=True)]
     # max() would pass over a NaN after the first element; a NaN anywhere means flash.
     worst = max(diffs) if all(math.isfinite(d) for d in diffs) else math.nan
     _ROWS["kernel"] = "cudnn" if worst <= 2e-2 else "flash"
@@ -177,7 +177,7 @@ def _boundaries(position_ids: List[List[int]], device: str) -> Tuple[Any, int]:
     width = len(position_ids[0]) if position_ids else 0
     starts = [r * width + j for r, row in enumerate(position_ids) for j, p in enumerate(row) if p == 0]
     starts.append(len(position_ids) * width)
-    longest = max(b - a for a, b in zip(starts, starts[1:]))
+    longest = max(b - a for a, b in zip(starts, starts[1:], strict=False))
     return _to_device(starts, device, torch.int32), longest
 
 
@@ -187,10 +187,6 @@ def _plain_head(head: Any) -> bool:
     import torch
 
     return type(head) is torch.nn.Linear and head.bias is None
-
-
-def _has_weights(path: Path) -> bool:
-    return any(p.name.endswith(WEIGHT_SUFFIXES) for p in path.iterdir())
 
 
 def _precision(name: str, device: str) -> Tuple[Any, Any]:
@@ -218,21 +214,18 @@ def load_for_training(model: str, dtype: Any, seed: int, attention: str = "sdpa"
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from .policy import resolve
-
     path, gguf = resolve(model)
     p = Path(path)
     if not p.exists():
         raise TrainError(f"model {model}: no such file or directory")
-    if gguf is None and p.is_dir() and not _has_weights(p):
+    if gguf is None and p.is_dir() and not has_weights(p):
         if not (p / "config.json").is_file():
             raise TrainError(f"model {model}: neither weights nor config.json in the directory")
         config = AutoConfig.from_pretrained(path)
         torch.manual_seed(seed)
         with torch.device(device):
             return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention)
-    kw = {"gguf_file": gguf} if gguf else {}
-    net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention, **kw)
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attention, **gguf_kwargs(gguf))
     if gguf:
         # The weights were dequantised on load; what is trained and saved is a plain model.
         net.hf_quantizer = None
@@ -271,9 +264,9 @@ def _one_row(mb: MicroBatch) -> MicroBatch:
     token learns to predict across a join."""
     if len(mb.lengths) != len(mb.input_ids):
         raise TrainError(f"a micro-batch with {len(mb.input_ids)} rows and {len(mb.lengths)} lengths")
-    if any(any(m[n:]) for m, n in zip(mb.loss_mask, mb.lengths)):
+    if any(any(m[n:]) for m, n in zip(mb.loss_mask, mb.lengths, strict=False)):
         raise TrainError("a micro-batch with targets in its padding (loss_mask set beyond lengths)")
-    cut = list(zip(mb.input_ids, mb.loss_mask, mb.position_ids, mb.lengths))
+    cut = list(zip(mb.input_ids, mb.loss_mask, mb.position_ids, mb.lengths, strict=False))
     return MicroBatch(input_ids=[[t for i, _, _, n in cut for t in i[:n]]],
                       loss_mask=[[t for _, m, _, n in cut for t in m[:n]]],
                       position_ids=[[t for _, _, p, n in cut for t in p[:n]]],
@@ -576,7 +569,8 @@ class Trainer:
         with self._autocast():
             if decoder is not None and head is not None and _plain_head(head):
                 if self.world == 1:
-                    return loss_of(decoder(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).last_hidden_state)
+                    hidden = decoder(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).last_hidden_state
+                    return loss_of(hidden)
                 # Several ranks: the whole model's forward must run, since FSDP gathers the
                 # head's (root unit's) weights in its hooks; the head computes the loss in
                 # place of logits, so no rank ever holds logits for every position.
@@ -664,7 +658,7 @@ class Trainer:
         if self.masters is None:
             return
         into, grads = [], []
-        for p, m in zip(self.params, self.masters):
+        for p, m in zip(self.params, self.masters, strict=True):
             if p.grad is None:
                 continue
             if m.grad is None:
@@ -712,7 +706,8 @@ class Trainer:
             # resumes on any number of GPUs.
             from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-            optim = self._named_optim_state() if self.masters is not None else get_optimizer_state_dict(self.net, self.opt)
+            optim = (self._named_optim_state() if self.masters is not None
+                     else get_optimizer_state_dict(self.net, self.opt))
             self._write_state(out, optim)
         if self.masters is not None:
             # The fp32 masters are the weights; the model's bf16 copy is only for compute.
@@ -731,13 +726,13 @@ class Trainer:
     def _master_names(self) -> List[str]:
         """The parameter name of each master, in the optimizer's order."""
         name_of = {id(p): n for n, p in self.net.named_parameters()}
-        by_master = {id(m): name_of[id(p)] for p, m in zip(self.params, self.masters or [])}
+        by_master = {id(m): name_of[id(p)] for p, m in zip(self.params, self.masters or [], strict=False)}
         return [by_master[id(m)] for g in self.opt.param_groups for m in g["params"]]
 
     def _master_state_dict(self) -> Dict[str, Any]:
         """The model's state dict with each trained weight replaced by its fp32 master
         (tied weights keep sharing one tensor)."""
-        master_of = {id(p): m for p, m in zip(self.params, self.masters or [])}
+        master_of = {id(p): m for p, m in zip(self.params, self.masters or [], strict=False)}
         return {n: master_of.get(id(t), t).detach() for n, t in self.net.state_dict(keep_vars=True).items()}
 
     def _named_optim_state(self) -> Dict[str, Any]:
@@ -771,8 +766,11 @@ class Trainer:
         """Several ranks: the full weights and optimizer state are gathered to rank 0 (on
         the CPU), which writes the same files a single device writes."""
         import torch.distributed as dist
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                             get_optimizer_state_dict)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
 
         full = StateDictOptions(full_state_dict=True, cpu_offload=True)
         weights = get_model_state_dict(self.net, options=full)
@@ -810,7 +808,6 @@ class Trainer:
 
     def _load_state(self, ckpt: Path) -> None:
         import torch
-
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)

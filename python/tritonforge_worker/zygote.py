@@ -78,8 +78,9 @@ def serve_forks(ctl_out: IO[str], become_worker: Callable[[], int]) -> int:
     _send(ctl_out, {"zygote": os.getpid()})
     buf = b""
     fds: List[int] = []
+    watched: List[socket.socket | int] = [sock, wake_r]
     while True:
-        ready, _, _ = select.select([sock, wake_r], [], [])
+        ready, _, _ = select.select(watched, [], [])
         if wake_r in ready:
             while True:
                 try:

@@ -72,6 +72,14 @@ const WORKER_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/tritonforge_worker/policy.py"),
     ),
     (
+        "policy_worker.py",
+        include_str!("../../../python/tritonforge_worker/policy_worker.py"),
+    ),
+    (
+        "models.py",
+        include_str!("../../../python/tritonforge_worker/models.py"),
+    ),
+    (
         "trainer.py",
         include_str!("../../../python/tritonforge_worker/trainer.py"),
     ),
@@ -94,6 +102,10 @@ const WORKER_FILES: &[(&str, &str)] = &[
     (
         "executor.py",
         include_str!("../../../python/tritonforge_worker/executor.py"),
+    ),
+    (
+        "problem_check.py",
+        include_str!("../../../python/tritonforge_worker/problem_check.py"),
     ),
 ];
 
