@@ -20,6 +20,8 @@ fn settings() -> insta::Settings {
     s.add_filter(r"torch [^ ,)|]+", "torch [v]");
     s.add_filter(r"triton [^ ,)|]+", "triton [v]");
     s.add_filter(r"max abs err [0-9.e-]+", "max abs err [err]");
+    // The batch table's wall-clock column.
+    s.add_filter(r"(?m) +\d+\.\d\d  (hit|-)$", " [wall]  $1");
     s
 }
 
