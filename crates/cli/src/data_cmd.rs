@@ -226,11 +226,11 @@ impl Verifier for EvalVerifier {
                 let (i, result) = joined.map_err(|e| format!("an evaluation task failed: {e}"))?;
                 let verdict = match result {
                     Ok(ev) => Verdict {
-                        status: ev.record.status.to_string(),
-                        message: ev.record.message.clone(),
+                        status: ev.record.verdict.status.to_string(),
+                        message: ev.record.verdict.message.clone(),
                         key: ev.record.key.clone(),
                         cached: ev.cached,
-                        speedup: ev.record.timing.as_ref().map(|t| t.speedup),
+                        speedup: ev.record.verdict.timing.as_ref().map(|t| t.speedup),
                     },
                     // The row's PyTorch side is broken: the row goes, the build goes on.
                     Err(e @ (EvalError::Problem { .. } | EvalError::Bench(_))) => Verdict {

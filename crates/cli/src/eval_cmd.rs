@@ -231,7 +231,7 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
                     } else {
                         print!("{}", report::verdict_text(&ev));
                     }
-                    Ok(if ev.record.status == Status::Correct {
+                    Ok(if ev.record.verdict.status == Status::Correct {
                         EXIT_CORRECT
                     } else {
                         EXIT_VERDICT

@@ -4,21 +4,28 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    DeviceRequest, EnvInfo, ErrorInfo, Mismatch, Provenance, Sandbox, Stage, Status, Timing,
-    Tolerance, TrialStat,
-};
+use crate::executor::{DeviceRequest, EnvInfo, Sandbox, Status, Tolerance, Verdict};
 
 /// Bumped when the record's shape changes; part of the cache key.
 pub const RECORD_SCHEMA: u32 = 2;
+
+closed_set! {
+    /// How a guard finding weighs, as the guard policy set it.
+    pub enum FindingSeverity("guard finding severity") {
+        /// The candidate does not run.
+        Reject = "reject",
+        /// Kept in the record; the candidate runs.
+        Warn = "warn",
+        Off = "off",
+    }
+}
 
 /// One finding of the static guard, as the record keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GuardFinding {
     pub rule: String,
-    /// `reject` or `warn`.
-    pub severity: String,
+    pub severity: FindingSeverity,
     pub line: u32,
     pub column: u32,
     pub message: String,
@@ -94,20 +101,13 @@ pub struct EvalRecord {
     pub problem: SourceRef,
     pub candidate: SourceRef,
     pub config: EvalConfig,
-    pub status: Status,
-    pub stage: Stage,
-    pub message: String,
-    pub error: Option<ErrorInfo>,
-    pub mismatch: Option<Mismatch>,
-    pub trials: Vec<TrialStat>,
-    pub tolerance: Option<Tolerance>,
-    pub timing: Option<Timing>,
-    pub timing_note: Option<String>,
+    /// The verdict, its fields inline (as the record always stored them): the executor's
+    /// when it answered, else the host's (guard rejection, timeout, crash).
+    #[serde(flatten)]
+    pub verdict: Verdict,
     /// The static guard's findings (warnings on a candidate that ran; the reasons for a
     /// guard rejection).
     pub guard: Vec<GuardFinding>,
-    /// Which of the candidate's own kernels ran; `None` if it never got to run.
-    pub provenance: Option<Provenance>,
     pub environment: EnvInfo,
     /// How the candidate's process was confined.
     pub sandbox: Option<Sandbox>,
@@ -131,6 +131,6 @@ pub struct EvalRecord {
 
 impl EvalRecord {
     pub fn is_correct(&self) -> bool {
-        self.status == Status::Correct
+        self.verdict.status == Status::Correct
     }
 }
