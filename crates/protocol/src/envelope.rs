@@ -233,3 +233,76 @@ fn truncate(s: &str, max: usize) -> String {
     }
     format!("{}…", &s[..end])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample_messages;
+
+    #[test]
+    fn the_version_is_written_once_at_the_top_level() {
+        let value = serde_json::to_value(Message::Shutdown {}).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"type": "shutdown", "protocol": PROTOCOL_VERSION})
+        );
+        let line = Message::LeaseRelease { id: "j".into() }.to_line();
+        assert!(line.starts_with(r#"{"type":"lease_release""#), "{line}");
+        assert_eq!(line.matches("\"protocol\"").count(), 1, "{line}");
+    }
+
+    #[test]
+    fn every_sample_round_trips_through_the_envelope() {
+        for m in sample_messages() {
+            assert_eq!(Message::from_line(&m.to_line()).unwrap(), m);
+            let via_serde: Message = serde_json::from_str(&m.to_line()).unwrap();
+            assert_eq!(via_serde, m);
+        }
+    }
+
+    #[test]
+    fn a_line_without_a_version_is_malformed() {
+        let err = Message::from_line(r#"{"type":"shutdown"}"#).unwrap_err();
+        assert!(matches!(err, ProtocolError::Malformed { .. }), "{err}");
+        assert!(err.to_string().contains("protocol"), "{err}");
+        let err = Message::from_line(r#"{"type":"shutdown","protocol":"4"}"#).unwrap_err();
+        assert!(matches!(err, ProtocolError::Malformed { .. }), "{err}");
+    }
+
+    #[test]
+    fn the_version_is_checked_before_the_shape() {
+        let err = Message::from_line(r#"{"type":"teleport","protocol":9}"#).unwrap_err();
+        assert!(matches!(
+            err,
+            ProtocolError::VersionMismatch {
+                expected: PROTOCOL_VERSION,
+                found: 9
+            }
+        ));
+        let err =
+            serde_json::from_str::<Message>(r#"{"type":"shutdown","protocol":3}"#).unwrap_err();
+        assert!(err.to_string().contains("version mismatch"), "{err}");
+    }
+
+    #[test]
+    fn unknown_fields_stay_refused_at_every_level() {
+        let line = format!(r#"{{"type":"shutdown","protocol":{PROTOCOL_VERSION},"x":1}}"#);
+        assert!(matches!(
+            Message::from_line(&line),
+            Err(ProtocolError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn a_value_outside_a_closed_set_is_named_not_panicked_on() {
+        let setup = sample_messages()
+            .into_iter()
+            .find(|m| matches!(m, Message::TrainSetup { .. }))
+            .unwrap();
+        let mut v = serde_json::to_value(&setup).unwrap();
+        v["setup"]["dtype"] = serde_json::json!("fp16");
+        let err = Message::from_line(&v.to_string()).unwrap_err();
+        assert!(matches!(err, ProtocolError::Malformed { .. }));
+        assert!(err.to_string().contains("fp16"), "{err}");
+    }
+}

@@ -134,3 +134,112 @@ impl EvalRecord {
         self.verdict.status == Status::Correct
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DeviceKind, Stage};
+
+    fn record() -> EvalRecord {
+        EvalRecord {
+            schema: RECORD_SCHEMA,
+            key: "k".into(),
+            problem: SourceRef {
+                name: "relu".into(),
+                path: "relu.py".into(),
+                sha256: "aa".into(),
+            },
+            candidate: SourceRef {
+                name: "relu".into(),
+                path: "c.py".into(),
+                sha256: "bb".into(),
+            },
+            config: EvalConfig::default(),
+            verdict: Verdict {
+                status: Status::Rejected,
+                stage: Stage::Guard,
+                message: "no".into(),
+                error: None,
+                mismatch: None,
+                trials: vec![],
+                timing: None,
+                timing_note: None,
+                tolerance: None,
+                provenance: None,
+            },
+            guard: vec![GuardFinding {
+                rule: "r".into(),
+                severity: FindingSeverity::Reject,
+                line: 1,
+                column: 2,
+                message: "m".into(),
+            }],
+            environment: EnvInfo {
+                python: "3.11".into(),
+                platform: "linux".into(),
+                torch: "2".into(),
+                triton: "3".into(),
+                numpy: "2".into(),
+                device: DeviceKind::Cpu,
+                interpret: true,
+                cuda: None,
+                driver: None,
+                gpus: vec![],
+            },
+            sandbox: None,
+            worker_version: "0.1.0".into(),
+            stderr_tail: None,
+            wall_ms: 1.0,
+            executor_ms: None,
+            lease_wait_ms: 0.0,
+            exclusive_ms: 0.0,
+            device_slot: 0,
+            created_at: 1,
+            tritonforge_version: "0.1.0".into(),
+        }
+    }
+
+    /// Stored records and `--json` output keep the verdict's fields at the top level.
+    #[test]
+    fn the_embedded_verdict_keeps_the_stored_shape() {
+        let value = serde_json::to_value(record()).unwrap();
+        let keys: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        for k in [
+            "status",
+            "stage",
+            "message",
+            "error",
+            "mismatch",
+            "trials",
+            "tolerance",
+            "timing",
+            "timing_note",
+            "provenance",
+            "guard",
+        ] {
+            assert!(keys.contains(&k), "{k} missing from {keys:?}");
+        }
+        assert!(!keys.contains(&"verdict"), "{keys:?}");
+        assert_eq!(value["status"], "rejected");
+        assert_eq!(value["guard"][0]["severity"], "reject");
+        let back: EvalRecord = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(back, record());
+
+        let mut extra = value;
+        extra["surprise"] = serde_json::json!(1);
+        assert!(serde_json::from_value::<EvalRecord>(extra).is_err());
+    }
+
+    #[test]
+    fn severities_parse_by_their_wire_names() {
+        assert_eq!("warn".parse::<FindingSeverity>(), Ok(FindingSeverity::Warn));
+        let err = "fatal".parse::<FindingSeverity>().unwrap_err();
+        assert!(err.to_string().contains("\"fatal\""), "{err}");
+        assert!(err.to_string().contains("reject, warn, off"), "{err}");
+    }
+}
