@@ -15,7 +15,6 @@ from typing import IO
 
 from . import __version__
 from .protocol import (
-    PROTOCOL_VERSION,
     CheckProblem,
     Error,
     EvalResult,
@@ -93,7 +92,7 @@ def _serve_one(proto_out: IO[str], mode: str) -> int:
     from .sandbox import apply
 
     sandbox = apply(os.getcwd(), mode)
-    _send(proto_out, Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version=__version__, pid=os.getpid(),
+    _send(proto_out, Hello(type="hello", worker_version=__version__, pid=os.getpid(),
                            env=collect(mode), sandbox=sandbox))
     line = sys.stdin.readline()
     if not line:
@@ -101,7 +100,7 @@ def _serve_one(proto_out: IO[str], mode: str) -> int:
     try:
         msg = decode(line)
     except ProtocolError as exc:
-        _send(proto_out, Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=str(exc)))
+        _send(proto_out, Error(type="error", id=None, message=str(exc)))
         return 2
     if isinstance(msg, Shutdown):
         return 0
@@ -115,11 +114,11 @@ def _serve_one(proto_out: IO[str], mode: str) -> int:
         start = time.perf_counter()
         report = check_problem(msg.job, os.getcwd())
         elapsed = (time.perf_counter() - start) * 1000.0
-        _send(proto_out, ProblemReportMessage(type="problem_report", protocol=PROTOCOL_VERSION, id=msg.id,
+        _send(proto_out, ProblemReportMessage(type="problem_report", id=msg.id,
                                               report=report, elapsed_ms=elapsed))
         return 0
     if not isinstance(msg, Evaluate):
-        _send(proto_out, Error(type="error", protocol=PROTOCOL_VERSION, id=None,
+        _send(proto_out, Error(type="error", id=None,
                                message=f"a worker accepts evaluate, check_problem or shutdown, not {msg.type}"))
         return 2
     from .executor import Executor
@@ -129,7 +128,7 @@ def _serve_one(proto_out: IO[str], mode: str) -> int:
     # stdin stays open: lease grants arrive on it.
     outcome = Executor(msg.job, os.getcwd(), Lease(proto_out, sys.stdin, msg.id)).run()
     elapsed = (time.perf_counter() - start) * 1000.0
-    _send(proto_out, EvalResult(type="result", protocol=PROTOCOL_VERSION, id=msg.id, outcome=outcome,
+    _send(proto_out, EvalResult(type="result", id=msg.id, outcome=outcome,
                                 elapsed_ms=elapsed))
     return 0
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import IO, Callable, Optional
 
-from .protocol import PROTOCOL_VERSION, LeaseGrant, LeaseRelease, LeaseRequest, ProtocolError, decode, encode
+from .protocol import LeaseGrant, LeaseRelease, LeaseRequest, ProtocolError, decode, encode
 
 
 class LeaseError(RuntimeError):
@@ -32,10 +32,10 @@ class Lease:
         if kind == self.held:
             return
         if kind is None:
-            self._send(LeaseRelease(type="lease_release", protocol=PROTOCOL_VERSION, id=self._id))
+            self._send(LeaseRelease(type="lease_release", id=self._id))
             self.held = None
             return
-        self._send(LeaseRequest(type="lease_request", protocol=PROTOCOL_VERSION, id=self._id, kind=kind))  # type: ignore[arg-type]
+        self._send(LeaseRequest(type="lease_request", id=self._id, kind=kind))  # type: ignore[arg-type]
         line = self._in.readline()
         if not line:
             raise LeaseError("the host closed the channel while a lease was pending")

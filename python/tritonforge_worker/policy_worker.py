@@ -18,7 +18,6 @@ from typing import Any, List
 from .models import load, load_tokenizer
 from .policy import generate_batch
 from .protocol import (
-    PROTOCOL_VERSION,
     Checkpointed,
     Error,
     Generation,
@@ -119,7 +118,7 @@ def serve_policy(argv: List[str]) -> int:
     trainer: List[Any] = []
     sandbox = Sandbox(landlock_abi=None, filesystem=False, network=False, signals=False,
                       gpu_memory_fraction=None, notes=["policy worker: no sandbox (it runs our model, not candidates)"])
-    _send(Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version="policy", pid=os.getpid(),
+    _send(Hello(type="hello", worker_version="policy", pid=os.getpid(),
                 env=collect("cuda" if device.startswith("cuda") else "cpu"), sandbox=sandbox))
     # Requests are pipelined: a reader thread decodes and queues them while a batch is
     # generating (or a step training), and the next batch takes every request that waited
@@ -133,7 +132,7 @@ def serve_policy(argv: List[str]) -> int:
                 stop = True
                 break
             if isinstance(msg, ProtocolError):
-                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=str(msg)))
+                _send(Error(type="error", id=None, message=str(msg)))
                 continue
             if msg.type == "shutdown":
                 stop = True
@@ -146,11 +145,11 @@ def serve_policy(argv: List[str]) -> int:
                 _train(trainer, msg, device)
                 continue
             if msg.type == "generate" and net is None:
-                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=msg.id,
+                _send(Error(type="error", id=msg.id,
                             message="this policy worker was started for training, not generation"))
                 continue
             if msg.type != "generate":
-                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=getattr(msg, "id", None),
+                _send(Error(type="error", id=getattr(msg, "id", None),
                             message=f"the policy worker does not handle {msg.type!r}"))
                 continue
             jobs.append(msg)
@@ -171,11 +170,11 @@ def _answer(tok: Any, net: Any, msgs: List[Any], device: str) -> None:
             for m in msgs:
                 _answer(tok, net, [m], device)
             return
-        _send(Error(type="error", protocol=PROTOCOL_VERSION, id=msgs[0].id, message=f"{type(exc).__name__}: {exc}"))
+        _send(Error(type="error", id=msgs[0].id, message=f"{type(exc).__name__}: {exc}"))
         return
     elapsed = (time.perf_counter() - start) * 1000.0
     for m, result in zip(msgs, results, strict=True):
-        _send(Generation(type="generation", protocol=PROTOCOL_VERSION, id=m.id, result=result, elapsed_ms=elapsed))
+        _send(Generation(type="generation", id=m.id, result=result, elapsed_ms=elapsed))
 
 
 def _serve_ranks(device: str) -> int:
@@ -200,7 +199,7 @@ def _serve_ranks(device: str) -> int:
     if speak:
         sandbox = Sandbox(landlock_abi=None, filesystem=False, network=False, signals=False, gpu_memory_fraction=None,
                           notes=["policy worker: no sandbox (it runs our model, not candidates)"])
-        _send(Hello(type="hello", protocol=PROTOCOL_VERSION, worker_version="policy", pid=os.getpid(),
+        _send(Hello(type="hello", worker_version="policy", pid=os.getpid(),
                     env=collect("cuda" if device.startswith("cuda") else "cpu"), sandbox=sandbox))
     trainer: List[Any] = []
     # Rank 0 reads and decodes ahead, so the host's next step is taken in while this one
@@ -214,13 +213,13 @@ def _serve_ranks(device: str) -> int:
             break
         if isinstance(msg, ProtocolError):
             if speak:
-                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=None, message=str(msg)))
+                _send(Error(type="error", id=None, message=str(msg)))
             continue
         if msg.type == "shutdown":
             break
         if msg.type not in TRAIN_MESSAGES:
             if speak:
-                _send(Error(type="error", protocol=PROTOCOL_VERSION, id=getattr(msg, "id", None),
+                _send(Error(type="error", id=getattr(msg, "id", None),
                             message=f"a worker of several ranks only trains; {msg.type!r} is not handled"))
             continue
         # A failure on one rank leaves the others inside a collective: the whole group
@@ -240,21 +239,21 @@ def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: b
             state.clear()
             state.append(Trainer(msg.setup, device))
             if speak:
-                _send(TrainReady(type="train_ready", protocol=PROTOCOL_VERSION, id=msg.id, info=state[0].info()))
+                _send(TrainReady(type="train_ready", id=msg.id, info=state[0].info()))
             return
         if not state:
             raise TrainError(f"{msg.type} before train_setup")
         trainer = state[0]
         reply: Any = None
         if msg.type == "train_step":
-            reply = StepDone(type="step_done", protocol=PROTOCOL_VERSION, id=msg.id,
+            reply = StepDone(type="step_done", id=msg.id,
                              stats=trainer.train_step(msg.batch))
         elif msg.type == "eval_loss":
-            reply = StepDone(type="step_done", protocol=PROTOCOL_VERSION, id=msg.id,
+            reply = StepDone(type="step_done", id=msg.id,
                              stats=trainer.eval_loss(msg.batch))
         elif msg.type == "save_checkpoint":
             trainer.save(msg.save)
-            reply = Checkpointed(type="checkpointed", protocol=PROTOCOL_VERSION, id=msg.id,
+            reply = Checkpointed(type="checkpointed", id=msg.id,
                                  dir=msg.save.dir, step=trainer.step)
         if speak and reply is not None:
             _send(reply)
@@ -270,7 +269,7 @@ def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: b
             except Exception:  # noqa: BLE001 - best effort
                 pass
         if speak:
-            _send(Error(type="error", protocol=PROTOCOL_VERSION, id=msg.id, message=text))
+            _send(Error(type="error", id=msg.id, message=text))
         if fatal:
             sys.stderr.write(f"rank {os.environ.get('RANK', '?')}: {text}\n")
             sys.stderr.flush()

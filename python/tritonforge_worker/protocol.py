@@ -27,6 +27,11 @@ DeviceRequest = Literal["auto", "cpu", "cuda"]
 MismatchKind = Literal[
     "value", "nonfinite", "shape", "dtype", "count", "type", "device", "input_mutated"
 ]
+# The trainer's closed sets (Rust: `Precision`, `Attention`, `Compile`, `WeightDtype`).
+Precision = Literal["auto", "mixed", "bf16", "fp32"]
+Attention = Literal["auto", "varlen", "sdpa", "flex_attention", "eager"]
+Compile = Literal["auto", "on", "off"]
+WeightDtype = Literal["float32", "bfloat16"]
 
 
 class ProtocolError(ValueError):
@@ -172,7 +177,7 @@ class Verdict:
     trials: List[TrialStat]
     timing: Optional[Timing]
     timing_note: Optional[str]
-    tolerance: Tolerance
+    tolerance: Optional[Tolerance]
     provenance: Optional[Provenance]
 
 
@@ -203,7 +208,6 @@ class Sandbox:
 class Hello:
     TYPE: ClassVar[str] = "hello"
     type: Literal["hello"]
-    protocol: int
     worker_version: str
     pid: int
     env: EnvInfo
@@ -214,7 +218,6 @@ class Hello:
 class Evaluate:
     TYPE: ClassVar[str] = "evaluate"
     type: Literal["evaluate"]
-    protocol: int
     id: str
     job: EvalJob
 
@@ -223,7 +226,6 @@ class Evaluate:
 class EvalResult:
     TYPE: ClassVar[str] = "result"
     type: Literal["result"]
-    protocol: int
     id: str
     outcome: Outcome
     elapsed_ms: float
@@ -233,7 +235,6 @@ class EvalResult:
 class Error:
     TYPE: ClassVar[str] = "error"
     type: Literal["error"]
-    protocol: int
     id: Optional[str]
     message: str
 
@@ -242,7 +243,6 @@ class Error:
 class Shutdown:
     TYPE: ClassVar[str] = "shutdown"
     type: Literal["shutdown"]
-    protocol: int
 
 
 @dataclass
@@ -275,7 +275,6 @@ class ProblemReport:
 class CheckProblem:
     TYPE: ClassVar[str] = "check_problem"
     type: Literal["check_problem"]
-    protocol: int
     id: str
     job: ProblemCheckJob
 
@@ -284,7 +283,6 @@ class CheckProblem:
 class ProblemReportMessage:
     TYPE: ClassVar[str] = "problem_report"
     type: Literal["problem_report"]
-    protocol: int
     id: str
     report: ProblemReport
     elapsed_ms: float
@@ -294,7 +292,6 @@ class ProblemReportMessage:
 class LeaseRequest:
     TYPE: ClassVar[str] = "lease_request"
     type: Literal["lease_request"]
-    protocol: int
     id: str
     kind: LeaseKind
 
@@ -303,7 +300,6 @@ class LeaseRequest:
 class LeaseGrant:
     TYPE: ClassVar[str] = "lease_grant"
     type: Literal["lease_grant"]
-    protocol: int
     id: str
     kind: LeaseKind
 
@@ -312,7 +308,6 @@ class LeaseGrant:
 class LeaseRelease:
     TYPE: ClassVar[str] = "lease_release"
     type: Literal["lease_release"]
-    protocol: int
     id: str
 
 
@@ -344,7 +339,6 @@ class Generated:
 class Generate:
     TYPE: ClassVar[str] = "generate"
     type: Literal["generate"]
-    protocol: int
     id: str
     job: GenerateJob
 
@@ -353,7 +347,6 @@ class Generate:
 class Generation:
     TYPE: ClassVar[str] = "generation"
     type: Literal["generation"]
-    protocol: int
     id: str
     result: Generated
     elapsed_ms: float
@@ -379,10 +372,10 @@ class TrainSetupJob:
     weight_decay: float
     grad_clip: float
     gradient_checkpointing: bool
-    dtype: str
+    dtype: Precision
     seed: int
-    attention: str
-    compile: str
+    attention: Attention
+    compile: Compile
     one_per_row: bool = False
 
 
@@ -394,7 +387,7 @@ class TrainInfo:
     vocab_size: int
     layers: int
     attention_width: int
-    dtype: str
+    dtype: WeightDtype
     device: str
     world_size: int
     gpu_name: Optional[str]
@@ -439,7 +432,6 @@ class SaveJob:
 class TrainSetup:
     TYPE: ClassVar[str] = "train_setup"
     type: Literal["train_setup"]
-    protocol: int
     id: str
     setup: TrainSetupJob
 
@@ -448,7 +440,6 @@ class TrainSetup:
 class TrainReady:
     TYPE: ClassVar[str] = "train_ready"
     type: Literal["train_ready"]
-    protocol: int
     id: str
     info: TrainInfo
 
@@ -457,7 +448,6 @@ class TrainReady:
 class TrainStep:
     TYPE: ClassVar[str] = "train_step"
     type: Literal["train_step"]
-    protocol: int
     id: str
     batch: TrainBatch
 
@@ -466,7 +456,6 @@ class TrainStep:
 class EvalLoss:
     TYPE: ClassVar[str] = "eval_loss"
     type: Literal["eval_loss"]
-    protocol: int
     id: str
     batch: TrainBatch
 
@@ -475,7 +464,6 @@ class EvalLoss:
 class StepDone:
     TYPE: ClassVar[str] = "step_done"
     type: Literal["step_done"]
-    protocol: int
     id: str
     stats: StepStats
 
@@ -484,7 +472,6 @@ class StepDone:
 class SaveCheckpoint:
     TYPE: ClassVar[str] = "save_checkpoint"
     type: Literal["save_checkpoint"]
-    protocol: int
     id: str
     save: SaveJob
 
@@ -493,7 +480,6 @@ class SaveCheckpoint:
 class Checkpointed:
     TYPE: ClassVar[str] = "checkpointed"
     type: Literal["checkpointed"]
-    protocol: int
     id: str
     dir: str
     step: int
@@ -588,12 +574,14 @@ def decode(line: str) -> Any:
     cls = MESSAGE_TYPES.get(data["type"])
     if cls is None:
         raise ProtocolError(f"unknown message type {data['type']!r}")
-    proto = data.get("protocol")
+    # The version lives in the envelope, not in the message dataclasses.
+    body = dict(data)
+    proto = body.pop("protocol", None)
     if proto != PROTOCOL_VERSION:
         raise ProtocolError(
             f"protocol version mismatch: message speaks {proto!r}, this worker speaks {PROTOCOL_VERSION}"
         )
-    return _decode(cls, data, data["type"])
+    return _decode(cls, body, data["type"])
 
 
 def _plain(value: Any) -> Any:
@@ -609,8 +597,14 @@ def _plain(value: Any) -> Any:
 
 
 def encode(message: Any) -> str:
-    """Serialise a message dataclass to one line (no trailing newline)."""
-    return json.dumps(_plain(message), allow_nan=False, separators=(",", ":"))
+    """Serialise a message dataclass to one line (no trailing newline).
+
+    A message (a dataclass with a `TYPE`) goes in the envelope: `type`, then `protocol`,
+    then its fields. Anything else (e.g. `EnvInfo` for `probe`) is written as it is."""
+    plain = _plain(message)
+    if isinstance(plain, dict) and isinstance(getattr(message, "TYPE", None), str):
+        plain = {"type": plain.pop("type"), "protocol": PROTOCOL_VERSION, **plain}
+    return json.dumps(plain, allow_nan=False, separators=(",", ":"))
 
 
 def finite_or_none(x: float) -> Optional[float]:

@@ -411,7 +411,8 @@ class Trainer:
         # Full fine-tuning resumes from the checkpoint's weights; LoRA from the base model
         # plus the checkpoint's adapter.
         source = str(resume) if resume is not None and setup.lora is None else setup.model
-        attention = setup.attention
+        # The requested kernel, then the one chosen (the varlen kernel's registered name).
+        attention: str = setup.attention
         # Flash attention computes in 16 bits: fine under bf16 or mixed, not a silent
         # downgrade of a run that asked for fp32.
         sixteen = self.dtype != torch.float32 or self.compute is not None
@@ -523,7 +524,7 @@ class Trainer:
             vocab_size=int(base.get_input_embeddings().weight.shape[0]),
             layers=int(getattr(cfg, "num_hidden_layers", 0)),
             attention_width=int(heads * head_dim),
-            dtype=str(self.dtype).replace("torch.", ""),
+            dtype="bfloat16" if self.dtype == torch.bfloat16 else "float32",
             device=self.device,
             world_size=self.world,
             gpu_name=gpu,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{oneshot, Mutex};
-use tritonforge_protocol::{ChatTurn, GenerateJob, Generated, Message, PROTOCOL_VERSION};
+use tritonforge_protocol::{ChatTurn, GenerateJob, Generated, Message};
 
 use crate::backend::{Backend, BackendError, BoxFuture, ChatMessage, Completion, Sampling};
 
@@ -216,7 +216,6 @@ impl EmbeddedBackend {
             .map_err(|_| self.fail("request table poisoned"))?
             .insert(id.clone(), tx);
         let line = Message::Generate {
-            protocol: PROTOCOL_VERSION,
             id: id.clone(),
             job,
         }

@@ -165,20 +165,20 @@ pub async fn run_episode(
                     }
                 };
                 let fb = prompts.feedback(&Outcome::Evaluated(&record), cfg.target_speedup)?;
-                let speedup = record.timing.as_ref().map(|x| x.speedup);
-                let correct = record.status == Status::Correct;
+                let speedup = record.verdict.timing.as_ref().map(|x| x.speedup);
+                let correct = record.verdict.status == Status::Correct;
                 let done = correct && speedup.is_none_or(|s| s >= cfg.target_speedup);
                 let turn = Turn {
                     turn: t,
                     messages: sent,
                     completion: completion.clone(),
                     code: Some(code),
-                    outcome: serde_json::to_value(record.status)
+                    outcome: serde_json::to_value(record.verdict.status)
                         .ok()
                         .and_then(|v| v.as_str().map(str::to_owned))
                         .unwrap_or_default(),
-                    stage: Some(record.stage.to_string()),
-                    message: record.message.clone(),
+                    stage: Some(record.verdict.stage.to_string()),
+                    message: record.verdict.message.clone(),
                     record: Some(record.key.clone()),
                     speedup,
                     reward: cfg.reward.score(&record),

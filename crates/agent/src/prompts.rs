@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use minijinja::{context, Environment};
 use serde_json::{json, Value};
-use tritonforge_protocol::{EvalRecord, Status};
+use tritonforge_protocol::{EvalRecord, FindingSeverity, Status};
 
 const DEFAULTS: [(&str, &str); 5] = [
     ("system.j2", include_str!("../templates/system.j2")),
@@ -151,8 +151,9 @@ pub enum Outcome<'a> {
 }
 
 fn feedback_context(r: &EvalRecord, target: f64) -> Value {
-    let status = serde_json::to_value(r.status).unwrap_or(Value::Null);
+    let status = serde_json::to_value(r.verdict.status).unwrap_or(Value::Null);
     let frames: Vec<Value> = r
+        .verdict
         .error
         .as_ref()
         .map(|e| {
@@ -168,23 +169,27 @@ fn feedback_context(r: &EvalRecord, target: f64) -> Value {
     let findings: Vec<Value> = r
         .guard
         .iter()
-        .filter(|f| f.severity == "reject")
+        .filter(|f| f.severity == FindingSeverity::Reject)
         .map(|f| json!({"line": f.line, "rule": f.rule, "message": f.message}))
         .collect();
-    let timing = r.timing.as_ref().filter(|_| r.status == Status::Correct);
+    let timing = r
+        .verdict
+        .timing
+        .as_ref()
+        .filter(|_| r.verdict.status == Status::Correct);
     json!({
         "outcome": "evaluated",
         "status": status,
-        "stage": r.stage.to_string(),
-        "message": trim(&r.message, 1200),
-        "error": r.error.as_ref().map(|e| json!({"exc_type": e.exc_type})),
+        "stage": r.verdict.stage.to_string(),
+        "message": trim(&r.verdict.message, 1200),
+        "error": r.verdict.error.as_ref().map(|e| json!({"exc_type": e.exc_type})),
         "frames": frames,
         "findings": findings,
-        "mismatch": r.mismatch,
+        "mismatch": r.verdict.mismatch,
         "speedup": timing.map(|t| t.speedup),
         "ref_ms": timing.map(|t| t.reference.median_ms),
         "cand_ms": timing.map(|t| t.candidate.median_ms),
-        "timing_note": r.timing_note,
+        "timing_note": r.verdict.timing_note,
         "target": target,
     })
 }

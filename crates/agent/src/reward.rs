@@ -39,15 +39,15 @@ impl Default for RewardConfig {
 impl RewardConfig {
     /// The reward of one evaluated turn.
     pub fn score(&self, r: &EvalRecord) -> f64 {
-        if r.status == Status::Rejected {
+        if r.verdict.status == Status::Rejected {
             return self.guard_penalty;
         }
-        let compiled = !matches!(r.status, Status::CompileError);
-        let correct = r.status == Status::Correct;
+        let compiled = !matches!(r.verdict.status, Status::CompileError);
+        let correct = r.verdict.status == Status::Correct;
         let mut reward = self.compiled * f64::from(u8::from(compiled));
         if correct {
             reward += self.correct;
-            if let Some(t) = &r.timing {
+            if let Some(t) = &r.verdict.timing {
                 if t.speedup.is_finite() && t.speedup > 0.0 {
                     let ls = t
                         .speedup

@@ -203,11 +203,11 @@ impl Verifier for EvalVerifier {
             .into_iter()
             .map(|o| match o {
                 PairOutcome::Evaluated(ev) => Verdict {
-                    status: ev.record.status.to_string(),
-                    message: ev.record.message.clone(),
+                    status: ev.record.verdict.status.to_string(),
+                    message: ev.record.verdict.message.clone(),
                     key: ev.record.key.clone(),
                     cached: ev.cached,
-                    speedup: ev.record.timing.as_ref().map(|t| t.speedup),
+                    speedup: ev.record.verdict.timing.as_ref().map(|t| t.speedup),
                 },
                 // The row's PyTorch side is broken: the row goes, the build goes on.
                 PairOutcome::ProblemError(message) => Verdict {

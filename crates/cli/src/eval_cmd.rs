@@ -118,7 +118,7 @@ async fn one(
             } else {
                 print!("{}", report::verdict_text(&ev));
             }
-            Ok(if ev.record.status == Status::Correct {
+            Ok(if ev.record.verdict.status == Status::Correct {
                 exit::CORRECT
             } else {
                 exit::VERDICT

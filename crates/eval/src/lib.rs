@@ -11,9 +11,9 @@ use sha2::{Digest, Sha256};
 use tritonforge_bench::{BenchError, Candidate, Problem};
 use tritonforge_protocol::record::RECORD_SCHEMA;
 use tritonforge_protocol::{
-    EnvInfo, EvalConfig, EvalJob, EvalRecord, GuardFinding, Message, Outcome, ProblemCheckJob,
-    ProblemReport, ProtocolError, SourceFile, SourceRef, Stage, Status, TimingStats,
-    PROTOCOL_VERSION,
+    EnvInfo, EvalConfig, EvalJob, EvalRecord, FindingSeverity, GuardFinding, Message, Outcome,
+    ProblemCheckJob, ProblemReport, ProtocolError, SourceFile, SourceRef, Stage, Status,
+    TimingStats, Verdict, PROTOCOL_VERSION,
 };
 use tritonforge_store::{Store, StoreError};
 
@@ -232,12 +232,12 @@ impl Evaluator {
             let reasons: Vec<String> = record
                 .guard
                 .iter()
-                .filter(|f| f.severity == "reject")
+                .filter(|f| f.severity == FindingSeverity::Reject)
                 .map(|f| format!("line {}: [{}] {}", f.line, f.rule, f.message))
                 .collect();
-            record.status = Status::Rejected;
-            record.stage = Stage::Guard;
-            record.message = format!("the guard rejected it: {}", reasons.join("; "));
+            record.verdict.status = Status::Rejected;
+            record.verdict.stage = Stage::Guard;
+            record.verdict.message = format!("the guard rejected it: {}", reasons.join("; "));
             record.wall_ms = guard_ms;
             self.put(&record)?;
             return Ok(Evaluation {
@@ -318,18 +318,9 @@ impl Evaluator {
                 outcome: Outcome::Verdict(v),
                 executor_ms,
             } => {
-                record.status = v.status;
-                record.stage = v.stage;
-                record.message = v.message;
-                record.error = v.error;
-                record.mismatch = v.mismatch;
-                record.trials = v.trials;
-                record.tolerance = Some(v.tolerance);
-                record.timing = v.timing;
-                record.timing_note = v.timing_note;
-                record.provenance = v.provenance;
+                record.verdict = v;
                 record.executor_ms = Some(executor_ms);
-                if let Some(t) = record.timing.as_mut() {
+                if let Some(t) = record.verdict.timing.as_mut() {
                     match (&t.compiled, stored) {
                         (Some(fresh), _) => {
                             if let (Some(s), Some(k)) = (&self.store, &baseline_key) {
@@ -352,8 +343,8 @@ impl Evaluator {
                 stderr_tail,
                 gpu_hold,
             } => {
-                record.status = Status::Timeout;
-                record.message = match gpu_hold {
+                record.verdict.status = Status::Timeout;
+                record.verdict.message = match gpu_hold {
                     Some(limit) => format!(
                         "the candidate held its GPU for import, build and correctness longer than the {:.0}s limit (a kernel that never ends, or far too slow); its process group was killed",
                         limit.as_secs_f64()
@@ -366,13 +357,13 @@ impl Evaluator {
                 record.stderr_tail = Some(stderr_tail).filter(|s| !s.is_empty());
             }
             Exit::Crashed { exit, stderr_tail } => {
-                record.status = Status::RuntimeError;
-                record.message = crash_message(&exit, &stderr_tail, &job.candidate.name);
+                record.verdict.status = Status::RuntimeError;
+                record.verdict.message = crash_message(&exit, &stderr_tail, &job.candidate.name);
                 record.stderr_tail = Some(stderr_tail).filter(|s| !s.is_empty());
             }
         }
         if retried {
-            record.message.push_str(
+            record.verdict.message.push_str(
                 " (it ran out of memory while sharing its device and was evaluated again alone, with 90% of the device's memory; this is that verdict)",
             );
         }
@@ -414,17 +405,19 @@ impl Evaluator {
                 sha256: sha256_hex(candidate.source.as_bytes()),
             },
             config: config.clone(),
-            status: Status::RuntimeError,
-            stage: Stage::Process,
-            message: String::new(),
-            error: None,
-            mismatch: None,
-            trials: vec![],
-            tolerance: None,
-            timing: None,
-            timing_note: None,
+            verdict: Verdict {
+                status: Status::RuntimeError,
+                stage: Stage::Process,
+                message: String::new(),
+                error: None,
+                mismatch: None,
+                trials: vec![],
+                timing: None,
+                timing_note: None,
+                tolerance: None,
+                provenance: None,
+            },
             guard,
-            provenance: None,
             environment: self.pool.environment().clone(),
             sandbox: Some(self.pool.sandbox().clone()),
             worker_version: self.pool.worker_version().to_string(),
@@ -447,11 +440,10 @@ fn to_record(f: &tritonforge_guard::Finding) -> GuardFinding {
     GuardFinding {
         rule: f.rule.clone(),
         severity: match f.severity {
-            tritonforge_guard::Severity::Reject => "reject",
-            tritonforge_guard::Severity::Warn => "warn",
-            tritonforge_guard::Severity::Off => "off",
-        }
-        .to_string(),
+            tritonforge_guard::Severity::Reject => FindingSeverity::Reject,
+            tritonforge_guard::Severity::Warn => FindingSeverity::Warn,
+            tritonforge_guard::Severity::Off => FindingSeverity::Off,
+        },
         line: f.line,
         column: f.column,
         message: f.message.clone(),

@@ -24,7 +24,6 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tritonforge_protocol::{
     DeviceRequest, EnvInfo, EvalJob, LeaseKind, Message, Outcome, ProblemCheckJob, Sandbox,
-    PROTOCOL_VERSION,
 };
 
 use crate::device_lock::{DeviceLock, ExclusiveHold, SharedHold};
@@ -623,15 +622,7 @@ impl Pool {
     ) -> Result<Execution, EvalError> {
         let job = job.clone();
         let mut exec = self
-            .run_message(
-                move |id| Message::Evaluate {
-                    protocol: PROTOCOL_VERSION,
-                    id,
-                    job,
-                },
-                budget,
-                alone,
-            )
+            .run_message(move |id| Message::Evaluate { id, job }, budget, alone)
             .await?;
         if let Exit::Reply { message } = exec.exit {
             exec.exit = match message {
@@ -661,16 +652,8 @@ impl Pool {
         budget: Duration,
     ) -> Result<Execution, EvalError> {
         let job = job.clone();
-        self.run_message(
-            move |id| Message::CheckProblem {
-                protocol: PROTOCOL_VERSION,
-                id,
-                job,
-            },
-            budget,
-            false,
-        )
-        .await
+        self.run_message(move |id| Message::CheckProblem { id, job }, budget, false)
+            .await
     }
 
     /// The device with the fewest jobs in flight.
@@ -823,7 +806,6 @@ impl Pool {
                         shared_since = Some(Instant::now());
                     }
                     let grant = Message::LeaseGrant {
-                        protocol: PROTOCOL_VERSION,
                         id: id.clone(),
                         kind,
                     };

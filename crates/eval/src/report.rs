@@ -46,7 +46,8 @@ fn fmt_err(x: Option<f64>) -> String {
 
 /// The largest max-abs-error any trial reported.
 fn worst_trial_err(r: &tritonforge_protocol::EvalRecord) -> Option<f64> {
-    r.trials
+    r.verdict
+        .trials
         .iter()
         .filter_map(|t| t.max_abs_err)
         .reduce(f64::max)
@@ -55,8 +56,12 @@ fn worst_trial_err(r: &tritonforge_protocol::EvalRecord) -> Option<f64> {
 pub fn verdict_text(ev: &Evaluation) -> String {
     let r = &ev.record;
     let mut s = String::new();
-    let passed = r.trials.iter().filter(|t| t.passed).count();
-    let _ = writeln!(s, "verdict:   {} (decided at stage {})", r.status, r.stage);
+    let passed = r.verdict.trials.iter().filter(|t| t.passed).count();
+    let _ = writeln!(
+        s,
+        "verdict:   {} (decided at stage {})",
+        r.verdict.status, r.verdict.stage
+    );
     let variant = r
         .config
         .variant
@@ -65,8 +70,8 @@ pub fn verdict_text(ev: &Evaluation) -> String {
         .unwrap_or_default();
     let _ = writeln!(s, "problem:   {}{variant}", r.problem.path);
     let _ = writeln!(s, "candidate: {}", r.candidate.path);
-    let _ = writeln!(s, "message:   {}", r.message);
-    if let Some(e) = &r.error {
+    let _ = writeln!(s, "message:   {}", r.verdict.message);
+    if let Some(e) = &r.verdict.error {
         let _ = writeln!(s, "error:     {}: {}", e.exc_type, first_line(&e.message));
         for f in &e.frames {
             let _ = writeln!(
@@ -76,7 +81,7 @@ pub fn verdict_text(ev: &Evaluation) -> String {
             );
         }
     }
-    if let Some(m) = &r.mismatch {
+    if let Some(m) = &r.verdict.mismatch {
         let _ = writeln!(
             s,
             "mismatch:  trial {}, output {}: {}; expected {}, got {}; max abs err {}, max rel err {}; {} of {} elements at fault",
@@ -100,7 +105,7 @@ pub fn verdict_text(ev: &Evaluation) -> String {
         planned_trials(r),
         fmt_err(worst_trial_err(r))
     );
-    if let Some(p) = &r.provenance {
+    if let Some(p) = &r.verdict.provenance {
         let kernels: Vec<String> = p
             .kernels
             .iter()
@@ -122,7 +127,7 @@ pub fn verdict_text(ev: &Evaluation) -> String {
             p.calls
         );
     }
-    match (&r.timing, &r.timing_note) {
+    match (&r.verdict.timing, &r.verdict.timing_note) {
         (Some(t), _) => {
             let _ = writeln!(
                 s,
@@ -211,21 +216,22 @@ impl Row {
         match result {
             Ok(ev) => {
                 let r = &ev.record;
-                let passed = r.trials.iter().filter(|t| t.passed).count();
+                let passed = r.verdict.trials.iter().filter(|t| t.passed).count();
                 Row {
                     name: r.problem.name.clone(),
-                    status: Some(r.status),
-                    stage: r.stage.to_string(),
+                    status: Some(r.verdict.status),
+                    stage: r.verdict.stage.to_string(),
                     trials: format!("{passed}/{}", planned_trials(r)),
                     max_err: fmt_err(
-                        r.mismatch
+                        r.verdict
+                            .mismatch
                             .as_ref()
                             .and_then(|m| m.max_abs_err)
                             .or_else(|| worst_trial_err(r)),
                     ),
                     wall_s: r.wall_ms / 1000.0,
                     cached: ev.cached,
-                    message: r.message.clone(),
+                    message: r.verdict.message.clone(),
                     problem_error: false,
                     env_error: false,
                 }
@@ -324,7 +330,7 @@ pub fn summary(rows: &[Row], elapsed: Duration) -> String {
 /// (one at the named variant, one more with `BATCH + 1` where the problem has a `BATCH`).
 fn planned_trials(r: &tritonforge_protocol::record::EvalRecord) -> usize {
     let planned = r.config.trials as usize + usize::from(r.config.shape_check.is_some());
-    planned.max(r.trials.len())
+    planned.max(r.verdict.trials.len())
 }
 
 /// One line on what confines candidate processes, and what does not.

@@ -229,10 +229,10 @@ async fn check_solution(
     match ev.evaluate(p, candidate, config).await {
         Ok(r) => {
             let rec = r.record;
-            if rec.status != Status::Correct {
+            if rec.verdict.status != Status::Correct {
                 f.push(format!(
                     "{key} [{l}]: reference solution is {}: {}",
-                    rec.status, rec.message
+                    rec.verdict.status, rec.verdict.message
                 ));
             } else if cpu_mode && l == "small" {
                 // Waiting for the device is not the solution's time.

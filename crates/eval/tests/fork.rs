@@ -50,8 +50,12 @@ fn signal_server(ev: &Evaluator, signal: nix::sys::signal::Signal) -> i32 {
 
 /// The `FACTS ...` line `inspects_its_process.py` wrote before exiting with 17.
 fn facts(r: &EvalRecord) -> String {
-    assert_eq!(r.stage, Stage::Process, "{r:#?}");
-    assert!(r.message.contains("status 17"), "{}", r.message);
+    assert_eq!(r.verdict.stage, Stage::Process, "{r:#?}");
+    assert!(
+        r.verdict.message.contains("status 17"),
+        "{}",
+        r.verdict.message
+    );
     let tail = r.stderr_tail.clone().unwrap_or_default();
     tail.lines()
         .find_map(|l| l.strip_prefix("FACTS ").map(str::to_owned))
@@ -66,7 +70,7 @@ async fn cpu_processes_are_forked_fresh_and_isolated() {
     // Each candidate sees a process no candidate ran in before.
     for _ in 0..3 {
         let r = eval(&ev, "fresh_process.py").await;
-        assert_eq!(r.status, Status::Correct, "{}", r.message);
+        assert_eq!(r.verdict.status, Status::Correct, "{}", r.verdict.message);
     }
     let r = eval(&ev, "inspects_its_process.py").await;
     let f = facts(&r);
@@ -90,7 +94,11 @@ async fn cpu_processes_are_forked_fresh_and_isolated() {
     }
     // Crashes are reported with the status the server reaped.
     let r = eval(&ev, "aborts.py").await;
-    assert!(r.message.contains("SIGABRT"), "{}", r.message);
+    assert!(
+        r.verdict.message.contains("SIGABRT"),
+        "{}",
+        r.verdict.message
+    );
     // The first process, three fresh ones, the inspector, the abort, and the spare
     // already waiting: all forked.
     assert!(ev.pool().forked() >= 6, "{}", ev.pool().forked());
@@ -106,7 +114,7 @@ async fn a_lost_fork_server_is_replaced_a_bounded_number_of_times() {
     for round in 0..4 {
         for _ in 0..2 {
             let r = eval(&ev, "fresh_process.py").await;
-            assert_eq!(r.status, Status::Correct, "{}", r.message);
+            assert_eq!(r.verdict.status, Status::Correct, "{}", r.verdict.message);
         }
         // Replacements are started by the pool's top-ups, in the background.
         let mut server = None;
@@ -148,7 +156,7 @@ async fn a_stopped_fork_server_is_given_up_on() {
     let started = std::time::Instant::now();
     for _ in 0..3 {
         let r = eval(&ev, "fresh_process.py").await;
-        assert_eq!(r.status, Status::Correct, "{}", r.message);
+        assert_eq!(r.verdict.status, Status::Correct, "{}", r.verdict.message);
     }
     assert!(
         started.elapsed() < Duration::from_secs(60),
@@ -179,6 +187,6 @@ async fn without_fork_every_process_is_started() {
     // Started processes talk over pipes, and close whatever else they inherited.
     assert!(f.contains("sockets=0 pipes=2 "), "{f}");
     let r = eval(&ev, "relu_ok.py").await;
-    assert_eq!(r.status, Status::Correct, "{}", r.message);
+    assert_eq!(r.verdict.status, Status::Correct, "{}", r.verdict.message);
     assert_eq!(ev.pool().forked(), 0);
 }

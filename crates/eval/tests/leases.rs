@@ -108,7 +108,7 @@ async fn correctness_overlaps_but_a_timing_lease_holds_the_device_alone() {
     )
     .await;
     for r in &records {
-        assert_eq!(r.status, Status::Correct, "{}", r.message);
+        assert_eq!(r.verdict.status, Status::Correct, "{}", r.verdict.message);
     }
     let events = ev.pool().lease_events();
     let shared: Vec<_> = events
@@ -156,7 +156,7 @@ async fn exclusive_mode_runs_one_at_a_time_and_waiting_is_not_charged_to_the_bud
     let started = Instant::now();
     let records = eval_all(&ev, &["sleepy_relu.py", "sleepy_relu.py"], 2_500).await;
     for r in &records {
-        assert_eq!(r.status, Status::Correct, "{}", r.message);
+        assert_eq!(r.verdict.status, Status::Correct, "{}", r.verdict.message);
     }
     let waited: Vec<f64> = records.iter().map(|r| r.lease_wait_ms).collect();
     assert!(
@@ -196,7 +196,7 @@ async fn dead_and_hung_workers_release_their_leases_and_are_replaced() {
         4_000,
     )
     .await;
-    let statuses: Vec<Status> = records.iter().map(|r| r.status).collect();
+    let statuses: Vec<Status> = records.iter().map(|r| r.verdict.status).collect();
     assert_eq!(
         statuses,
         vec![
@@ -207,13 +207,16 @@ async fn dead_and_hung_workers_release_their_leases_and_are_replaced() {
             Status::Correct
         ],
         "{:#?}",
-        records.iter().map(|r| &r.message).collect::<Vec<_>>()
+        records
+            .iter()
+            .map(|r| &r.verdict.message)
+            .collect::<Vec<_>>()
     );
-    assert_eq!(records[0].stage, Stage::Process);
+    assert_eq!(records[0].verdict.stage, Stage::Process);
     assert!(
-        records[0].message.contains("SIGABRT"),
+        records[0].verdict.message.contains("SIGABRT"),
         "{}",
-        records[0].message
+        records[0].verdict.message
     );
     // Every hold taken was given back: each released at or after it was acquired,
     // and both correct jobs got their timing lease.
@@ -237,12 +240,17 @@ async fn the_naive_mode_starts_each_process_on_demand_and_still_gets_it_right() 
     )
     .await;
     let records = eval_all(&ev, &["relu_ok.py", "wrong_values.py"], 60_000).await;
-    assert_eq!(records[0].status, Status::Correct, "{}", records[0].message);
     assert_eq!(
-        records[1].status,
+        records[0].verdict.status,
+        Status::Correct,
+        "{}",
+        records[0].verdict.message
+    );
+    assert_eq!(
+        records[1].verdict.status,
         Status::Incorrect,
         "{}",
-        records[1].message
+        records[1].verdict.message
     );
     // The start-up is on the critical path here: wall time well above the executor's own.
     for r in &records {
@@ -271,18 +279,36 @@ async fn out_of_memory_while_sharing_is_evaluated_again_alone() {
     )
     .await;
     let raised = &eval_all(&ev, &["raises.py"], 60_000).await[0];
-    assert_eq!(raised.status, Status::RuntimeError, "{}", raised.message);
-    assert!(!raised.message.contains("alone"), "{}", raised.message);
+    assert_eq!(
+        raised.verdict.status,
+        Status::RuntimeError,
+        "{}",
+        raised.verdict.message
+    );
+    assert!(
+        !raised.verdict.message.contains("alone"),
+        "{}",
+        raised.verdict.message
+    );
     assert_eq!(exclusive_holds(&ev), 0, "a plain error is not retried");
 
     let oom = &eval_all(&ev, &["runs_out_of_memory.py"], 60_000).await[0];
-    assert_eq!(oom.status, Status::RuntimeError, "{}", oom.message);
-    assert!(
-        oom.message.contains("evaluated again alone"),
+    assert_eq!(
+        oom.verdict.status,
+        Status::RuntimeError,
         "{}",
-        oom.message
+        oom.verdict.message
     );
-    assert!(oom.message.contains("OutOfMemoryError"), "{}", oom.message);
+    assert!(
+        oom.verdict.message.contains("evaluated again alone"),
+        "{}",
+        oom.verdict.message
+    );
+    assert!(
+        oom.verdict.message.contains("OutOfMemoryError"),
+        "{}",
+        oom.verdict.message
+    );
     assert_eq!(exclusive_holds(&ev), 1, "{:#?}", ev.pool().lease_events());
 
     // A reference that runs out of memory after the candidate ran is the candidate's
@@ -294,9 +320,22 @@ async fn out_of_memory_while_sharing_is_evaluated_again_alone() {
         .await
         .unwrap()
         .record;
-    assert_eq!(r.status, Status::RuntimeError, "{}", r.message);
-    assert!(r.message.contains("the reference failed"), "{}", r.message);
-    assert!(r.message.contains("evaluated again alone"), "{}", r.message);
+    assert_eq!(
+        r.verdict.status,
+        Status::RuntimeError,
+        "{}",
+        r.verdict.message
+    );
+    assert!(
+        r.verdict.message.contains("the reference failed"),
+        "{}",
+        r.verdict.message
+    );
+    assert!(
+        r.verdict.message.contains("evaluated again alone"),
+        "{}",
+        r.verdict.message
+    );
     assert_eq!(exclusive_holds(&ev), 2, "{:#?}", ev.pool().lease_events());
 
     // In exclusive mode every run already holds its device alone: no second run.
@@ -310,6 +349,10 @@ async fn out_of_memory_while_sharing_is_evaluated_again_alone() {
     )
     .await;
     let once = &eval_all(&alone, &["runs_out_of_memory.py"], 60_000).await[0];
-    assert!(!once.message.contains("alone"), "{}", once.message);
+    assert!(
+        !once.verdict.message.contains("alone"),
+        "{}",
+        once.verdict.message
+    );
     assert_eq!(exclusive_holds(&alone), 1, "one run, one hold");
 }

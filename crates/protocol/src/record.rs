@@ -4,21 +4,28 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    DeviceRequest, EnvInfo, ErrorInfo, Mismatch, Provenance, Sandbox, Stage, Status, Timing,
-    Tolerance, TrialStat,
-};
+use crate::executor::{DeviceRequest, EnvInfo, Sandbox, Status, Tolerance, Verdict};
 
 /// Bumped when the record's shape changes; part of the cache key.
 pub const RECORD_SCHEMA: u32 = 2;
+
+closed_set! {
+    /// How a guard finding weighs, as the guard policy set it.
+    pub enum FindingSeverity("guard finding severity") {
+        /// The candidate does not run.
+        Reject = "reject",
+        /// Kept in the record; the candidate runs.
+        Warn = "warn",
+        Off = "off",
+    }
+}
 
 /// One finding of the static guard, as the record keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GuardFinding {
     pub rule: String,
-    /// `reject` or `warn`.
-    pub severity: String,
+    pub severity: FindingSeverity,
     pub line: u32,
     pub column: u32,
     pub message: String,
@@ -94,20 +101,13 @@ pub struct EvalRecord {
     pub problem: SourceRef,
     pub candidate: SourceRef,
     pub config: EvalConfig,
-    pub status: Status,
-    pub stage: Stage,
-    pub message: String,
-    pub error: Option<ErrorInfo>,
-    pub mismatch: Option<Mismatch>,
-    pub trials: Vec<TrialStat>,
-    pub tolerance: Option<Tolerance>,
-    pub timing: Option<Timing>,
-    pub timing_note: Option<String>,
+    /// The verdict, its fields inline (as the record always stored them): the executor's
+    /// when it answered, else the host's (guard rejection, timeout, crash).
+    #[serde(flatten)]
+    pub verdict: Verdict,
     /// The static guard's findings (warnings on a candidate that ran; the reasons for a
     /// guard rejection).
     pub guard: Vec<GuardFinding>,
-    /// Which of the candidate's own kernels ran; `None` if it never got to run.
-    pub provenance: Option<Provenance>,
     pub environment: EnvInfo,
     /// How the candidate's process was confined.
     pub sandbox: Option<Sandbox>,
@@ -131,6 +131,115 @@ pub struct EvalRecord {
 
 impl EvalRecord {
     pub fn is_correct(&self) -> bool {
-        self.status == Status::Correct
+        self.verdict.status == Status::Correct
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DeviceKind, Stage};
+
+    fn record() -> EvalRecord {
+        EvalRecord {
+            schema: RECORD_SCHEMA,
+            key: "k".into(),
+            problem: SourceRef {
+                name: "relu".into(),
+                path: "relu.py".into(),
+                sha256: "aa".into(),
+            },
+            candidate: SourceRef {
+                name: "relu".into(),
+                path: "c.py".into(),
+                sha256: "bb".into(),
+            },
+            config: EvalConfig::default(),
+            verdict: Verdict {
+                status: Status::Rejected,
+                stage: Stage::Guard,
+                message: "no".into(),
+                error: None,
+                mismatch: None,
+                trials: vec![],
+                timing: None,
+                timing_note: None,
+                tolerance: None,
+                provenance: None,
+            },
+            guard: vec![GuardFinding {
+                rule: "r".into(),
+                severity: FindingSeverity::Reject,
+                line: 1,
+                column: 2,
+                message: "m".into(),
+            }],
+            environment: EnvInfo {
+                python: "3.11".into(),
+                platform: "linux".into(),
+                torch: "2".into(),
+                triton: "3".into(),
+                numpy: "2".into(),
+                device: DeviceKind::Cpu,
+                interpret: true,
+                cuda: None,
+                driver: None,
+                gpus: vec![],
+            },
+            sandbox: None,
+            worker_version: "0.1.0".into(),
+            stderr_tail: None,
+            wall_ms: 1.0,
+            executor_ms: None,
+            lease_wait_ms: 0.0,
+            exclusive_ms: 0.0,
+            device_slot: 0,
+            created_at: 1,
+            tritonforge_version: "0.1.0".into(),
+        }
+    }
+
+    /// Stored records and `--json` output keep the verdict's fields at the top level.
+    #[test]
+    fn the_embedded_verdict_keeps_the_stored_shape() {
+        let value = serde_json::to_value(record()).unwrap();
+        let keys: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        for k in [
+            "status",
+            "stage",
+            "message",
+            "error",
+            "mismatch",
+            "trials",
+            "tolerance",
+            "timing",
+            "timing_note",
+            "provenance",
+            "guard",
+        ] {
+            assert!(keys.contains(&k), "{k} missing from {keys:?}");
+        }
+        assert!(!keys.contains(&"verdict"), "{keys:?}");
+        assert_eq!(value["status"], "rejected");
+        assert_eq!(value["guard"][0]["severity"], "reject");
+        let back: EvalRecord = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(back, record());
+
+        let mut extra = value;
+        extra["surprise"] = serde_json::json!(1);
+        assert!(serde_json::from_value::<EvalRecord>(extra).is_err());
+    }
+
+    #[test]
+    fn severities_parse_by_their_wire_names() {
+        assert_eq!("warn".parse::<FindingSeverity>(), Ok(FindingSeverity::Warn));
+        let err = "fatal".parse::<FindingSeverity>().unwrap_err();
+        assert!(err.to_string().contains("\"fatal\""), "{err}");
+        assert!(err.to_string().contains("reject, warn, off"), "{err}");
     }
 }

@@ -269,6 +269,19 @@ pub fn batch_flops(info: &TrainInfo, tokens: u64, loss_tokens: u64, docs: &[usiz
 /// checkpoint. Every step's metrics go to `events` as they happen; checkpoints are
 /// written every `save_every` steps and at the end, so an interruption loses at most the
 /// steps since the last one.
+/// A `[train]` setting the config keeps as written (checked on load) as the protocol's
+/// closed set; a config built in code without that check fails here, not in the worker.
+fn closed<T: std::str::FromStr<Err = tritonforge_protocol::UnknownName>>(
+    value: &str,
+) -> Result<T, TrainError> {
+    value
+        .parse()
+        .map_err(|e: tritonforge_protocol::UnknownName| TrainError::Config {
+            path: PathBuf::from("[train]"),
+            reason: e.to_string(),
+        })
+}
+
 pub fn run(
     cfg: &SftConfig,
     tok_dir: &Path,
@@ -382,10 +395,10 @@ pub fn run(
         weight_decay: t.weight_decay,
         grad_clip: t.grad_clip,
         gradient_checkpointing: t.gradient_checkpointing,
-        dtype: t.dtype.clone(),
+        dtype: closed(&t.dtype)?,
         seed: t.seed,
-        attention: t.attention.clone(),
-        compile: t.compile.clone(),
+        attention: closed(&t.attention)?,
+        compile: closed(&t.compile)?,
         one_per_row: t.group_by_length,
     })?;
     let vocab = tok.vocab_size() as u64;
@@ -668,6 +681,7 @@ fn save(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tritonforge_protocol::WeightDtype;
 
     fn info(parameters: u64, trainable: u64) -> TrainInfo {
         TrainInfo {
@@ -677,7 +691,7 @@ mod tests {
             vocab_size: 10,
             layers: 2,
             attention_width: 8,
-            dtype: "bfloat16".into(),
+            dtype: WeightDtype::Bfloat16,
             device: "cuda".into(),
             world_size: 1,
             gpu_name: None,

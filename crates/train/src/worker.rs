@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use tritonforge_protocol::{
-    Message, SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetup, PROTOCOL_VERSION,
-};
+use tritonforge_protocol::{Message, SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetup};
 
 use crate::{Policy, TrainError};
 
@@ -223,11 +221,7 @@ fn step_done(m: Message) -> Result<StepStats, Box<Message>> {
 
 impl Policy for WorkerPolicy {
     fn setup(&mut self, setup: TrainSetup) -> Result<TrainInfo, TrainError> {
-        let make = |id| Message::TrainSetup {
-            protocol: PROTOCOL_VERSION,
-            id,
-            setup,
-        };
+        let make = |id| Message::TrainSetup { id, setup };
         self.call(make, "train_ready", |m| match m {
             Message::TrainReady { info, .. } => Ok(info),
             other => Err(Box::new(other)),
@@ -235,11 +229,7 @@ impl Policy for WorkerPolicy {
     }
 
     fn send_step(&mut self, batch: TrainBatch) -> Result<(), TrainError> {
-        let sent = self.send(|id| Message::TrainStep {
-            protocol: PROTOCOL_VERSION,
-            id,
-            batch,
-        });
+        let sent = self.send(|id| Message::TrainStep { id, batch });
         match sent {
             Ok(id) => {
                 self.pending.push_back(id);
@@ -267,20 +257,12 @@ impl Policy for WorkerPolicy {
     }
 
     fn eval(&mut self, batch: TrainBatch) -> Result<StepStats, TrainError> {
-        let make = |id| Message::EvalLoss {
-            protocol: PROTOCOL_VERSION,
-            id,
-            batch,
-        };
+        let make = |id| Message::EvalLoss { id, batch };
         self.call(make, "step_done", step_done)
     }
 
     fn save(&mut self, save: SaveJob) -> Result<u64, TrainError> {
-        let make = |id| Message::SaveCheckpoint {
-            protocol: PROTOCOL_VERSION,
-            id,
-            save,
-        };
+        let make = |id| Message::SaveCheckpoint { id, save };
         self.call(make, "checkpointed", |m| match m {
             Message::Checkpointed { step, .. } => Ok(step),
             other => Err(Box::new(other)),
@@ -290,10 +272,7 @@ impl Policy for WorkerPolicy {
 
 impl Drop for WorkerPolicy {
     fn drop(&mut self) {
-        let line = Message::Shutdown {
-            protocol: PROTOCOL_VERSION,
-        }
-        .to_line();
+        let line = Message::Shutdown {}.to_line();
         let _ = writeln!(self.stdin, "{line}");
         let _ = self.stdin.flush();
         let wait = |child: &mut Child, tenths: u32| {

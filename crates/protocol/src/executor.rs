@@ -1,0 +1,398 @@
+//! The executor's protocol: what the host asks of a candidate's process (`evaluate`,
+//! `check_problem`), what the process answers (a verdict, a problem report), the GPU
+//! leases it takes meanwhile, and the environment it reports on start-up.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The closed set of verdicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Rejected,
+    CompileError,
+    RuntimeError,
+    Timeout,
+    Incorrect,
+    Correct,
+}
+
+impl Status {
+    pub const ALL: [Status; 6] = [
+        Status::Rejected,
+        Status::CompileError,
+        Status::RuntimeError,
+        Status::Timeout,
+        Status::Incorrect,
+        Status::Correct,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Rejected => "rejected",
+            Status::CompileError => "compile_error",
+            Status::RuntimeError => "runtime_error",
+            Status::Timeout => "timeout",
+            Status::Incorrect => "incorrect",
+            Status::Correct => "correct",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which stage decided the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Static analysis before anything runs.
+    Guard,
+    /// Importing the candidate file.
+    Import,
+    /// Building `ModelNew`.
+    Init,
+    /// Correctness trials.
+    Correctness,
+    /// Proof that the candidate's own kernels ran (launch hooks).
+    Provenance,
+    /// Timing.
+    Timing,
+    /// Decided by the host from the process itself: budget expiry, a crash.
+    Process,
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        f.write_str(&s)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+/// The host's wish for where candidates run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceRequest {
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub name: String,
+    pub memory_bytes: u64,
+    pub capability: String,
+}
+
+/// The environment fingerprint: part of every cache key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvInfo {
+    pub python: String,
+    pub platform: String,
+    pub torch: String,
+    pub triton: String,
+    pub numpy: String,
+    pub device: DeviceKind,
+    /// True when Triton kernels run under `TRITON_INTERPRET=1`.
+    pub interpret: bool,
+    pub cuda: Option<String>,
+    pub driver: Option<String>,
+    pub gpus: Vec<GpuInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceFile {
+    /// File name as the model should see it in diagnostics, e.g. `relu.py`.
+    pub name: String,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tolerance {
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+/// One evaluation request, as the executor sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalJob {
+    pub problem: SourceFile,
+    pub candidate: SourceFile,
+    pub trials: u32,
+    pub seed: u64,
+    /// `None`: the executor's per-dtype defaults.
+    pub tolerance: Option<Tolerance>,
+    /// Module-level constants of the problem replaced before import (shape variants).
+    pub overrides: BTreeMap<String, serde_json::Value>,
+    pub device: DeviceRequest,
+    pub timing: bool,
+    /// Wall-clock budget for the timed repetitions, milliseconds (like `do_bench`'s `rep`).
+    pub timing_budget_ms: u32,
+    /// Speedups above this are flagged `implausible_speedup` in the record.
+    pub speedup_cap: f64,
+    /// Measure the candidate kernels' share of GPU time with the profiler.
+    pub profile: bool,
+    /// Also time `torch.compile(Model)` as a baseline.
+    pub compile_baseline: bool,
+    /// ATen operators `forward` may dispatch outside the candidate's kernel launches
+    /// (the guard policy's runtime half); `None` when the guard is off.
+    pub allow_aten: Option<Vec<String>>,
+    /// Module-level constants of a second shape (the heldout variant) to run two more
+    /// trials at, after the main ones pass; GPU mode only (the interpreter is too slow).
+    pub shape_check: Option<BTreeMap<String, serde_json::Value>>,
+    /// The share of its GPU's memory the process may take for this job, in place of the
+    /// cap it was started with: set when the job holds its device alone after running out
+    /// of memory under the shared cap. `None`: the start-up cap stands.
+    #[serde(default)]
+    pub gpu_memory_fraction: Option<f64>,
+}
+
+/// Which hold on its GPU a candidate asks for. Shared holders (import, compile,
+/// correctness) run side by side; an exclusive holder (timing) runs alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseKind {
+    Shared,
+    Exclusive,
+}
+
+/// One traceback frame of the candidate's own file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Frame {
+    pub file: String,
+    pub line: u32,
+    pub function: String,
+    pub code: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorInfo {
+    pub exc_type: String,
+    pub message: String,
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MismatchKind {
+    Value,
+    Nonfinite,
+    Shape,
+    Dtype,
+    Count,
+    Type,
+    Device,
+    InputMutated,
+}
+
+/// Where a candidate's output first went wrong.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mismatch {
+    pub trial: u32,
+    /// Index into the flattened outputs (or inputs, for `input_mutated`).
+    pub output: u32,
+    pub kind: MismatchKind,
+    pub expected: String,
+    pub got: String,
+    /// `None` when not finite or not applicable.
+    pub max_abs_err: Option<f64>,
+    pub max_rel_err: Option<f64>,
+    pub worst_index: Vec<u64>,
+    pub mismatched: u64,
+    pub total: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialStat {
+    pub trial: u32,
+    pub seed: u64,
+    pub outputs: u32,
+    pub max_abs_err: Option<f64>,
+    pub max_rel_err: Option<f64>,
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimingStats {
+    /// Median of device-event times.
+    pub median_ms: f64,
+    pub iqr_ms: f64,
+    pub samples: u32,
+    /// Median host wall-clock time of the audited calls (each followed by a device-wide
+    /// synchronisation): the cross-check against the device events.
+    pub host_median_ms: f64,
+}
+
+/// Something about a timing that makes it suspect; the record keeps it, a reader decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimingFlag {
+    /// The speedup is above the configured plausibility cap.
+    ImplausibleSpeedup,
+    /// On audited calls the candidate's host time exceeds its device window by much
+    /// more than the reference's does (work outside the timed stream?).
+    ClockDisagreement,
+    /// The candidate launched kernels on other streams; it was timed with a device-wide
+    /// synchronisation inside every window instead.
+    SideStreams,
+}
+
+/// Which of the candidate's own Triton kernels ran, from launch hooks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    pub kernels: Vec<KernelLaunches>,
+    /// Forward calls observed (correctness and timing).
+    pub calls: u64,
+    /// Forward calls that launched none of the candidate's kernels.
+    pub calls_without_launch: u64,
+    /// The candidate's kernels' share of GPU time over profiled calls, when measured.
+    pub gpu_share: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelLaunches {
+    pub name: String,
+    pub launches: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timing {
+    pub reference: TimingStats,
+    pub candidate: TimingStats,
+    /// Median reference time over median candidate time, each less the harness's own
+    /// time (`harness_ms`).
+    pub speedup: f64,
+    /// 95% bootstrap interval of the speedup (paired resampling).
+    pub speedup_low: f64,
+    pub speedup_high: f64,
+    pub flags: Vec<TimingFlag>,
+    /// Outputs of randomly chosen timed calls that were checked against the reference.
+    pub checked_outputs: u32,
+    /// Median time of an empty call through the same timing path (two event records).
+    pub harness_ms: f64,
+    /// `torch.compile(Model)`, when that baseline was asked for.
+    pub compiled: Option<TimingStats>,
+}
+
+/// The executor's verdict on a candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Verdict {
+    pub status: Status,
+    pub stage: Stage,
+    /// One line a model can act on.
+    pub message: String,
+    pub error: Option<ErrorInfo>,
+    pub mismatch: Option<Mismatch>,
+    pub trials: Vec<TrialStat>,
+    pub timing: Option<Timing>,
+    /// Why `timing` is absent, when it is.
+    pub timing_note: Option<String>,
+    /// The tolerance the outputs were judged at. The executor always sends it; `None`
+    /// only in a record whose verdict the host decided before any check ran (guard
+    /// rejection, timeout, crash), which is why the record can embed this struct.
+    pub tolerance: Option<Tolerance>,
+    /// `None` when the candidate never got as far as running.
+    pub provenance: Option<Provenance>,
+}
+
+/// The problem file itself is broken; no verdict on the candidate is possible.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProblemError {
+    pub message: String,
+    pub error: Option<ErrorInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // built once per evaluation; boxing buys nothing
+pub enum Outcome {
+    Verdict(Verdict),
+    ProblemError(ProblemError),
+}
+
+/// Suite validation of one problem file at one shape variant (no candidate).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProblemCheckJob {
+    pub problem: SourceFile,
+    pub overrides: BTreeMap<String, serde_json::Value>,
+    pub seed: u64,
+    /// Distinct input seeds the output must differ across (at least 2).
+    pub seeds: u32,
+    /// `None`: the executor's per-dtype defaults.
+    pub tolerance: Option<Tolerance>,
+    pub device: DeviceRequest,
+}
+
+/// What the executor found about a problem: empty `findings` means it is sound.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProblemReport {
+    /// Each a sentence naming what is wrong (does not import, not deterministic, degenerate output, ...).
+    pub findings: Vec<String>,
+    pub error: Option<ErrorInfo>,
+    pub outputs: Vec<OutputSummary>,
+    /// Slowest reference forward, milliseconds.
+    pub max_forward_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSummary {
+    pub shape: Vec<u64>,
+    pub dtype: String,
+    /// Standard deviation over all elements and seeds (`None` if not finite).
+    pub std: Option<f64>,
+    /// The tolerance scale `atol + rtol·mean|x|` the spread is compared with.
+    pub tolerance_scale: Option<f64>,
+}
+
+/// What confines a worker process, as the worker itself applied it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sandbox {
+    /// The kernel's landlock ABI version; `None` where landlock is unavailable.
+    pub landlock_abi: Option<u32>,
+    /// Writes confined to the scratch directory (and /dev).
+    pub filesystem: bool,
+    /// TCP bind/connect denied.
+    pub network: bool,
+    /// Signals and abstract unix sockets confined to the process's own domain.
+    pub signals: bool,
+    /// Cap on the PyTorch allocator's share of GPU memory.
+    pub gpu_memory_fraction: Option<f64>,
+    /// What is not enforced, and why.
+    pub notes: Vec<String>,
+}

@@ -1,0 +1,421 @@
+//! Sample messages for tests: one of every message type, with every optional field both
+//! set and unset somewhere. The mirror test sends them through Python.
+//!
+//! Compiled only for this crate's tests and under the `fixtures` feature (which the
+//! crate's own integration tests enable through a dev-dependency), so they stay out of
+//! the release binary.
+
+use std::collections::BTreeMap;
+
+use crate::*;
+
+/// One example of every message type, with every optional field both set and unset
+/// somewhere.
+pub fn sample_messages() -> Vec<Message> {
+    let env = EnvInfo {
+        python: "3.11.7".into(),
+        platform: "Linux-x86_64".into(),
+        torch: "2.11.0".into(),
+        triton: "3.6.0".into(),
+        numpy: "2.4.6".into(),
+        device: DeviceKind::Cuda,
+        interpret: false,
+        cuda: Some("13.0".into()),
+        driver: None,
+        gpus: vec![GpuInfo {
+            index: 0,
+            name: "NVIDIA H100".into(),
+            memory_bytes: 80 << 30,
+            capability: "9.0".into(),
+        }],
+    };
+    let job = EvalJob {
+        problem: SourceFile {
+            name: "relu.py".into(),
+            source: "import torch\n# ünïcode\n".into(),
+        },
+        candidate: SourceFile {
+            name: "relu.py".into(),
+            source: "class ModelNew: pass\n".into(),
+        },
+        trials: 5,
+        seed: 42,
+        tolerance: Some(Tolerance {
+            atol: 1e-4,
+            rtol: 0.5,
+        }),
+        overrides: BTreeMap::from([
+            ("N".to_string(), serde_json::json!(64)),
+            ("EPS".to_string(), serde_json::json!(1e-5)),
+        ]),
+        device: DeviceRequest::Auto,
+        timing: true,
+        timing_budget_ms: 400,
+        speedup_cap: 10.0,
+        profile: true,
+        compile_baseline: false,
+        allow_aten: Some(vec!["empty_like".into(), "view".into()]),
+        shape_check: Some(BTreeMap::from([("N".to_string(), serde_json::json!(37))])),
+        gpu_memory_fraction: None,
+    };
+    let frame = Frame {
+        file: "relu.py".into(),
+        line: 12,
+        function: "forward".into(),
+        code: "y = x / 0".into(),
+    };
+    let verdict = Verdict {
+        status: Status::Incorrect,
+        stage: Stage::Correctness,
+        message: "trial 1, output 0: mismatch".into(),
+        error: Some(ErrorInfo {
+            exc_type: "ValueError".into(),
+            message: "boom".into(),
+            frames: vec![frame],
+        }),
+        mismatch: Some(Mismatch {
+            trial: 1,
+            output: 0,
+            kind: MismatchKind::Value,
+            expected: "1.0".into(),
+            got: "2.5".into(),
+            max_abs_err: Some(1.5),
+            max_rel_err: None,
+            worst_index: vec![3, 7],
+            mismatched: 2,
+            total: 1024,
+        }),
+        trials: vec![TrialStat {
+            trial: 0,
+            seed: 43,
+            outputs: 1,
+            max_abs_err: Some(0.0),
+            max_rel_err: Some(0.0),
+            passed: true,
+        }],
+        timing: Some(Timing {
+            reference: TimingStats {
+                median_ms: 1.25,
+                iqr_ms: 0.01,
+                samples: 100,
+                host_median_ms: 1.3,
+            },
+            candidate: TimingStats {
+                median_ms: 0.5,
+                iqr_ms: 0.02,
+                samples: 100,
+                host_median_ms: 0.55,
+            },
+            speedup: 2.5,
+            speedup_low: 2.4,
+            speedup_high: 2.6,
+            flags: vec![
+                TimingFlag::ImplausibleSpeedup,
+                TimingFlag::ClockDisagreement,
+            ],
+            checked_outputs: 3,
+            harness_ms: 0.012,
+            compiled: Some(TimingStats {
+                median_ms: 0.9,
+                iqr_ms: 0.01,
+                samples: 100,
+                host_median_ms: 0.95,
+            }),
+        }),
+        timing_note: None,
+        tolerance: Some(Tolerance {
+            atol: 1e-4,
+            rtol: 1e-4,
+        }),
+        provenance: Some(Provenance {
+            kernels: vec![KernelLaunches {
+                name: "relu_kernel".into(),
+                launches: 12,
+            }],
+            calls: 12,
+            calls_without_launch: 0,
+            gpu_share: Some(0.97),
+        }),
+    };
+    vec![
+        Message::Hello {
+            worker_version: "0.1.0".into(),
+            pid: 1234,
+            env: env.clone(),
+            sandbox: Sandbox {
+                landlock_abi: Some(7),
+                filesystem: true,
+                network: true,
+                signals: true,
+                gpu_memory_fraction: Some(0.2),
+                notes: vec![],
+            },
+        },
+        Message::Hello {
+            worker_version: "0.1.0".into(),
+            pid: 1,
+            env: EnvInfo {
+                device: DeviceKind::Cpu,
+                interpret: true,
+                cuda: None,
+                gpus: vec![],
+                ..env
+            },
+            sandbox: Sandbox {
+                landlock_abi: None,
+                filesystem: false,
+                network: false,
+                signals: false,
+                gpu_memory_fraction: None,
+                notes: vec!["landlock unavailable".into()],
+            },
+        },
+        Message::Evaluate {
+            id: "job-1".into(),
+            job: job.clone(),
+        },
+        Message::Evaluate {
+            id: "job-2".into(),
+            job: EvalJob {
+                tolerance: None,
+                overrides: BTreeMap::new(),
+                device: DeviceRequest::Cpu,
+                timing: false,
+                profile: false,
+                allow_aten: None,
+                shape_check: None,
+                gpu_memory_fraction: Some(0.9),
+                ..job
+            },
+        },
+        Message::Result {
+            id: "job-1".into(),
+            outcome: Outcome::Verdict(verdict.clone()),
+            elapsed_ms: 12.5,
+        },
+        Message::Result {
+            id: "job-2".into(),
+            outcome: Outcome::Verdict(Verdict {
+                status: Status::Correct,
+                error: None,
+                mismatch: None,
+                timing: None,
+                timing_note: Some("timing unavailable in CPU mode".into()),
+                tolerance: None,
+                provenance: None,
+                ..verdict
+            }),
+            elapsed_ms: 3.0,
+        },
+        Message::Result {
+            id: "job-3".into(),
+            outcome: Outcome::ProblemError(ProblemError {
+                message: "relu.py: problem file defines no `get_inputs`".into(),
+                error: None,
+            }),
+            elapsed_ms: 1.0,
+        },
+        Message::Error {
+            id: None,
+            message: "not JSON".into(),
+        },
+        Message::Error {
+            id: Some("job-9".into()),
+            message: "bad".into(),
+        },
+        Message::Shutdown {},
+        Message::CheckProblem {
+            id: "check-1".into(),
+            job: ProblemCheckJob {
+                problem: SourceFile {
+                    name: "relu.py".into(),
+                    source: "N = 4\n".into(),
+                },
+                overrides: BTreeMap::from([("N".to_string(), serde_json::json!(8))]),
+                seed: 7,
+                seeds: 3,
+                tolerance: None,
+                device: DeviceRequest::Cpu,
+            },
+        },
+        Message::ProblemReport {
+            id: "check-1".into(),
+            report: ProblemReport {
+                findings: vec!["output 0 is constant".into()],
+                error: None,
+                outputs: vec![
+                    OutputSummary {
+                        shape: vec![4, 8],
+                        dtype: "float32".into(),
+                        std: Some(0.99),
+                        tolerance_scale: Some(1.8e-4),
+                    },
+                    OutputSummary {
+                        shape: vec![],
+                        dtype: "int64".into(),
+                        std: None,
+                        tolerance_scale: None,
+                    },
+                ],
+                max_forward_ms: 1.5,
+            },
+            elapsed_ms: 30.0,
+        },
+        Message::LeaseRequest {
+            id: "job-1".into(),
+            kind: LeaseKind::Exclusive,
+        },
+        Message::LeaseGrant {
+            id: "job-1".into(),
+            kind: LeaseKind::Shared,
+        },
+        Message::LeaseRelease { id: "job-1".into() },
+        Message::Generate {
+            id: "gen-1".into(),
+            job: GenerateJob {
+                messages: vec![
+                    ChatTurn {
+                        role: "system".into(),
+                        content: "You write Triton kernels.".into(),
+                    },
+                    ChatTurn {
+                        role: "user".into(),
+                        content: "relu, please".into(),
+                    },
+                ],
+                temperature: 0.7,
+                top_p: 0.95,
+                max_tokens: 64,
+                seed: Some(3),
+            },
+        },
+        Message::Generation {
+            id: "gen-1".into(),
+            result: Generated {
+                text: "```python\n```".into(),
+                prompt_ids: vec![1, 9690, 198],
+                token_ids: vec![4236, 2],
+                logprobs: vec![-0.25, -1.5],
+                finish_reason: "stop".into(),
+            },
+            elapsed_ms: 812.5,
+        },
+        Message::TrainSetup {
+            id: "train-1".into(),
+            setup: TrainSetup {
+                model: "configs/models/tiny-llama".into(),
+                resume: None,
+                lora: Some(LoraSetup {
+                    rank: 16,
+                    alpha: 32.0,
+                    dropout: 0.05,
+                    target_modules: vec!["q_proj".into(), "v_proj".into()],
+                }),
+                lr: 1e-5,
+                min_lr: 1e-6,
+                warmup_steps: 10,
+                total_steps: 100,
+                weight_decay: 0.0,
+                grad_clip: 1.0,
+                gradient_checkpointing: true,
+                dtype: Precision::Auto,
+                seed: 7,
+                attention: Attention::Sdpa,
+                compile: Compile::Off,
+                one_per_row: false,
+            },
+        },
+        Message::TrainSetup {
+            id: "train-2".into(),
+            setup: TrainSetup {
+                model: "smollm2".into(),
+                resume: Some("out/checkpoint-000020".into()),
+                lora: None,
+                lr: 2e-5,
+                min_lr: 0.0,
+                warmup_steps: 0,
+                total_steps: 40,
+                weight_decay: 0.1,
+                grad_clip: 0.0,
+                gradient_checkpointing: false,
+                dtype: Precision::Fp32,
+                seed: 0,
+                attention: Attention::FlexAttention,
+                compile: Compile::Auto,
+                one_per_row: true,
+            },
+        },
+        Message::TrainReady {
+            id: "train-1".into(),
+            info: TrainInfo {
+                parameters: 134_515_008,
+                trainable: 134_515_008,
+                head_parameters: 28_311_552,
+                vocab_size: 49152,
+                layers: 30,
+                attention_width: 576,
+                dtype: WeightDtype::Bfloat16,
+                device: "cuda".into(),
+                world_size: 1,
+                gpu_name: Some("NVIDIA H100 80GB HBM3".into()),
+                step: 0,
+                compiled: true,
+                attention: "tritonforge_varlen, rows: cudnn".into(),
+            },
+        },
+        Message::TrainStep {
+            id: "step-1".into(),
+            batch: TrainBatch {
+                micro: vec![MicroBatch {
+                    input_ids: vec![vec![1, 2, 3, 4]],
+                    loss_mask: vec![vec![0, 0, 1, 1]],
+                    position_ids: vec![vec![0, 1, 0, 1]],
+                    lengths: vec![4],
+                }],
+            },
+        },
+        Message::EvalLoss {
+            id: "eval-1".into(),
+            batch: TrainBatch { micro: vec![] },
+        },
+        Message::StepDone {
+            id: "step-1".into(),
+            stats: StepStats {
+                step: 1,
+                loss: 2.5,
+                loss_tokens: 2,
+                tokens: 4,
+                grad_norm: Some(0.75),
+                lr: 1e-6,
+                elapsed_ms: 12.5,
+                memory_bytes: None,
+            },
+        },
+        Message::StepDone {
+            id: "eval-1".into(),
+            stats: StepStats {
+                step: 1,
+                loss: 2.25,
+                loss_tokens: 2,
+                tokens: 4,
+                grad_norm: None,
+                lr: 1e-6,
+                elapsed_ms: 3.0,
+                memory_bytes: Some(1 << 30),
+            },
+        },
+        Message::SaveCheckpoint {
+            id: "save-1".into(),
+            save: SaveJob {
+                dir: "out/checkpoint-000001".into(),
+                merge_lora: true,
+                trainer_state: true,
+            },
+        },
+        Message::Checkpointed {
+            id: "save-1".into(),
+            dir: "out/checkpoint-000001".into(),
+            step: 1,
+        },
+    ]
+}

@@ -1,0 +1,170 @@
+//! The policy worker's training protocol: set up a model with its optimizer, step it over
+//! micro-batches, measure a loss, write checkpoints.
+
+use serde::{Deserialize, Serialize};
+
+closed_set! {
+    /// The precision the policy trains in.
+    pub enum Precision("train dtype") {
+        /// `mixed` on a GPU, `fp32` on a CPU.
+        Auto = "auto",
+        /// fp32 weights and optimizer state, bf16 compute under autocast: an AdamW step of
+        /// 1e-5 is below half a bf16 ulp for most weights, so bf16 weights lose updates.
+        Mixed = "mixed",
+        /// bf16 weights: half the memory, for throughput runs and very large models.
+        Bf16 = "bf16",
+        Fp32 = "fp32",
+    }
+}
+
+closed_set! {
+    /// The attention implementation asked of the worker.
+    pub enum Attention("train attention") {
+        /// `varlen` where it works (a GPU, 16-bit compute), else `sdpa`.
+        Auto = "auto",
+        /// Flash attention over packed rows, without padding.
+        Varlen = "varlen",
+        /// transformers' own implementations.
+        Sdpa = "sdpa",
+        FlexAttention = "flex_attention",
+        Eager = "eager",
+    }
+}
+
+closed_set! {
+    /// Whether the worker runs the decoder layers and the loss under `torch.compile`.
+    pub enum Compile("train compile") {
+        /// On a GPU only.
+        Auto = "auto",
+        On = "on",
+        Off = "off",
+    }
+}
+
+closed_set! {
+    /// The dtype the worker keeps the weights in, as torch names it (`torch.` dropped).
+    pub enum WeightDtype("weight dtype") {
+        Float32 = "float32",
+        Bfloat16 = "bfloat16",
+    }
+}
+
+/// How the policy worker trains: the model, what is trained, the optimizer and schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainSetup {
+    /// A Hugging Face model directory (a config alone: random weights), a `.gguf` file,
+    /// or `smollm2`.
+    pub model: String,
+    /// A checkpoint of ours to resume from: its weights (or adapter), optimizer, schedule
+    /// and random state.
+    pub resume: Option<String>,
+    pub lora: Option<LoraSetup>,
+    pub lr: f64,
+    pub min_lr: f64,
+    pub warmup_steps: u64,
+    pub total_steps: u64,
+    pub weight_decay: f64,
+    /// Gradient-norm clip; 0 turns clipping off (the norm is still reported).
+    pub grad_clip: f64,
+    pub gradient_checkpointing: bool,
+    pub dtype: Precision,
+    pub seed: u64,
+    pub attention: Attention,
+    /// `torch.compile` of the decoder layers and the loss.
+    pub compile: Compile,
+    /// The plan puts one conversation in each row, rows of like length together
+    /// (`group_by_length`): the worker may then attend over the padded rows as they are
+    /// (cuDNN on a GPU) instead of joining them.
+    #[serde(default)]
+    pub one_per_row: bool,
+}
+
+/// Low-rank adapters instead of full fine-tuning.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraSetup {
+    pub rank: u32,
+    pub alpha: f64,
+    pub dropout: f64,
+    pub target_modules: Vec<String>,
+}
+
+/// What the worker loaded: sizes for the FLOP count, and where it runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainInfo {
+    pub parameters: u64,
+    pub trainable: u64,
+    /// Parameters of the output projection (counted per loss token, not per token).
+    pub head_parameters: u64,
+    pub vocab_size: u64,
+    pub layers: u32,
+    /// Width of the attention (heads × head size), for the attention FLOPs.
+    pub attention_width: u32,
+    /// The dtype of the weights (and optimizer state).
+    pub dtype: WeightDtype,
+    /// A torch device string; open, not a closed set: it names the rank's device
+    /// (`cuda:1`), and the host only prints it.
+    pub device: String,
+    /// Processes training together (FSDP ranks); 1 on one device.
+    pub world_size: u32,
+    pub gpu_name: Option<String>,
+    /// The step the schedule stands at (0, or the resumed checkpoint's step).
+    pub step: u64,
+    /// Whether the decoder layers and the loss run under `torch.compile`.
+    pub compiled: bool,
+    /// The attention the worker settled on, and for rows of one conversation each which
+    /// kernel passed its check (e.g. `tritonforge_varlen, rows: cudnn (...)`).
+    #[serde(default)]
+    pub attention: String,
+}
+
+/// Rows of token ids, each with its loss mask and position ids (positions restart at 0
+/// where a packed conversation starts, which also keeps attention inside it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MicroBatch {
+    pub input_ids: Vec<Vec<u32>>,
+    /// 1 where the token is a target of the loss (an assistant token).
+    pub loss_mask: Vec<Vec<u8>>,
+    pub position_ids: Vec<Vec<u32>>,
+    /// Real tokens at the start of each row; the rest is padding, which a worker with
+    /// variable-length attention drops instead of computing on it.
+    pub lengths: Vec<u32>,
+}
+
+/// One optimizer step's micro-batches (gradient accumulation), or an evaluation's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainBatch {
+    pub micro: Vec<MicroBatch>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepStats {
+    /// The schedule's step after this one (unchanged by an evaluation).
+    pub step: u64,
+    /// Mean loss per target token over the whole batch.
+    pub loss: f64,
+    pub loss_tokens: u64,
+    pub tokens: u64,
+    /// Gradient norm before clipping; `None` for an evaluation.
+    pub grad_norm: Option<f64>,
+    /// The learning rate this step used.
+    pub lr: f64,
+    pub elapsed_ms: f64,
+    /// Peak accelerator memory during the step (`None` on a CPU).
+    pub memory_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaveJob {
+    pub dir: String,
+    /// LoRA: write the merged model (loadable anywhere) instead of the adapter alone.
+    pub merge_lora: bool,
+    /// Also write the optimizer, schedule and random state (to resume from).
+    pub trainer_state: bool,
+}
