@@ -1,6 +1,6 @@
 //! `tritonforge data`: build the SFT set from a `data.toml`, and show what a build kept.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Subcommand;
@@ -10,7 +10,7 @@ use tritonforge_eval::{
 };
 
 use crate::args::{load_rules, Global, PoolArgs};
-use crate::exit::{self, OrUsage};
+use crate::exit::{self, usage, OrUsage};
 
 #[derive(Subcommand)]
 pub enum DataCmd {
@@ -55,51 +55,14 @@ pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
             config,
             json,
             verify,
-        } => {
-            let mut cfg = Config::load(&config).or_usage()?;
-            cfg.verify.enabled |= verify;
-            let verifier = if cfg.verify.enabled {
-                Some(EvalVerifier::start(global, &cfg).await?)
-            } else {
-                None
-            };
-            let built = tokio::task::spawn_blocking(move || {
-                let progress = |stage: &str| {
-                    if !json {
-                        eprintln!("data: {stage}");
-                    }
-                };
-                tritonforge_data::build(
-                    &cfg,
-                    &progress,
-                    verifier.as_ref().map(|v| v as &dyn Verifier),
-                )
-            })
-            .await?;
-            let (report, _) = match built {
-                Ok(r) => r,
-                Err(e @ tritonforge_data::DataError::Verify(_)) => {
-                    eprintln!(
-                        "error: {e} (verdicts reached so far are stored; run again to go on)"
-                    );
-                    return Ok(exit::ENV);
-                }
-                Err(e) => return Err(exit::usage(e)),
-            };
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                print!("{}", write::markdown(&report));
-                eprintln!("wrote {}", report.outputs.join(", "));
-            }
-            Ok(0)
-        }
+        } => build(global, &config, json, verify).await,
         DataCmd::Synth {
             rows,
             out,
             seed,
             defects,
         } => {
+            // A heldout problem of the suite, planted under another name for decontamination.
             let heldout = if defects {
                 let s = global.load_suite()?;
                 s.entries
@@ -118,26 +81,63 @@ pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
         }
         DataCmd::Stats { dir, json } => {
             let path = dir.join("stats.json");
-            let report: Report = match std::fs::read_to_string(&path)
+            let report: Report = std::fs::read_to_string(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    return Err(exit::usage(format!(
+                .map_err(|e| {
+                    usage(format!(
                         "{}: {e} (is it a `data build` output directory?)",
                         path.display()
-                    )))
+                    ))
+                })?;
+            print!(
+                "{}",
+                if json {
+                    serde_json::to_string(&report)? + "\n"
+                } else {
+                    write::markdown(&report)
                 }
-            };
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                print!("{}", write::markdown(&report));
-            }
+            );
             Ok(0)
         }
     }
+}
+
+async fn build(global: &Global, config: &Path, json: bool, verify: bool) -> anyhow::Result<u8> {
+    let mut cfg = Config::load(config).or_usage()?;
+    cfg.verify.enabled |= verify;
+    let verifier = match cfg.verify.enabled {
+        true => Some(EvalVerifier::start(global, &cfg).await?),
+        false => None,
+    };
+    let built = tokio::task::spawn_blocking(move || {
+        let progress = |stage: &str| {
+            if !json {
+                eprintln!("data: {stage}");
+            }
+        };
+        tritonforge_data::build(
+            &cfg,
+            &progress,
+            verifier.as_ref().map(|v| v as &dyn Verifier),
+        )
+    })
+    .await?;
+    let (report, _) = match built {
+        Ok(r) => r,
+        Err(e @ tritonforge_data::DataError::Verify(_)) => {
+            eprintln!("error: {e} (verdicts reached so far are stored; run again to go on)");
+            return Ok(exit::ENV);
+        }
+        Err(e) => return Err(usage(e)),
+    };
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", write::markdown(&report));
+        eprintln!("wrote {}", report.outputs.join(", "));
+    }
+    Ok(0)
 }
 
 /// The real evaluator behind `data build --verify`: a pool of executor processes and the

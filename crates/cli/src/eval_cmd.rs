@@ -1,15 +1,15 @@
 //! `tritonforge eval`: one pair, or two directories paired by file name.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use tokio::task::JoinSet;
 use tritonforge_bench::{pair_dirs, Candidate, Problem};
 use tritonforge_eval::report::{self, Row};
-use tritonforge_eval::{EvalError, EvalSettings, Evaluation, Evaluator};
+use tritonforge_eval::{evaluate_all, EvalError, EvalSettings, Evaluation, Evaluator};
 use tritonforge_protocol::Status;
 
 use crate::args::{short, EvalFlags, Global, GuardOpts, PoolArgs};
@@ -165,48 +165,39 @@ async fn batch(
         "{bar:30} {pos}/{len} {elapsed_precise} {msg}",
         json,
     );
-    let mut set: JoinSet<(usize, Result<Evaluation, EvalError>)> = JoinSet::new();
-    let mut rows: Vec<Option<Row>> = (0..total).map(|_| None).collect();
-    for (i, (problem, candidate)) in pairs.into_iter().enumerate() {
-        let config = settings.config(&problem, evaluator.device());
-        let ev = evaluator.clone();
-        set.spawn(async move {
-            let result = match config {
-                Ok(c) => ev.evaluate(&problem, &candidate, &c).await,
-                Err(e) => Err(e),
-            };
-            (i, result)
-        });
-    }
     let mut done = 0usize;
-    let interrupted = loop {
-        tokio::select! {
-            next = set.join_next() => {
-                let Some(joined) = next else { break false };
-                let (i, result) = joined.context("an evaluation task failed")?;
-                done += 1;
-                let row = Row::from_result(&result);
-                if let (true, Ok(ev)) = (json, &result) {
-                    println!("{}", report::json_line(ev));
-                }
-                let line = row.progress_line();
-                progress::line(&bar, json, if bar.is_hidden() { format!("[{done}/{total}] {line}") } else { line });
-                bar.inc(1);
-                rows[i] = Some(row);
-            }
-            _ = tokio::signal::ctrl_c() => break true,
+    let mut on_done = |_: usize, result: &Result<Evaluation, EvalError>| {
+        done += 1;
+        if let (true, Ok(ev)) = (json, result) {
+            println!("{}", report::json_line(ev));
         }
+        let line = Row::from_result(result).progress_line();
+        progress::line(
+            &bar,
+            json,
+            if bar.is_hidden() {
+                format!("[{done}/{total}] {line}")
+            } else {
+                line
+            },
+        );
+        bar.inc(1);
+        ControlFlow::Continue(())
+    };
+    let results = tokio::select! {
+        r = evaluate_all(&evaluator, pairs, settings, &mut on_done) => Some(r?),
+        _ = tokio::signal::ctrl_c() => None,
     };
     bar.finish_and_clear();
-    if interrupted {
+    let Some(results) = results else {
         evaluator.pool().kill_all();
-        set.abort_all();
         eprintln!(
-            "interrupted: {done} of {total} evaluations finished and are stored; run the same command again to finish the rest (finished ones are cache hits)"
+            "interrupted: {} of {total} evaluations finished and are stored; run the same command again to finish the rest (finished ones are cache hits)",
+            bar.position()
         );
         return Ok(exit::INTERRUPTED);
-    }
-    let rows: Vec<Row> = rows.into_iter().flatten().collect();
+    };
+    let rows: Vec<Row> = results.iter().flatten().map(Row::from_result).collect();
     if !json {
         print!("{}", report::table(&rows));
     }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use tritonforge_guard::{Severity, RULES};
+use tritonforge_guard::RULES;
 
 use crate::args::{load_rules, short};
 use crate::exit::{self, usage};
@@ -27,7 +27,7 @@ pub struct GuardArgs {
 pub fn run(args: GuardArgs) -> anyhow::Result<u8> {
     if args.rules {
         for r in RULES {
-            println!("{} [{}]\n    {}\n", r.id, severity(r.default), r.doc);
+            println!("{} [{}]\n    {}\n", r.id, r.default.as_str(), r.doc);
         }
         return Ok(exit::CORRECT);
     }
@@ -55,31 +55,11 @@ pub fn run(args: GuardArgs) -> anyhow::Result<u8> {
             println!("{v}");
             continue;
         }
-        if let Some(e) = &report.parse_error {
-            println!("{name}: syntax error: {e}");
-        }
-        for f in &report.findings {
-            println!(
-                "{name}:{}:{}: {} [{}] {}",
-                f.line,
-                f.column,
-                severity(f.severity),
-                f.rule,
-                f.message
-            );
-        }
+        print!("{}", report.lines(&name));
     }
     Ok(if any_reject {
         exit::VERDICT
     } else {
         exit::CORRECT
     })
-}
-
-fn severity(s: Severity) -> &'static str {
-    match s {
-        Severity::Reject => "reject",
-        Severity::Warn => "warn",
-        Severity::Off => "off",
-    }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use indicatif::ProgressBar;
 use tritonforge_agent::embedded::EmbeddedConfig;
 use tritonforge_agent::http::HttpConfig;
 use tritonforge_agent::openai::OpenAiConfig;
@@ -252,41 +253,7 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
         args.json,
     );
     bar.enable_steady_tick(Duration::from_millis(250));
-    let json = args.json;
-    let mut on_event = |e: RunEvent| match e {
-        RunEvent::Planned {
-            run_id,
-            problems,
-            samples,
-            turns,
-            stored,
-            to_play,
-        } => {
-            bar.set_length(to_play as u64);
-            progress::line(&bar, json, format!(
-                "run {run_id}: {problems} problems x {samples} samples x up to {turns} turns ({stored} stored, {to_play} to play)"
-            ));
-        }
-        RunEvent::EpisodeDone {
-            done,
-            to_play,
-            episode,
-            solved_so_far,
-        } => {
-            progress::line(
-                &bar,
-                json,
-                format!(
-                    "[{done}/{to_play}] {} sample {}: {}",
-                    episode.problem,
-                    episode.sample,
-                    detail(&episode)
-                ),
-            );
-            bar.set_message(format!("{solved_so_far} correct"));
-            bar.inc(1);
-        }
-    };
+    let mut on_event = |e: RunEvent| show(&bar, args.json, e);
     let result = runner::run(
         &spec,
         &suite,
@@ -317,6 +284,45 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     } else {
         exit::CORRECT
     })
+}
+
+/// One line per event above the bar (plain lines when it is hidden; none with `--json`).
+fn show(bar: &ProgressBar, json: bool, e: RunEvent) {
+    match e {
+        RunEvent::Planned {
+            run_id,
+            problems,
+            samples,
+            turns,
+            stored,
+            to_play,
+        } => {
+            bar.set_length(to_play as u64);
+            progress::line(bar, json, format!(
+                "run {run_id}: {problems} problems x {samples} samples x up to {turns} turns ({stored} stored, {to_play} to play)"
+            ));
+        }
+        RunEvent::EpisodeDone {
+            done,
+            to_play,
+            episode,
+            solved_so_far,
+        } => {
+            let ep = &episode;
+            progress::line(
+                bar,
+                json,
+                format!(
+                    "[{done}/{to_play}] {} sample {}: {}",
+                    ep.problem,
+                    ep.sample,
+                    detail(ep)
+                ),
+            );
+            bar.set_message(format!("{solved_so_far} correct"));
+            bar.inc(1);
+        }
+    }
 }
 
 /// How an episode ended, for its progress line.

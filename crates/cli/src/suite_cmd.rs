@@ -82,44 +82,55 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
             guard,
             json,
         } => {
-            let evaluator = global
-                .open_evaluator(pool.config(usize::MAX)?, guard.load()?, true)
-                .await?;
-            if !json {
-                eprintln!(
-                    "{}",
-                    tritonforge_eval::report::env_line(evaluator.environment())
-                );
-            }
             let spec = ValidateSpec {
                 filter: Filter::from(&filter),
                 variants: variant,
                 timing: (&timing).into(),
             };
-            let report = validate_suite(Arc::new(evaluator), &suite, &spec, &mut |c| {
-                if !json {
-                    let what = match c.what {
-                        Checked::Problem => "problem ",
-                        Checked::Solution => "solution",
-                    };
-                    let ok = if c.ok { "ok" } else { "FAILED" };
-                    eprintln!(
-                        "[{}/{}] {what} {} [{}]: {ok}",
-                        c.done, c.total, c.key, c.variant
-                    );
-                }
-            })
-            .await?;
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                print!("{}", report.text());
-            }
-            Ok(if report.findings.is_empty() {
-                exit::CORRECT
-            } else {
-                exit::VERDICT
-            })
+            validate(global, &suite, spec, &pool, &guard, json).await
         }
     }
+}
+
+async fn validate(
+    global: &Global,
+    suite: &tritonforge_bench::Suite,
+    spec: ValidateSpec,
+    pool: &PoolArgs,
+    guard: &GuardOpts,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let evaluator = global
+        .open_evaluator(pool.config(usize::MAX)?, guard.load()?, true)
+        .await?;
+    if !json {
+        eprintln!(
+            "{}",
+            tritonforge_eval::report::env_line(evaluator.environment())
+        );
+    }
+    let report = validate_suite(Arc::new(evaluator), suite, &spec, &mut |c| {
+        if !json {
+            let what = match c.what {
+                Checked::Problem => "problem ",
+                Checked::Solution => "solution",
+            };
+            let ok = if c.ok { "ok" } else { "FAILED" };
+            eprintln!(
+                "[{}/{}] {what} {} [{}]: {ok}",
+                c.done, c.total, c.key, c.variant
+            );
+        }
+    })
+    .await?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(if report.findings.is_empty() {
+        exit::CORRECT
+    } else {
+        exit::VERDICT
+    })
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use tritonforge_chat::{ChatTemplate, ChatTokenizer};
 
 use crate::args::Global;
-use crate::exit::USAGE as EXIT_USAGE;
+use crate::exit::{usage, OrUsage, USAGE as EXIT_USAGE};
 
 #[derive(Subcommand)]
 pub enum TokenizerCmd {
@@ -63,26 +63,18 @@ pub async fn run(global: &Global, cmd: TokenizerCmd) -> anyhow::Result<u8> {
 fn render(args: RenderArgs) -> anyhow::Result<u8> {
     let text = std::fs::read_to_string(&args.chats)
         .with_context(|| format!("reading {}", args.chats.display()))?;
-    let chats: Vec<Value> = match serde_json::from_str(&text) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!(
-                "error: {}: not a JSON array of chats: {e}",
-                args.chats.display()
-            );
-            return Ok(EXIT_USAGE);
-        }
-    };
-    let tokenizer = match &args.tokenizer {
-        Some(dir) => match ChatTokenizer::from_dir(dir) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return Ok(EXIT_USAGE);
-            }
-        },
-        None => None,
-    };
+    let chats: Vec<Value> = serde_json::from_str(&text).map_err(|e| {
+        usage(format!(
+            "{}: not a JSON array of chats: {e}",
+            args.chats.display()
+        ))
+    })?;
+    let tokenizer = args
+        .tokenizer
+        .as_deref()
+        .map(ChatTokenizer::from_dir)
+        .transpose()
+        .or_usage()?;
     let own = match &args.template {
         Some(path) => {
             let source = std::fs::read_to_string(path)
@@ -91,20 +83,14 @@ fn render(args: RenderArgs) -> anyhow::Result<u8> {
                 Some(t) => t.template.with_source(&source),
                 None => ChatTemplate::new(&source, Default::default()),
             };
-            match made {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    eprintln!("error: {}: {e}", path.display());
-                    return Ok(EXIT_USAGE);
-                }
-            }
+            Some(made.map_err(|e| usage(format!("{}: {e}", path.display())))?)
         }
         None => None,
     };
-    let Some(template) = own.as_ref().or(tokenizer.as_ref().map(|t| &t.template)) else {
-        eprintln!("error: give --tokenizer DIR, --template FILE or both");
-        return Ok(EXIT_USAGE);
-    };
+    let template = own
+        .as_ref()
+        .or(tokenizer.as_ref().map(|t| &t.template))
+        .ok_or_else(|| usage("give --tokenizer DIR, --template FILE or both"))?;
     let (out, failed) = tritonforge_chat::render_chats(template, tokenizer.as_ref(), &chats)?;
     for f in failed {
         eprintln!("{f}");

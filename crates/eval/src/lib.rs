@@ -17,18 +17,18 @@ use tritonforge_protocol::{
 };
 use tritonforge_store::{Store, StoreError};
 
+pub mod batch;
 mod device_lock;
 pub mod doctor;
 pub mod pool;
 pub mod report;
 pub mod setup;
-pub mod sources;
 pub mod validate;
 mod zygote;
 
+pub use batch::{evaluate_all, evaluate_sources, BatchResults, PairOutcome, SourcePair};
 pub use pool::{Execution, Exit, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec};
 pub use setup::{EvalSettings, EvaluatorSetup, ShapeCheck, TimingSettings};
-pub use sources::{evaluate_sources, PairOutcome, SourcePair};
 pub use validate::{validate_suite, CheckDone, Checked, ValidateSpec, ValidationReport};
 
 #[derive(Debug, thiserror::Error)]

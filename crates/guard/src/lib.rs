@@ -214,6 +214,35 @@ impl Report {
     pub fn rejects(&self) -> bool {
         self.findings.iter().any(|f| f.severity == Severity::Reject)
     }
+
+    /// Linter-style lines for the file shown as `name`: `name:line:col: severity [rule] message`.
+    pub fn lines(&self, name: &str) -> String {
+        let mut s = String::new();
+        if let Some(e) = &self.parse_error {
+            s.push_str(&format!("{name}: syntax error: {e}\n"));
+        }
+        for f in &self.findings {
+            s.push_str(&format!(
+                "{name}:{}:{}: {} [{}] {}\n",
+                f.line,
+                f.column,
+                f.severity.as_str(),
+                f.rule,
+                f.message
+            ));
+        }
+        s
+    }
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Reject => "reject",
+            Severity::Warn => "warn",
+            Severity::Off => "off",
+        }
+    }
 }
 
 /// Check one candidate's source.
