@@ -54,6 +54,9 @@ impl SourcePair {
 /// A result for each pair of a batch, in the batch's order (`None`: stopped before it ended).
 pub type BatchResults = Vec<Option<Result<Evaluation, EvalError>>>;
 
+/// Hears each finished evaluation of a batch (its index, its result); `Break` stops the batch.
+pub type OnDone<'a> = dyn FnMut(usize, &Result<Evaluation, EvalError>) -> ControlFlow<()> + Send + 'a;
+
 /// Evaluate every pair at once (the pool bounds how many run). `on_done(i, &result)` hears
 /// each as it ends; returning `Break` stops the batch: the rest are aborted and every
 /// process killed. Dropping the future (Ctrl-C) aborts the rest too.
@@ -61,7 +64,7 @@ pub async fn evaluate_all(
     evaluator: &Arc<Evaluator>,
     pairs: Vec<(Problem, Candidate)>,
     settings: &EvalSettings,
-    on_done: &mut (dyn FnMut(usize, &Result<Evaluation, EvalError>) -> ControlFlow<()> + Send),
+    on_done: &mut OnDone<'_>,
 ) -> Result<BatchResults, EvalError> {
     let mut set = JoinSet::new();
     let n = pairs.len();
