@@ -291,9 +291,9 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
                 worker_path: py.worker_path.clone(),
                 model: embedded_model.clone(),
                 device: if cpu_mode {
-                    "cpu".into()
+                    DeviceKind::Cpu
                 } else {
-                    "cuda".into()
+                    DeviceKind::Cuda
                 },
                 startup_timeout: Duration::from_secs(300),
                 request_timeout: Duration::from_secs_f64(args.request_timeout.max(0.1)),

@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tritonforge_protocol::DeviceKind;
+use tritonforge_pyenv::WorkerMode;
 use tritonforge_store::Store;
-use tritonforge_train::worker::{WorkerPolicy, WorkerSpec};
+use tritonforge_train::worker::{TrainerSpec, WorkerPolicy};
 use tritonforge_train::{Event, Policy, RunOptions, SftConfig, TrainError};
 
 use crate::{Global, EXIT_USAGE};
@@ -49,16 +51,9 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
     };
     let py = global.python_env()?;
     let device = match global.device {
-        crate::Device::Cpu => "cpu".to_string(),
-        crate::Device::Cuda => "cuda".to_string(),
-        crate::Device::Auto => {
-            let info = tritonforge_pyenv::probe(&py, global.device.into())?;
-            if info.device == tritonforge_protocol::DeviceKind::Cuda {
-                "cuda".into()
-            } else {
-                "cpu".into()
-            }
-        }
+        crate::Device::Cpu => DeviceKind::Cpu,
+        crate::Device::Cuda => DeviceKind::Cuda,
+        crate::Device::Auto => tritonforge_pyenv::probe(&py, global.device.into())?.device,
     };
     std::fs::create_dir_all(&cfg.output.dir)
         .with_context(|| format!("creating {}", cfg.output.dir.display()))?;
@@ -70,7 +65,7 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
         }
     };
     let store = Store::open(&global.store_path())?;
-    let spec = WorkerSpec {
+    let spec = TrainerSpec {
         python: py.interpreter.clone(),
         worker_path: py.worker_path.clone(),
         device,
@@ -218,13 +213,12 @@ fn tokenizer_dir(cfg: &SftConfig, py: &tritonforge_pyenv::PythonEnv) -> Result<P
     if out.join("tokenizer.json").is_file() {
         return Ok(out);
     }
-    let status = std::process::Command::new(&py.interpreter)
-        .args(["-m", "tritonforge_worker", "tokenizer"])
-        .arg(&cfg.model)
-        .arg(&out)
-        .env("PYTHONPATH", &py.worker_path)
-        .env("HF_HUB_OFFLINE", "1")
-        .env("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    let status = py
+        .worker(WorkerMode::Tokenizer {
+            model: cfg.model.clone(),
+            out: out.clone(),
+        })
+        .command()
         .stdout(std::process::Stdio::null())
         .status()
         .map_err(|e| format!("running {}: {e}", py.interpreter.display()))?;
