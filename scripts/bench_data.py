@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
-TEMPLATES = REPO / "crates/agent/templates"
+TEMPLATES = REPO / "crates/episode/templates"
 
 
 def normalize_code(src: str) -> str:

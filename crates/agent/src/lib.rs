@@ -15,7 +15,7 @@ pub mod runner;
 pub mod sglang;
 
 pub use backend::{Backend, BackendError, ChatMessage, Completion, Sampling};
-pub use episode::{run_episode, Episode, EpisodeConfig, Turn};
+pub use episode::{run_episode, Episode, EpisodeConfig, NotExtracted, Turn, TurnOutcome};
 pub use prompts::{Prompts, Target};
 pub use reward::RewardConfig;
 pub use runner::{BackendSpec, RunEvent, RunResult, RunSpec};

@@ -161,11 +161,11 @@ pub fn summarize(episodes: &[(Episode, Labels)]) -> Summary {
         let played: Vec<_> = all.iter().filter_map(|(e, _)| e.turns.get(t)).collect();
         let solved = all
             .iter()
-            .filter(|(e, _)| e.turns.iter().take(t + 1).any(|x| x.outcome == "correct"))
+            .filter(|(e, _)| e.turns.iter().take(t + 1).any(|x| x.outcome.is_correct()))
             .count();
         let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
         for x in &played {
-            *outcomes.entry(x.outcome.clone()).or_default() += 1;
+            *outcomes.entry(x.outcome.to_string()).or_default() += 1;
         }
         turns.push(TurnStats {
             turn: t as u32,

@@ -157,11 +157,7 @@ impl RunArgs {
                 python: py.interpreter.clone(),
                 worker_path: py.worker_path.clone(),
                 model,
-                device: if device == DeviceKind::Cpu {
-                    "cpu".into()
-                } else {
-                    "cuda".into()
-                },
+                device,
                 startup_timeout: Duration::from_secs(300),
                 request_timeout: timeout,
                 max_batch: self.parallel.max(1),

@@ -45,13 +45,12 @@ pub async fn run(global: &Global, cmd: TokenizerCmd) -> anyhow::Result<u8> {
         TokenizerCmd::Export { model, out } => {
             let py = global.python_env()?;
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-            let status = std::process::Command::new(&py.interpreter)
-                .args(["-m", "tritonforge_worker", "tokenizer"])
-                .arg(&model)
-                .arg(&out)
-                .env("PYTHONPATH", &py.worker_path)
-                .env("HF_HUB_OFFLINE", "1")
-                .env("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+            let status = py
+                .worker(tritonforge_pyenv::WorkerMode::Tokenizer {
+                    model,
+                    out: out.clone(),
+                })
+                .command()
                 .status()
                 .with_context(|| format!("running {}", py.interpreter.display()))?;
             Ok(if status.success() { 0 } else { EXIT_USAGE })

@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Subcommand;
+use tritonforge_protocol::DeviceKind;
+use tritonforge_pyenv::WorkerMode;
 use tritonforge_store::Store;
 use tritonforge_train::events::MetricsLog;
-use tritonforge_train::worker::{WorkerPolicy, WorkerSpec};
+use tritonforge_train::worker::{TrainerSpec, WorkerPolicy};
 use tritonforge_train::{Event, Policy, RunOptions, SftConfig, TrainError};
 
 use crate::args::Global;
@@ -50,16 +52,9 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
     };
     let py = global.python_env()?;
     let device = match global.device {
-        crate::args::Device::Cpu => "cpu".to_string(),
-        crate::args::Device::Cuda => "cuda".to_string(),
-        crate::args::Device::Auto => {
-            let info = tritonforge_pyenv::probe(&py, global.device.into())?;
-            if info.device == tritonforge_protocol::DeviceKind::Cuda {
-                "cuda".into()
-            } else {
-                "cpu".into()
-            }
-        }
+        crate::args::Device::Cpu => DeviceKind::Cpu,
+        crate::args::Device::Cuda => DeviceKind::Cuda,
+        crate::args::Device::Auto => tritonforge_pyenv::probe(&py, global.device.into())?.device,
     };
     std::fs::create_dir_all(&cfg.output.dir)
         .with_context(|| format!("creating {}", cfg.output.dir.display()))?;
@@ -71,7 +66,7 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
         }
     };
     let store = Store::open(&global.store_path())?;
-    let spec = WorkerSpec {
+    let spec = TrainerSpec {
         python: py.interpreter.clone(),
         worker_path: py.worker_path.clone(),
         device,
@@ -154,13 +149,12 @@ fn tokenizer_dir(cfg: &SftConfig, py: &tritonforge_pyenv::PythonEnv) -> Result<P
     if out.join("tokenizer.json").is_file() {
         return Ok(out);
     }
-    let status = std::process::Command::new(&py.interpreter)
-        .args(["-m", "tritonforge_worker", "tokenizer"])
-        .arg(&cfg.model)
-        .arg(&out)
-        .env("PYTHONPATH", &py.worker_path)
-        .env("HF_HUB_OFFLINE", "1")
-        .env("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    let status = py
+        .worker(WorkerMode::Tokenizer {
+            model: cfg.model.clone(),
+            out: out.clone(),
+        })
+        .command()
         .stdout(std::process::Stdio::null())
         .status()
         .map_err(|e| format!("running {}: {e}", py.interpreter.display()))?;
@@ -176,7 +170,7 @@ fn train(
     cfg: &SftConfig,
     tok_dir: &Path,
     opts: &RunOptions,
-    spec: &WorkerSpec,
+    spec: &TrainerSpec,
     mut log: MetricsLog,
     json: bool,
 ) -> Result<tritonforge_train::RunState, TrainError> {

@@ -2,12 +2,10 @@
 //! episodes from a store. A bad row is counted with its reason and its place, never fatal.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-use parquet::file::reader::{FileReader, SerializedFileReader};
 use serde_json::{Map, Value};
-use tritonforge_agent::{ChatMessage, Episode};
+use tritonforge_episode::{ChatMessage, Episode};
 
 use crate::{Bad, DataError, Row};
 
@@ -29,106 +27,21 @@ pub fn kernelbook(path: &Path, reasoning_field: &str) -> Result<(Vec<Row>, Vec<B
 }
 
 /// A record and its place (`file:line` or `file#rowN`).
-pub type Placed = (String, Map<String, Value>);
+pub type Placed = tritonforge_rows::Placed;
 
 /// The records of a `.jsonl` or `.parquet` file as JSON objects, each with its place;
-/// records that are not objects are bad rows, not errors.
+/// records that are not objects are bad rows, not errors. (The reader is
+/// `tritonforge-rows`, shared with the trainer.)
 pub fn objects(path: &Path) -> Result<(Vec<Placed>, Vec<Bad>), DataError> {
-    let name = path.display().to_string();
-    let mut rows = Vec::new();
-    let mut bad = Vec::new();
-    let is_parquet = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
-    let io = |e: std::io::Error| DataError::Input {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    };
-    if is_parquet {
-        let file = std::fs::File::open(path).map_err(io)?;
-        let reader = SerializedFileReader::new(file).map_err(|e| DataError::Input {
-            path: path.to_path_buf(),
-            reason: format!("not a readable parquet file: {e}"),
-        })?;
-        let iter = reader.get_row_iter(None).map_err(|e| DataError::Input {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        for (i, row) in iter.enumerate() {
-            let place = format!("{name}#row{}", i + 1);
-            match row {
-                Ok(r) => match parquet_row(&r) {
-                    Ok(obj) => rows.push((place, obj)),
-                    Err(reason) => bad.push(Bad::new("ingest", &reason, &place)),
-                },
-                Err(e) => bad.push(Bad::new("ingest", &format!("unreadable_row: {e}"), &place)),
-            }
-        }
-    } else {
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mut reader = BufReader::new(file);
-        let mut buf = Vec::new();
-        let mut line_no = 0usize;
-        loop {
-            buf.clear();
-            let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
-            if n == 0 {
-                break;
-            }
-            line_no += 1;
-            let place = format!("{name}:{line_no}");
-            let Ok(text) = std::str::from_utf8(&buf) else {
-                bad.push(Bad::new("ingest", "non_utf8", &place));
-                continue;
-            };
-            // A byte-order mark some editors write at the start of a file.
-            let text = if line_no == 1 {
-                text.trim_start_matches('\u{feff}')
-            } else {
-                text
-            };
-            if text.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Value>(text) {
-                Ok(Value::Object(obj)) => rows.push((place, obj)),
-                Ok(_) => bad.push(Bad::new("ingest", "not_an_object", &place)),
-                Err(_) => bad.push(Bad::new("ingest", "malformed_json", &place)),
-            }
-        }
-    }
+    let (rows, unreadable) = tritonforge_rows::read(path).map_err(|e| DataError::Input {
+        path: e.path,
+        reason: e.reason,
+    })?;
+    let bad = unreadable
+        .iter()
+        .map(|u| Bad::new("ingest", &u.reason, &u.place))
+        .collect();
     Ok((rows, bad))
-}
-
-/// A parquet record as a JSON object. Byte columns must be UTF-8 text; nested values
-/// are kept as their display form (metadata only).
-fn parquet_row(r: &parquet::record::Row) -> Result<Map<String, Value>, String> {
-    use parquet::record::Field;
-    let mut obj = Map::new();
-    for (name, field) in r.get_column_iter() {
-        let v = match field {
-            Field::Null => Value::Null,
-            Field::Bool(b) => Value::from(*b),
-            Field::Byte(x) => Value::from(*x),
-            Field::Short(x) => Value::from(*x),
-            Field::Int(x) => Value::from(*x),
-            Field::Long(x) => Value::from(*x),
-            Field::UByte(x) => Value::from(*x),
-            Field::UShort(x) => Value::from(*x),
-            Field::UInt(x) => Value::from(*x),
-            Field::ULong(x) => Value::from(*x),
-            Field::Float(x) => Value::from(f64::from(*x)),
-            Field::Double(x) => Value::from(*x),
-            Field::Str(s) => Value::from(s.clone()),
-            Field::Bytes(b) => match std::str::from_utf8(b.data()) {
-                Ok(s) => Value::from(s),
-                Err(_) => return Err("non_utf8".into()),
-            },
-            other => Value::from(other.to_string()),
-        };
-        obj.insert(name.clone(), v);
-    }
-    Ok(obj)
 }
 
 fn take_string(obj: &mut Map<String, Value>, key: &str) -> Result<String, String> {
@@ -266,7 +179,7 @@ pub fn episodes(store: &Path, run: Option<&str>) -> Result<(Vec<Row>, Vec<Bad>),
             }
         };
         let place = format!("episode:{}", ep.id);
-        let Some(k) = ep.turns.iter().position(|t| t.outcome == "correct") else {
+        let Some(k) = ep.turns.iter().position(|t| t.outcome.is_correct()) else {
             bad.push(Bad::new("ingest", "episode_unsolved", &place));
             continue;
         };

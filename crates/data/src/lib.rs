@@ -21,7 +21,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tritonforge_agent::{ChatMessage, Prompts, Target};
+use tritonforge_episode::{ChatMessage, Prompts, Target};
 
 pub use config::Config;
 use config::{Input, ThinkingMode};

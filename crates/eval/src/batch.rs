@@ -55,7 +55,8 @@ impl SourcePair {
 pub type BatchResults = Vec<Option<Result<Evaluation, EvalError>>>;
 
 /// Hears each finished evaluation of a batch (its index, its result); `Break` stops the batch.
-pub type OnDone<'a> = dyn FnMut(usize, &Result<Evaluation, EvalError>) -> ControlFlow<()> + Send + 'a;
+pub type OnDone<'a> =
+    dyn FnMut(usize, &Result<Evaluation, EvalError>) -> ControlFlow<()> + Send + 'a;
 
 /// Evaluate every pair at once (the pool bounds how many run). `on_done(i, &result)` hears
 /// each as it ends; returning `Break` stops the batch: the rest are aborted and every

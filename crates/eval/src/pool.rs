@@ -25,6 +25,8 @@ use tokio::task::JoinHandle;
 use tritonforge_protocol::{
     DeviceRequest, EnvInfo, EvalJob, LeaseKind, Message, Outcome, ProblemCheckJob, Sandbox,
 };
+use tritonforge_pyenv::launch::{self as worker_launch, read_hello, HelloError};
+use tritonforge_pyenv::{WorkerCommand, WorkerMode};
 
 use crate::device_lock::{DeviceLock, ExclusiveHold, SharedHold};
 use crate::zygote::Zygote;
@@ -289,14 +291,7 @@ impl Worker {
     }
 
     fn stderr_tail(&self) -> String {
-        let bytes = std::fs::read(self.scratch.join("stderr.log")).unwrap_or_default();
-        let text = String::from_utf8_lossy(&bytes);
-        let start = text.len().saturating_sub(STDERR_TAIL);
-        let mut s = start;
-        while !text.is_char_boundary(s) {
-            s += 1;
-        }
-        text[s..].trim().to_string()
+        worker_launch::file_tail(&self.scratch.join("stderr.log"), STDERR_TAIL)
     }
 
     async fn read_message(&mut self) -> Result<Option<Message>, EvalError> {
@@ -959,17 +954,22 @@ fn new_scratch(launch: &Launch, prefix: &str) -> Result<(PathBuf, PathBuf), Eval
     Ok((scratch, stderr))
 }
 
-/// The environment one process of `launch` gets, beyond what it inherits.
+/// One executor process of `launch`: `serve`, in its own process group (a candidate's
+/// children die with it), with the worker's directory alone on `PYTHONPATH` (a
+/// candidate's imports must not reach the user's packages) and the slot's environment.
+fn serve_command(launch: &Launch, scratch: &std::path::Path) -> WorkerCommand {
+    let spec = &launch.spec;
+    WorkerCommand::new(&spec.python, &spec.worker_path, WorkerMode::Serve)
+        .own_process_group()
+        .envs(worker_env(launch, scratch))
+}
+
+/// The environment one process of `launch` gets beyond `PYTHONPATH` and what it inherits.
 fn worker_env(launch: &Launch, scratch: &std::path::Path) -> Vec<(&'static str, String)> {
     let spec = &launch.spec;
-    let device = match spec.device {
-        DeviceRequest::Auto => "auto",
-        DeviceRequest::Cpu => "cpu",
-        DeviceRequest::Cuda => "cuda",
-    };
+    let device = worker_launch::device_request_arg(spec.device);
     let path = |p: PathBuf| p.to_string_lossy().into_owned();
     let mut env = vec![
-        ("PYTHONPATH", path(spec.worker_path.clone())),
         ("PYTHONUNBUFFERED", "1".to_string()),
         ("PYTHONDONTWRITEBYTECODE", "1".to_string()),
         // Same dict layouts in every process: one less source of timing noise.
@@ -1071,7 +1071,18 @@ async fn spawn_worker(launch: &Launch) -> Result<Ready, EvalError> {
 
 async fn fork_worker(launch: &Launch, zygote: &Arc<Zygote>) -> Result<Ready, EvalError> {
     let (scratch, stderr) = new_scratch(launch, "w")?;
-    let env = worker_env(launch, &scratch);
+    // Exactly the environment a started process gets.
+    let env: Vec<(String, String)> = serve_command(launch, &scratch)
+        .environment()
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     let forked = match zygote
         .fork(
             &scratch,
@@ -1118,14 +1129,11 @@ async fn spawn(launch: &Launch, as_zygote: bool) -> Result<First, EvalError> {
         path: stderr_path.clone(),
         source,
     })?;
-    let mut cmd = Command::new(&spec.python);
-    cmd.args(["-u", "-m", "tritonforge_worker", "serve"])
-        .current_dir(&scratch)
-        .envs(worker_env(launch, &scratch))
+    let mut cmd = Command::from(serve_command(launch, &scratch).command());
+    cmd.current_dir(&scratch)
         .env_remove("TRITON_INTERPRET")
         .stdout(Stdio::piped())
         .stderr(Stdio::from(stderr))
-        .process_group(0)
         .kill_on_drop(true);
     // A fork server's stdin must carry file descriptors: a socket, not a pipe.
     let ctl = if as_zygote {
@@ -1217,37 +1225,41 @@ fn no_hello(timeout: Duration, worker: &Worker) -> EvalError {
 
 /// Read a process's hello (its first protocol line).
 async fn await_hello(mut worker: Worker, timeout: Duration) -> Result<Ready, EvalError> {
-    let hello = tokio::time::timeout(timeout, worker.read_message()).await;
-    match hello {
-        Ok(Ok(Some(Message::Hello {
+    let first = match read_hello(&mut worker.stdout, timeout, MAX_LINE).await {
+        Ok(m) => m,
+        Err(HelloError::NotHello(other)) => *other,
+        Err(HelloError::Io(e)) => return Err(EvalError::WorkerIo(e)),
+        Err(HelloError::Malformed { source, .. }) => return Err(EvalError::Protocol(source)),
+        Err(HelloError::Exited) => {
+            let _ = worker.wait().await;
+            return Err(EvalError::WorkerStart {
+                reason: "the worker exited before saying hello".into(),
+                stderr: worker.stderr_tail(),
+            });
+        }
+        Err(HelloError::Timeout(_)) => return Err(no_hello(timeout, &worker)),
+    };
+    match first {
+        Message::Hello {
             env,
             worker_version,
             sandbox,
             pid,
             ..
-        }))) if i64::from(pid) == i64::from(worker.pgid) => Ok(Ready {
+        } if i64::from(pid) == i64::from(worker.pgid) => Ok(Ready {
             worker,
             env,
             worker_version,
             sandbox,
         }),
         // The process we started (or were told was forked) must be the one speaking.
-        Ok(Ok(Some(Message::Hello { pid, .. }))) => Err(EvalError::WorkerStart {
+        Message::Hello { pid, .. } => Err(EvalError::WorkerStart {
             reason: format!("hello from pid {pid}, expected {}", worker.pgid),
             stderr: worker.stderr_tail(),
         }),
-        Ok(Err(e)) => Err(e),
-        Ok(Ok(Some(other))) => Err(EvalError::WorkerStart {
+        other => Err(EvalError::WorkerStart {
             reason: format!("expected hello, got {}", truncate(&other.to_line(), 200)),
             stderr: worker.stderr_tail(),
         }),
-        Ok(Ok(None)) => {
-            let _ = worker.wait().await;
-            Err(EvalError::WorkerStart {
-                reason: "the worker exited before saying hello".into(),
-                stderr: worker.stderr_tail(),
-            })
-        }
-        Err(_) => Err(no_hello(timeout, &worker)),
     }
 }

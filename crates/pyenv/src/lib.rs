@@ -15,6 +15,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tritonforge_protocol::{DeviceRequest, EnvInfo};
 
+pub mod launch;
+
+pub use launch::{StderrTail, WorkerCommand, WorkerMode};
+
 /// Exact versions the managed environment installs. torch 2.11 / triton 3.6 match
 /// the GPU machines the project is validated on; numpy stays below 2.4, whose
 /// stricter array-to-scalar conversion breaks triton 3.6's interpreter (`range` over
@@ -185,6 +189,13 @@ pub struct PythonEnv {
     pub worker_path: PathBuf,
     /// The venv directory when tritonforge manages it.
     pub managed: Option<PathBuf>,
+}
+
+impl PythonEnv {
+    /// The worker in mode `sub`, run by this interpreter (see [`launch`]).
+    pub fn worker(&self, sub: WorkerMode) -> WorkerCommand {
+        WorkerCommand::new(&self.interpreter, &self.worker_path, sub)
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
@@ -494,15 +505,9 @@ pub fn extract_worker(state_dir: &Path) -> Result<PathBuf, PyEnvError> {
 
 /// Ask the interpreter what it has: versions, device, GPUs.
 pub fn probe(env: &PythonEnv, device: DeviceRequest) -> Result<EnvInfo, PyEnvError> {
-    let dev = match device {
-        DeviceRequest::Auto => "auto",
-        DeviceRequest::Cpu => "cpu",
-        DeviceRequest::Cuda => "cuda",
-    };
-    let out = Command::new(&env.interpreter)
-        .args(["-m", "tritonforge_worker", "probe"])
-        .env("PYTHONPATH", &env.worker_path)
-        .env("TRITONFORGE_DEVICE", dev)
+    let out = env
+        .worker(WorkerMode::Probe { device })
+        .command()
         .output()
         .map_err(|source| PyEnvError::Spawn {
             program: env.interpreter.display().to_string(),

@@ -64,7 +64,7 @@ pub struct Split {
 
 /// Reads and tokenises one file of conversations.
 pub fn load_split(path: &Path, tok: &ChatTokenizer, seq_len: usize) -> Result<Split, TrainError> {
-    let (rows, bad) = tritonforge_data::ingest::objects(path).map_err(|e| TrainError::Data {
+    let (rows, bad) = tritonforge_rows::read(path).map_err(|e| TrainError::Data {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;

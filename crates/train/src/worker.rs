@@ -5,19 +5,24 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 
-use tritonforge_protocol::{Message, SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetup};
+use tritonforge_protocol::{
+    DeviceKind, Message, SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetup,
+};
+use tritonforge_pyenv::launch::{read_hello_blocking, HelloError, StderrTail, TAIL_SHOWN};
+use tritonforge_pyenv::{WorkerCommand, WorkerMode};
 
 use crate::{Policy, TrainError};
 
-pub struct WorkerSpec {
+/// How to start the trainer (the policy worker with `--train`). Not to be confused with
+/// the evaluator's executor processes (`tritonforge_eval::WorkerSpec`).
+pub struct TrainerSpec {
     pub python: PathBuf,
     /// Directory holding `tritonforge_worker/`.
     pub worker_path: PathBuf,
-    pub device: String,
+    pub device: DeviceKind,
     /// Where the worker's stderr is written.
     pub log: PathBuf,
     /// Processes (one per GPU) under `torchrun`; 1 runs the worker directly.
@@ -30,44 +35,31 @@ pub struct WorkerPolicy {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
-    tail: Arc<Mutex<VecDeque<String>>>,
+    tail: StderrTail,
     next: u64,
     /// Ids of steps sent and not yet answered, oldest first.
     pending: VecDeque<String>,
 }
 
 impl WorkerPolicy {
-    pub fn start(spec: &WorkerSpec, model: &str) -> Result<WorkerPolicy, TrainError> {
-        let mut path = spec.worker_path.clone().into_os_string();
-        if let Some(extra) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
-            path.push(":");
-            path.push(extra);
-        }
-        let mut cmd = Command::new(&spec.python);
+    pub fn start(spec: &TrainerSpec, model: &str) -> Result<WorkerPolicy, TrainError> {
         // Its own process group: under torchrun the ranks are grandchildren, and killing
-        // the group is the one way to be sure none outlives us holding GPU memory.
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        cmd.arg("-u");
-        if spec.procs > 1 {
-            // Rank 0 speaks the protocol on the inherited stdin/stdout; the other ranks
-            // get every message from it over torch.distributed.
-            cmd.args(["-m", "torch.distributed.run"]);
-            if spec.torchrun.is_empty() {
-                cmd.arg("--standalone");
-            } else {
-                cmd.args(&spec.torchrun);
-            }
-            cmd.arg(format!("--nproc-per-node={}", spec.procs));
-        }
-        let mut child = cmd
-            .args(["-m", "tritonforge_worker", "policy", model])
-            .arg(&spec.device)
-            .arg("--train")
-            .env("PYTHONPATH", path)
-            .env("PYTHONUNBUFFERED", "1")
-            .env("HF_HUB_OFFLINE", "1")
-            .env("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-            .env("TOKENIZERS_PARALLELISM", "false")
+        // the group is the one way to be sure none outlives us holding GPU memory. The
+        // model may live in a package on the caller's PYTHONPATH: it is inherited.
+        let launch = WorkerCommand::new(
+            &spec.python,
+            &spec.worker_path,
+            WorkerMode::Policy {
+                model: model.to_string(),
+                device: spec.device,
+                train: true,
+            },
+        )
+        .inherit_pythonpath()
+        .torchrun(spec.procs, &spec.torchrun)
+        .own_process_group();
+        let mut child = launch
+            .command()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -82,10 +74,8 @@ impl WorkerPolicy {
                 "the worker's pipes were not set up".into(),
             ));
         };
-        let tail = Arc::new(Mutex::new(VecDeque::new()));
-        let log = spec.log.clone();
-        let tail_w = tail.clone();
-        std::thread::spawn(move || drain(stderr, &log, &tail_w));
+        let tail = StderrTail::new(TAIL_SHOWN);
+        tail.drain_blocking(stderr, Some(spec.log.clone()));
         let mut w = WorkerPolicy {
             child,
             stdin,
@@ -94,23 +84,30 @@ impl WorkerPolicy {
             next: 0,
             pending: VecDeque::new(),
         };
-        match w.read()? {
-            Message::Hello { .. } => Ok(w),
-            other => Err(w.fail(format!("expected hello, got {other:?}"))),
+        match read_hello_blocking(&mut w.stdout) {
+            Ok(_) => Ok(w),
+            Err(HelloError::Exited) => Err(w.exited()),
+            Err(HelloError::Io(e)) => Err(w.fail(format!("reading from the worker: {e}"))),
+            Err(HelloError::Malformed { source, .. }) => {
+                Err(w.fail(format!("bad reply: {source}")))
+            }
+            Err(e) => Err(w.fail(e.to_string())),
         }
     }
 
     fn fail(&self, reason: impl Into<String>) -> TrainError {
-        let tail: Vec<String> = self
-            .tail
-            .lock()
-            .map(|t| t.iter().cloned().collect())
-            .unwrap_or_default();
-        let mut reason = reason.into();
-        if !tail.is_empty() {
-            reason = format!("{reason}; its stderr ends:\n  {}", tail.join("\n  "));
-        }
-        TrainError::Worker(reason)
+        TrainError::Worker(self.tail.explain(reason))
+    }
+
+    /// The worker's stdout closed: say so with its exit status and last words.
+    fn exited(&mut self) -> TrainError {
+        // Give the stderr thread a moment to collect the last words.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let status = self.child.try_wait().ok().flatten();
+        self.fail(format!(
+            "the worker exited{}",
+            status.map(|s| format!(" ({s})")).unwrap_or_default()
+        ))
     }
 
     fn read(&mut self) -> Result<Message, TrainError> {
@@ -122,13 +119,7 @@ impl WorkerPolicy {
                 .read_line(&mut line)
                 .map_err(|e| self.fail(format!("reading from the worker: {e}")))?;
             if n == 0 {
-                // Give the stderr thread a moment to collect the last words.
-                std::thread::sleep(std::time::Duration::from_millis(200));
-                let status = self.child.try_wait().ok().flatten();
-                return Err(self.fail(format!(
-                    "the worker exited{}",
-                    status.map(|s| format!(" ({s})")).unwrap_or_default()
-                )));
+                return Err(self.exited());
             }
             if line.trim().is_empty() {
                 continue;
@@ -176,25 +167,6 @@ impl WorkerPolicy {
         }
         let id = self.send(make)?;
         self.reply(&id)
-    }
-}
-
-fn drain(stderr: std::process::ChildStderr, log: &Path, tail: &Mutex<VecDeque<String>>) {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .ok();
-    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-        if let Some(f) = file.as_mut() {
-            let _ = writeln!(f, "{line}");
-        }
-        if let Ok(mut t) = tail.lock() {
-            if t.len() == 8 {
-                t.pop_front();
-            }
-            t.push_back(line);
-        }
     }
 }
 
