@@ -420,6 +420,7 @@ fn trainer_math_matches_plain_references() {
         assert!(v[key].as_f64().unwrap() <= 1e-5, "{key}: {v}");
     }
     assert!(v["mixed_vs_fp32_losses"].as_f64().unwrap() <= 2e-2, "{v}");
+    assert!(v["rows_padding_length"].as_f64().unwrap() <= 2f64.powi(-6), "{v}");
     for key in [
         "compiled",
         "joined_rows_same_targets",
