@@ -68,12 +68,12 @@ def serve() -> int:
 
     if os.environ.get("TRITONFORGE_WARMUP", "1") != "0":
         _warm_up(mode)
-    if os.environ.get("TRITONFORGE_ZYGOTE") == "1" and mode == "cpu":
+    if os.environ.get("TRITONFORGE_FORK_SERVER") == "1" and mode == "cpu":
         # CPU mode: stay as a fork server; each candidate gets a child forked from
         # this warmed-up state. (CUDA cannot be forked once initialised, nor can a
         # process with other threads be, safely: there this process simply serves one
         # candidate like any other.)
-        from .zygote import serve_forks, single_threaded
+        from .fork_server import serve_forks, single_threaded
 
         if single_threaded():
             return serve_forks(proto_out, _forked_worker)

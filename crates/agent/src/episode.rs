@@ -6,9 +6,9 @@
 
 use std::path::PathBuf;
 
-use tritonforge_bench::{Candidate, Problem};
 use tritonforge_eval::Evaluator;
 use tritonforge_protocol::{EvalConfig, EvalRecord, Status};
+use tritonforge_suite::{Candidate, Problem};
 
 use crate::backend::{Backend, ChatMessage, Sampling};
 use crate::extract::extract_code;

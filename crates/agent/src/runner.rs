@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tritonforge_bench::{BenchError, Problem, Selection, SelectionError, Suite, SuiteEntry};
 use tritonforge_eval::{sha256_hex, EvalError, EvalSettings, Evaluator};
 use tritonforge_protocol::{DeviceKind, EnvInfo};
 use tritonforge_store::{Store, StoreError};
+use tritonforge_suite::{Problem, Selection, SelectionError, Suite, SuiteEntry, SuiteError};
 
 use crate::backend::{Backend, BackendError, Sampling};
 use crate::embedded::{EmbeddedBackend, EmbeddedConfig};
@@ -35,7 +35,7 @@ pub enum RunError {
     Problem {
         key: String,
         #[source]
-        source: BenchError,
+        source: SuiteError,
     },
     #[error(transparent)]
     Eval(#[from] EvalError),

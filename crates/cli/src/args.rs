@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use tritonforge_bench::{Filter, Suite, SuiteSource};
 use tritonforge_eval::{
     EvalSettings, Evaluator, EvaluatorSetup, PoolConfig, ShapeCheck, ShareMode, TimingSettings,
 };
 use tritonforge_protocol::DeviceRequest;
 use tritonforge_pyenv::{PythonEnv, PythonSource};
+use tritonforge_suite::{Filter, Suite, SuiteSource};
 
 use crate::exit::{usage, OrUsage};
 
@@ -103,7 +103,7 @@ impl Global {
     pub async fn open_evaluator(
         &self,
         pool: PoolConfig,
-        guard: Option<tritonforge_guard::Policy>,
+        guard: Option<tritonforge_guard::GuardRules>,
         store: bool,
     ) -> anyhow::Result<Evaluator> {
         let env = self.python_env()?;
@@ -161,7 +161,7 @@ pub struct GuardOpts {
 
 impl GuardOpts {
     /// The rules to run (`None`: no guard), or the rules file's error.
-    pub fn load(&self) -> anyhow::Result<Option<tritonforge_guard::Policy>> {
+    pub fn load(&self) -> anyhow::Result<Option<tritonforge_guard::GuardRules>> {
         if self.no_guard {
             return Ok(None);
         }
@@ -170,13 +170,13 @@ impl GuardOpts {
 }
 
 /// Read a guard rules file (or the strict default), naming the file on error.
-pub fn load_rules(path: Option<&Path>) -> anyhow::Result<tritonforge_guard::Policy> {
+pub fn load_rules(path: Option<&Path>) -> anyhow::Result<tritonforge_guard::GuardRules> {
     match path {
-        None => Ok(tritonforge_guard::Policy::default()),
+        None => Ok(tritonforge_guard::GuardRules::default()),
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).map_err(|e| usage(format!("{}: {e}", p.display())))?;
-            tritonforge_guard::Policy::from_toml(&text, &p.display().to_string()).or_usage()
+            tritonforge_guard::GuardRules::from_toml(&text, &p.display().to_string()).or_usage()
         }
     }
 }

@@ -155,7 +155,7 @@ impl EvalVerifier {
             jobs: v.jobs,
             ..PoolArgs::default()
         };
-        let rules = load_rules(cfg.quality.policy.as_deref())?;
+        let rules = load_rules(cfg.quality.rules.as_deref())?;
         let evaluator = global
             .open_evaluator(pool_args.config(usize::MAX)?, Some(rules), true)
             .await?;

@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use tritonforge_bench::{pair_dirs, Candidate, Problem};
 use tritonforge_eval::report::{self, Row};
 use tritonforge_eval::{evaluate_all, EvalError, EvalSettings, Evaluation, Evaluator};
 use tritonforge_protocol::Status;
+use tritonforge_suite::{pair_dirs, Candidate, Problem};
 
 use crate::args::{short, EvalFlags, Global, GuardOpts, PoolArgs};
 use crate::exit::{self, usage};
@@ -149,7 +149,7 @@ fn load_pairs(args: &EvalArgs) -> Result<Vec<Pair>, String> {
         }
         _ => Vec::new(),
     };
-    tritonforge_bench::load_pairs(paths).map_err(|e| e.join("\nerror: "))
+    tritonforge_suite::load_pairs(paths).map_err(|e| e.join("\nerror: "))
 }
 
 async fn batch(

@@ -14,9 +14,9 @@ use tritonforge_agent::http::HttpConfig;
 use tritonforge_agent::openai::OpenAiConfig;
 use tritonforge_agent::runner::{self, BackendSpec, RunEvent, RunSpec};
 use tritonforge_agent::{Episode, Prompts, RewardConfig, Sampling};
-use tritonforge_bench::Selection;
 use tritonforge_protocol::DeviceKind;
 use tritonforge_store::Store;
+use tritonforge_suite::Selection;
 
 use crate::args::{EvalFlags, FilterArgs, Global, GuardOpts, PoolArgs};
 use crate::exit::{self, usage, OrUsage};
@@ -263,7 +263,7 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     bar.finish_and_clear();
     let result = result.map_err(|e| match e {
         runner::RunError::Selection(_) | runner::RunError::Problem { .. } => usage(e),
-        runner::RunError::Eval(tritonforge_eval::EvalError::Bench(_)) => usage(e),
+        runner::RunError::Eval(tritonforge_eval::EvalError::Suite(_)) => usage(e),
         e => anyhow::Error::new(e),
     })?;
     let md = result

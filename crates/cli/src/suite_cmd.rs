@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use clap::Subcommand;
-use tritonforge_bench::{Filter, SuiteEntry};
 use tritonforge_eval::{validate_suite, Checked, ValidateSpec};
+use tritonforge_suite::{Filter, SuiteEntry};
 
 use crate::args::{FilterArgs, Global, GuardOpts, PoolArgs, TimingArgs};
 use crate::exit::{self, usage};
@@ -49,7 +49,7 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
             let filter = Filter::from(&filter);
             let rows: Vec<&SuiteEntry> = suite.entries.iter().filter(|e| filter.keep(e)).collect();
             if !json {
-                print!("{}", tritonforge_bench::render::list_table(&rows));
+                print!("{}", tritonforge_suite::render::list_table(&rows));
             }
             for e in rows.iter().filter(|_| json) {
                 println!(
@@ -71,7 +71,7 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
                     suite.manifest.path.display()
                 )));
             };
-            print!("{}", tritonforge_bench::render::show(e));
+            print!("{}", tritonforge_suite::render::show(e));
             Ok(exit::CORRECT)
         }
         SuiteCmd::Validate {
@@ -94,7 +94,7 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
 
 async fn validate(
     global: &Global,
-    suite: &tritonforge_bench::Suite,
+    suite: &tritonforge_suite::Suite,
     spec: ValidateSpec,
     pool: &PoolArgs,
     guard: &GuardOpts,

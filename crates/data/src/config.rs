@@ -189,8 +189,9 @@ pub struct Quality {
     /// Run the guard on answers (a launched `@triton.jit` kernel, no fallback, no cheat).
     #[serde(default = "yes")]
     pub guard: bool,
-    /// A guard policy file instead of the default policy.
-    pub policy: Option<PathBuf>,
+    /// A guard rules file instead of the strict default (`policy` is the old key).
+    #[serde(alias = "policy")]
+    pub rules: Option<PathBuf>,
 }
 
 impl Default for Quality {
@@ -198,7 +199,7 @@ impl Default for Quality {
         Quality {
             enabled: true,
             guard: true,
-            policy: None,
+            rules: None,
         }
     }
 }
@@ -361,7 +362,7 @@ impl Config {
         if let Some(t) = &mut cfg.length.tokenizer {
             fix(t);
         }
-        if let Some(p) = &mut cfg.quality.policy {
+        if let Some(p) = &mut cfg.quality.rules {
             fix(p);
         }
         fix(&mut cfg.decontaminate.suite);

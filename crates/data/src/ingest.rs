@@ -99,7 +99,7 @@ fn from_object(
 
 /// The suite's `train` problems that have a reference solution.
 pub fn suite(root: &Path) -> Result<(Vec<Row>, Vec<Bad>), DataError> {
-    let suite = tritonforge_bench::Suite::load(root).map_err(|e| DataError::Input {
+    let suite = tritonforge_suite::Suite::load(root).map_err(|e| DataError::Input {
         path: root.to_path_buf(),
         reason: e.to_string(),
     })?;

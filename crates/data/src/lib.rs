@@ -423,20 +423,20 @@ pub fn build(
     progress("quality");
     let mut stage = Stage::start("quality", rows.len(), &mut bad);
     let rows = if cfg.quality.enabled {
-        let policy = match &cfg.quality.policy {
+        let policy = match &cfg.quality.rules {
             Some(p) => {
                 let text = std::fs::read_to_string(p).map_err(|e| DataError::Config {
                     path: p.clone(),
                     reason: e.to_string(),
                 })?;
-                tritonforge_guard::Policy::from_toml(&text, &p.display().to_string()).map_err(
+                tritonforge_guard::GuardRules::from_toml(&text, &p.display().to_string()).map_err(
                     |e| DataError::Config {
                         path: p.clone(),
                         reason: e.to_string(),
                     },
                 )?
             }
-            None => tritonforge_guard::Policy::default(),
+            None => tritonforge_guard::GuardRules::default(),
         };
         let use_guard = cfg.quality.guard;
         let rows = filter_rows(&mut stage, rows, |r| {
@@ -745,7 +745,7 @@ fn decontaminate(
         return Ok(rows);
     }
     let suite =
-        tritonforge_bench::Suite::load(&cfg.decontaminate.suite).map_err(|e| DataError::Input {
+        tritonforge_suite::Suite::load(&cfg.decontaminate.suite).map_err(|e| DataError::Input {
             path: cfg.decontaminate.suite.clone(),
             reason: e.to_string(),
         })?;

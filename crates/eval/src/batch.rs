@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::task::JoinSet;
-use tritonforge_bench::{Candidate, Problem};
+use tritonforge_suite::{Candidate, Problem};
 
 use crate::{EvalError, EvalSettings, Evaluation, Evaluator};
 
@@ -110,7 +110,7 @@ pub async fn evaluate_sources(
             progress(done);
         }
         match r {
-            Ok(_) | Err(EvalError::Problem { .. } | EvalError::Bench(_)) => {
+            Ok(_) | Err(EvalError::Problem { .. } | EvalError::Suite(_)) => {
                 ControlFlow::Continue(())
             }
             Err(_) => ControlFlow::Break(()),
@@ -123,7 +123,7 @@ pub async fn evaluate_sources(
         .map(|r| match r {
             Ok(ev) => Ok(PairOutcome::Evaluated(Box::new(ev))),
             // The row's PyTorch side is broken: the row goes, the build goes on.
-            Err(e @ (EvalError::Problem { .. } | EvalError::Bench(_))) => {
+            Err(e @ (EvalError::Problem { .. } | EvalError::Suite(_))) => {
                 Ok(PairOutcome::ProblemError(e.to_string()))
             }
             Err(e) => Err(e),

@@ -8,7 +8,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tritonforge_bench::{BenchError, Candidate, Problem};
 use tritonforge_protocol::record::RECORD_SCHEMA;
 use tritonforge_protocol::{
     EnvInfo, EvalConfig, EvalJob, EvalRecord, FindingSeverity, GuardFinding, Message, Outcome,
@@ -16,15 +15,16 @@ use tritonforge_protocol::{
     TimingStats, Verdict, PROTOCOL_VERSION,
 };
 use tritonforge_store::{Store, StoreError};
+use tritonforge_suite::{Candidate, Problem, SuiteError};
 
 pub mod batch;
 mod device_lock;
 pub mod doctor;
+mod fork_server;
 pub mod pool;
 pub mod report;
 pub mod setup;
 pub mod validate;
-mod zygote;
 
 pub use batch::{evaluate_all, evaluate_sources, BatchResults, PairOutcome, SourcePair};
 pub use pool::{Execution, Exit, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec};
@@ -47,7 +47,7 @@ pub enum EvalError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Bench(#[from] BenchError),
+    Suite(#[from] SuiteError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -120,7 +120,7 @@ pub struct Evaluator {
     /// Re-evaluate even when a record exists (the new one replaces it).
     pub refresh: bool,
     /// The static guard's policy and its fingerprint (hashed once); `None` runs no guard.
-    guard: Option<(tritonforge_guard::Policy, String)>,
+    guard: Option<(tritonforge_guard::GuardRules, String)>,
 }
 
 impl Evaluator {
@@ -136,7 +136,7 @@ impl Evaluator {
 
     /// Run the static guard before every evaluation: a `reject` finding ends it as
     /// `rejected` at stage `guard` without starting the candidate.
-    pub fn with_guard(mut self, policy: tritonforge_guard::Policy) -> Evaluator {
+    pub fn with_guard(mut self, policy: tritonforge_guard::GuardRules) -> Evaluator {
         let fingerprint = sha256_hex(policy.fingerprint().as_bytes())[..16].to_string();
         self.guard = Some((policy, fingerprint));
         self

@@ -29,7 +29,7 @@ use tritonforge_pyenv::launch::{self as worker_launch, read_hello, HelloError};
 use tritonforge_pyenv::{WorkerCommand, WorkerMode};
 
 use crate::device_lock::{DeviceLock, ExclusiveHold, SharedHold};
-use crate::zygote::Zygote;
+use crate::fork_server::ForkServer;
 use crate::EvalError;
 
 /// The longest protocol line accepted from a worker; anything longer is hostile.
@@ -92,7 +92,7 @@ pub struct PoolConfig {
     /// logic can be exercised without a GPU).
     pub cpu_timing_lease: bool,
     /// In CPU mode, fork each process from one warmed-up server instead of starting
-    /// it from scratch (see `zygote`). Only with `prestart`.
+    /// it from scratch (see `fork_server`). Only with `prestart`.
     pub fork: bool,
 }
 
@@ -238,7 +238,7 @@ enum Proc {
     /// Forked by the fork server, which reaps it and reports its status.
     Forked {
         pid: i32,
-        zygote: Arc<Zygote>,
+        fork_server: Arc<ForkServer>,
         reaped: bool,
     },
 }
@@ -258,14 +258,14 @@ impl Drop for Worker {
         let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
         if let Proc::Forked {
             pid,
-            zygote,
+            fork_server,
             reaped,
         } = &self.proc
         {
             // A forked child makes its own group first thing; until then only its pid names it.
             let _ = nix::sys::signal::kill(Pid::from_raw(*pid), Signal::SIGKILL);
             if !reaped {
-                zygote.forget(*pid);
+                fork_server.forget(*pid);
             }
         }
         self.live.remove(self.pgid);
@@ -280,10 +280,10 @@ impl Worker {
             Proc::Spawned(child) => child.wait().await.ok(),
             Proc::Forked {
                 pid,
-                zygote,
+                fork_server,
                 reaped,
             } => {
-                let status = zygote.wait(*pid).await;
+                let status = fork_server.wait(*pid).await;
                 *reaped = true;
                 status
             }
@@ -340,8 +340,8 @@ struct Launch {
     /// copied into each new process's own cache: its warm-up then compiles nothing.
     cache_template: Option<PathBuf>,
     /// CPU mode: the warmed-up server this device's processes are forked from; a dead
-    /// one is replaced (`live_zygote`). `None`: this device does not fork.
-    zygote: Mutex<Option<Arc<Zygote>>>,
+    /// one is replaced (`live_fork_server`). `None`: this device does not fork.
+    fork_server: Mutex<Option<Arc<ForkServer>>>,
     /// Replacements of a dead fork server so far; held while one is made.
     restarts: tokio::sync::Mutex<u32>,
 }
@@ -349,11 +349,11 @@ struct Launch {
 /// Replacements of a dead fork server per device over a pool's life: enough for a long
 /// `serve` to survive the odd loss, few enough that a candidate able to kill or stop
 /// its parent (where signals are not scoped) cannot make the pool do nothing else.
-const ZYGOTE_RESTARTS: u32 = 3;
+const FORK_SERVER_RESTARTS: u32 = 3;
 
 impl Launch {
-    fn zygote_now(&self) -> Option<Arc<Zygote>> {
-        self.zygote.lock().ok().and_then(|z| z.clone())
+    fn fork_server_now(&self) -> Option<Arc<ForkServer>> {
+        self.fork_server.lock().ok().and_then(|z| z.clone())
     }
 }
 
@@ -438,9 +438,9 @@ impl Pool {
         let launch = |gpu: Option<u32>,
                       index: usize,
                       cache_template: Option<PathBuf>,
-                      zygote: Option<Arc<Zygote>>| {
+                      fork_server: Option<Arc<ForkServer>>| {
             Arc::new(Launch {
-                zygote: Mutex::new(zygote),
+                fork_server: Mutex::new(fork_server),
                 restarts: tokio::sync::Mutex::new(0),
                 cache_template,
                 cpu_timing_lease: cfg.cpu_timing_lease,
@@ -467,11 +467,11 @@ impl Pool {
         let first_launch = launch(first_gpu, 0, None, None);
         // Where CPU mode is possible, the first process is asked to become a fork
         // server; on a GPU it serves a candidate like any other.
-        let want_zygote = cfg.prestart && cfg.fork && spec.device != DeviceRequest::Cuda;
-        let (first, zygote) = match spawn(&first_launch, want_zygote).await? {
+        let want_fork_server = cfg.prestart && cfg.fork && spec.device != DeviceRequest::Cuda;
+        let (first, fork_server) = match spawn(&first_launch, want_fork_server).await? {
             First::Worker(ready) => (*ready, None),
             // A server that cannot fork is dropped (killed); processes are started.
-            First::Zygote(z) => match fork_worker(&first_launch, &z).await {
+            First::ForkServer(z) => match fork_worker(&first_launch, &z).await {
                 Ok(ready) => (ready, Some(z)),
                 Err(_) => {
                     z.kill();
@@ -500,7 +500,7 @@ impl Pool {
         for (index, gpu) in gpus.iter().copied().enumerate() {
             slots.push(Slot {
                 index,
-                launch: launch(gpu, index, cache_template.clone(), zygote.clone()),
+                launch: launch(gpu, index, cache_template.clone(), fork_server.clone()),
                 warm: Mutex::new(VecDeque::new()),
                 running: Semaphore::new(workers),
                 lock: Arc::new(DeviceLock::default()),
@@ -537,7 +537,7 @@ impl Pool {
     pub fn forked(&self) -> u64 {
         self.slots
             .iter()
-            .filter_map(|s| s.launch.zygote_now())
+            .filter_map(|s| s.launch.fork_server_now())
             .map(|z| z.forked())
             .sum::<u64>()
     }
@@ -546,7 +546,7 @@ impl Pool {
     pub fn fork_server(&self) -> Option<i32> {
         self.slots
             .iter()
-            .find_map(|s| s.launch.zygote_now())
+            .find_map(|s| s.launch.fork_server_now())
             .filter(|z| z.alive())
             .map(|z| z.pid())
     }
@@ -1015,10 +1015,10 @@ async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
     // and it reports its own failure if it has one. A failed fork marks its server dead,
     // so a second look replaces it (a death is often first seen that way).
     for _ in 0..2 {
-        let Some(zygote) = live_zygote(&launch).await else {
+        let Some(fork_server) = live_fork_server(&launch).await else {
             break;
         };
-        if let Ok(ready) = fork_worker(&launch, &zygote).await {
+        if let Ok(ready) = fork_worker(&launch, &fork_server).await {
             return Ok(ready);
         }
     }
@@ -1026,11 +1026,11 @@ async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
 }
 
 /// The device's fork server, when it has a live one. A dead one (killed, or given up
-/// on) is replaced by a new server, at most `ZYGOTE_RESTARTS` times; meanwhile, and
+/// on) is replaced by a new server, at most `FORK_SERVER_RESTARTS` times; meanwhile, and
 /// after, processes are started.
-async fn live_zygote(launch: &Launch) -> Option<Arc<Zygote>> {
+async fn live_fork_server(launch: &Launch) -> Option<Arc<ForkServer>> {
     // A device that does not fork has no server, dead or alive; one is never set to none.
-    let current = launch.zygote_now()?;
+    let current = launch.fork_server_now()?;
     if current.alive() {
         return Some(current);
     }
@@ -1039,16 +1039,16 @@ async fn live_zygote(launch: &Launch) -> Option<Arc<Zygote>> {
     let Ok(mut restarts) = launch.restarts.try_lock() else {
         return None;
     };
-    if let Some(z) = launch.zygote_now().filter(|z| z.alive()) {
+    if let Some(z) = launch.fork_server_now().filter(|z| z.alive()) {
         return Some(z);
     }
-    if *restarts >= ZYGOTE_RESTARTS {
+    if *restarts >= FORK_SERVER_RESTARTS {
         return None;
     }
     *restarts += 1;
     match spawn(launch, true).await {
-        Ok(First::Zygote(z)) => {
-            if let Ok(mut slot) = launch.zygote.lock() {
+        Ok(First::ForkServer(z)) => {
+            if let Ok(mut slot) = launch.fork_server.lock() {
                 *slot = Some(z.clone());
             }
             Some(z)
@@ -1062,14 +1062,14 @@ async fn live_zygote(launch: &Launch) -> Option<Arc<Zygote>> {
 async fn spawn_worker(launch: &Launch) -> Result<Ready, EvalError> {
     match spawn(launch, false).await? {
         First::Worker(ready) => Ok(*ready),
-        First::Zygote(_) => Err(EvalError::WorkerStart {
+        First::ForkServer(_) => Err(EvalError::WorkerStart {
             reason: "a process started as a worker answered as a fork server".into(),
             stderr: String::new(),
         }),
     }
 }
 
-async fn fork_worker(launch: &Launch, zygote: &Arc<Zygote>) -> Result<Ready, EvalError> {
+async fn fork_worker(launch: &Launch, fork_server: &Arc<ForkServer>) -> Result<Ready, EvalError> {
     let (scratch, stderr) = new_scratch(launch, "w")?;
     // Exactly the environment a started process gets.
     let env: Vec<(String, String)> = serve_command(launch, &scratch)
@@ -1083,7 +1083,7 @@ async fn fork_worker(launch: &Launch, zygote: &Arc<Zygote>) -> Result<Ready, Eva
         })
         .collect();
     let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-    let forked = match zygote
+    let forked = match fork_server
         .fork(
             &scratch,
             &stderr,
@@ -1102,7 +1102,7 @@ async fn fork_worker(launch: &Launch, zygote: &Arc<Zygote>) -> Result<Ready, Eva
     let worker = Worker {
         proc: Proc::Forked {
             pid: forked.pid,
-            zygote: zygote.clone(),
+            fork_server: fork_server.clone(),
             reaped: false,
         },
         pgid: forked.pid,
@@ -1117,14 +1117,14 @@ async fn fork_worker(launch: &Launch, zygote: &Arc<Zygote>) -> Result<Ready, Eva
 /// What a started process turned out to be.
 enum First {
     Worker(Box<Ready>),
-    Zygote(Arc<Zygote>),
+    ForkServer(Arc<ForkServer>),
 }
 
-/// Start a process of `launch`. With `as_zygote` it is asked to become a fork server,
+/// Start a process of `launch`. With `as_fork_server` it is asked to become a fork server,
 /// which it does only in CPU mode; otherwise it serves one candidate as usual.
-async fn spawn(launch: &Launch, as_zygote: bool) -> Result<First, EvalError> {
+async fn spawn(launch: &Launch, as_fork_server: bool) -> Result<First, EvalError> {
     let spec = &launch.spec;
-    let (scratch, stderr_path) = new_scratch(launch, if as_zygote { "z" } else { "w" })?;
+    let (scratch, stderr_path) = new_scratch(launch, if as_fork_server { "z" } else { "w" })?;
     let stderr = std::fs::File::create(&stderr_path).map_err(|source| EvalError::Io {
         path: stderr_path.clone(),
         source,
@@ -1136,13 +1136,13 @@ async fn spawn(launch: &Launch, as_zygote: bool) -> Result<First, EvalError> {
         .stderr(Stdio::from(stderr))
         .kill_on_drop(true);
     // A fork server's stdin must carry file descriptors: a socket, not a pipe.
-    let ctl = if as_zygote {
+    let ctl = if as_fork_server {
         let (ours, theirs) =
             std::os::unix::net::UnixStream::pair().map_err(|source| EvalError::Io {
                 path: scratch.clone(),
                 source,
             })?;
-        cmd.env("TRITONFORGE_ZYGOTE", "1")
+        cmd.env("TRITONFORGE_FORK_SERVER", "1")
             .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
         ours.set_nonblocking(true).map_err(EvalError::WorkerIo)?;
         Some(tokio::net::UnixStream::from_std(ours).map_err(EvalError::WorkerIo)?)
@@ -1173,12 +1173,14 @@ async fn spawn(launch: &Launch, as_zygote: bool) -> Result<First, EvalError> {
             (&mut stdout).take(MAX_LINE).read_line(&mut line),
         )
         .await;
-        let zygote_pid = serde_json::from_str::<serde_json::Value>(&line)
+        let fork_server_pid = serde_json::from_str::<serde_json::Value>(&line)
             .ok()
-            .and_then(|v| v["zygote"].as_i64());
-        if let (Ok(Ok(n)), Some(_)) = (&first, zygote_pid) {
+            .and_then(|v| v["fork_server"].as_i64());
+        if let (Ok(Ok(n)), Some(_)) = (&first, fork_server_pid) {
             if *n > 0 {
-                return Ok(First::Zygote(Zygote::new(child, pid, ctl, stdout, scratch)));
+                return Ok(First::ForkServer(ForkServer::new(
+                    child, pid, ctl, stdout, scratch,
+                )));
             }
         }
         let reader: Box<dyn AsyncRead + Send + Unpin> = Box::new(stdout);

@@ -244,7 +244,7 @@ impl Row {
                             .unwrap_or_default(),
                         true,
                     ),
-                    EvalError::Bench(_) => (String::from("?"), true),
+                    EvalError::Suite(_) => (String::from("?"), true),
                     _ => (String::from("?"), false),
                 };
                 Row {

@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tritonforge_bench::Problem;
 use tritonforge_protocol::{DeviceKind, DeviceRequest, EvalConfig};
 use tritonforge_store::Store;
+use tritonforge_suite::Problem;
 
 use crate::{EvalError, Evaluator, Pool, PoolConfig, WorkerSpec};
 
@@ -20,7 +20,7 @@ pub struct EvaluatorSetup {
     /// The SQLite store records are cached in; `None` keeps nothing.
     pub store: Option<PathBuf>,
     /// The guard's rules; `None` runs no static guard.
-    pub guard: Option<tritonforge_guard::Policy>,
+    pub guard: Option<tritonforge_guard::GuardRules>,
     /// Evaluate again even when the store has the record.
     pub refresh: bool,
     /// Identifies the executor code (the worker package's hash); part of every key.

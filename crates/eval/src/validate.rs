@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::task::JoinSet;
-use tritonforge_bench::{Candidate, Filter, Problem, Suite};
 use tritonforge_protocol::{DeviceKind, Status};
+use tritonforge_suite::{Candidate, Filter, Problem, Suite};
 
 use crate::setup::{EvalSettings, ShapeCheck, TimingSettings};
 use crate::{EvalError, Evaluator};

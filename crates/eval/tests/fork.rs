@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use tritonforge_bench::{Candidate, Problem};
 use tritonforge_eval::{Evaluator, Pool, PoolConfig};
 use tritonforge_protocol::{EvalConfig, EvalRecord, Stage, Status};
+use tritonforge_suite::{Candidate, Problem};
 
 mod common;
 use common::{fixture, spec};

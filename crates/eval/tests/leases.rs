@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use tritonforge_bench::{Candidate, Problem};
 use tritonforge_eval::{Evaluator, LeaseEvent, Pool, PoolConfig, ShareMode};
 use tritonforge_protocol::{EvalConfig, EvalRecord, LeaseKind, Stage, Status};
+use tritonforge_suite::{Candidate, Problem};
 
 mod common;
 use common::{fixture, spec};

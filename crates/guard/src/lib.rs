@@ -3,7 +3,7 @@
 //! work, and does it try to cheat the evaluator. It is the first layer only; the
 //! executor's runtime checks (launch hooks, audited timed calls) back it up.
 //!
-//! Every rule has an id, a one-paragraph doc and a default severity; a [`Policy`]
+//! Every rule has an id, a one-paragraph doc and a default severity; a [`GuardRules`]
 //! (TOML) may change severities and the PyTorch calls allowed in `forward`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -45,13 +45,13 @@ pub struct Finding {
 #[derive(Debug, thiserror::Error)]
 pub enum GuardError {
     #[error("{path}: {message}")]
-    Policy { path: String, message: String },
+    Rules { path: String, message: String },
 }
 
 /// Which rules reject, which warn, which are off; which PyTorch calls `forward` may make.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Policy {
+pub struct GuardRules {
     /// Severity per rule id; rules not named keep their default.
     #[serde(default)]
     pub rules: BTreeMap<String, Severity>,
@@ -66,9 +66,9 @@ pub struct Policy {
     pub allow_aten: BTreeSet<String>,
 }
 
-impl Default for Policy {
+impl Default for GuardRules {
     fn default() -> Self {
-        Policy {
+        GuardRules {
             rules: BTreeMap::new(),
             allow_torch: default_allowed_torch(),
             allow_aten: default_allowed_aten(),
@@ -171,16 +171,16 @@ fn default_allowed_aten() -> BTreeSet<String> {
     .collect()
 }
 
-impl Policy {
+impl GuardRules {
     /// Parse a policy file's text; `path` names it in errors.
-    pub fn from_toml(text: &str, path: &str) -> Result<Policy, GuardError> {
-        let policy: Policy = toml::from_str(text).map_err(|e| GuardError::Policy {
+    pub fn from_toml(text: &str, path: &str) -> Result<GuardRules, GuardError> {
+        let policy: GuardRules = toml::from_str(text).map_err(|e| GuardError::Rules {
             path: path.to_string(),
             message: e.to_string(),
         })?;
         for id in policy.rules.keys() {
             if !RULES.iter().any(|r| r.id == id) {
-                return Err(GuardError::Policy {
+                return Err(GuardError::Rules {
                     path: path.to_string(),
                     message: format!(
                         "unknown rule `{id}`; the rules are: {}",
@@ -246,7 +246,7 @@ impl Severity {
 }
 
 /// Check one candidate's source.
-pub fn check(source: &str, policy: &Policy) -> Report {
+pub fn check(source: &str, policy: &GuardRules) -> Report {
     let module = match ruff_python_parser::parse_module(source) {
         Ok(parsed) => parsed.into_syntax(),
         Err(e) => {
@@ -279,7 +279,7 @@ pub fn check(source: &str, policy: &Policy) -> Report {
 /// Where findings go; applies the policy's severities.
 pub(crate) struct Out<'a> {
     source: &'a str,
-    policy: &'a Policy,
+    policy: &'a GuardRules,
     findings: Vec<Finding>,
 }
 
@@ -595,7 +595,7 @@ mod tests {
 
     #[test]
     fn an_honest_launch_has_no_findings() {
-        let r = check(HONEST, &Policy::default());
+        let r = check(HONEST, &GuardRules::default());
         assert_eq!(r.findings, vec![]);
         assert!(!r.rejects());
     }
@@ -603,7 +603,7 @@ mod tests {
     #[test]
     fn findings_carry_rule_line_and_column() {
         let src = HONEST.replace("return y", "return torch.relu(y)");
-        let r = check(&src, &Policy::default());
+        let r = check(&src, &GuardRules::default());
         assert_eq!(r.findings.len(), 1, "{:?}", r.findings);
         let f = &r.findings[0];
         assert_eq!(
@@ -616,7 +616,7 @@ mod tests {
     #[test]
     fn a_policy_changes_severities_and_unknown_rules_are_named() {
         let src = HONEST.replace("return y", "return torch.relu(y)");
-        let p = Policy::from_toml(
+        let p = GuardRules::from_toml(
             "[rules]\n\"torch-compute-in-forward\" = \"warn\"\n",
             "p.toml",
         )
@@ -624,19 +624,19 @@ mod tests {
         let r = check(&src, &p);
         assert_eq!(r.findings[0].severity, Severity::Warn);
         assert!(!r.rejects());
-        let p = Policy::from_toml(
+        let p = GuardRules::from_toml(
             "allow_torch = [\"torch.empty_like\", \"torch.relu\"]\n",
             "p.toml",
         )
         .unwrap();
         assert!(check(&src, &p).findings.is_empty());
-        let err = Policy::from_toml("[rules]\nbogus = \"off\"\n", "p.toml").unwrap_err();
+        let err = GuardRules::from_toml("[rules]\nbogus = \"off\"\n", "p.toml").unwrap_err();
         assert!(err.to_string().contains("p.toml") && err.to_string().contains("bogus"));
     }
 
     #[test]
     fn a_syntax_error_is_reported_not_judged() {
-        let r = check("class ModelNew(:\n", &Policy::default());
+        let r = check("class ModelNew(:\n", &GuardRules::default());
         assert!(r.parse_error.is_some_and(|e| e.starts_with("line 1")));
         assert!(r.findings.is_empty());
     }

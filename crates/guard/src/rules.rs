@@ -69,7 +69,7 @@ rules! {
     STREAMS = "streams-events-graphs", Reject,
         "CUDA streams, events or graphs (`torch.cuda.Stream`, `torch.cuda.stream`, `Event`, \
          `CUDAGraph`, `graph`). Work on another stream can finish after the timer stops; \
-         graphs replay stale work. Policy may allow them for kernels that need them.";
+         graphs replay stale work. GuardRules may allow them for kernels that need them.";
     STATE = "cross-call-state", Reject,
         "State carried from one `forward` call to the next: `lru_cache`/`cache`, `global`, \
          assigning `self.<attr>` or into a container in code reachable from `forward`, or keys \

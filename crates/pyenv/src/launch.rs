@@ -59,6 +59,8 @@ pub enum WorkerMode {
     },
     /// `tokenizer MODEL OUT`: export a model's tokenizer files to `OUT`.
     Tokenizer { model: String, out: PathBuf },
+    /// `roundtrip`: decode each protocol line strictly and encode it again (the mirror test).
+    Roundtrip,
 }
 
 impl WorkerMode {
@@ -80,6 +82,7 @@ impl WorkerMode {
             WorkerMode::Tokenizer { model, out } => {
                 a.extend(["tokenizer".into(), model.into(), out.into()]);
             }
+            WorkerMode::Roundtrip => a.push("roundtrip".into()),
         }
         a
     }
@@ -97,7 +100,7 @@ impl WorkerMode {
                 vec![("TRITONFORGE_DEVICE", device_request_arg(*device).into())]
             }
             // The pool sets every variable of an executor itself (they differ per slot).
-            WorkerMode::Serve => Vec::new(),
+            WorkerMode::Serve | WorkerMode::Roundtrip => Vec::new(),
             WorkerMode::Policy { train: false, .. } | WorkerMode::Tokenizer { .. } => hf.to_vec(),
             WorkerMode::Policy { train: true, .. } => {
                 let mut env = vec![("PYTHONUNBUFFERED", "1".to_string())];

@@ -64,8 +64,8 @@ const WORKER_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/tritonforge_worker/sandbox.py"),
     ),
     (
-        "zygote.py",
-        include_str!("../../../python/tritonforge_worker/zygote.py"),
+        "fork_server.py",
+        include_str!("../../../python/tritonforge_worker/fork_server.py"),
     ),
     (
         "runtime_guard.py",

@@ -4,9 +4,10 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use tritonforge_protocol::{sample_messages, Message, ProtocolError, PROTOCOL_VERSION};
+use tritonforge_pyenv::{WorkerCommand, WorkerMode};
 
 fn python_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../python")
@@ -18,14 +19,17 @@ fn python() -> String {
 }
 
 fn roundtrip(lines: &[String]) -> Vec<String> {
-    let mut child = Command::new(python())
-        .args(["-m", "tritonforge_worker", "roundtrip"])
-        .env("PYTHONPATH", python_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("python3 must be installed to run the protocol mirror test");
+    let mut child = WorkerCommand::new(
+        &PathBuf::from(python()),
+        &python_dir(),
+        WorkerMode::Roundtrip,
+    )
+    .command()
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit())
+    .spawn()
+    .expect("python3 must be installed to run the protocol mirror test");
     {
         let mut stdin = child.stdin.take().expect("stdin");
         for l in lines {

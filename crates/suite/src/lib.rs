@@ -19,7 +19,7 @@ pub use select::{Filter, Selection, SelectionError};
 pub const MANIFEST_FILE: &str = "manifest.toml";
 
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub enum SuiteError {
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -89,9 +89,9 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    pub fn load(path: &Path) -> Result<Manifest, BenchError> {
+    pub fn load(path: &Path) -> Result<Manifest, SuiteError> {
         let text = read_text(path)?;
-        let parsed: ManifestFile = toml::from_str(&text).map_err(|e| BenchError::Manifest {
+        let parsed: ManifestFile = toml::from_str(&text).map_err(|e| SuiteError::Manifest {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
@@ -105,7 +105,7 @@ impl Manifest {
 
     /// Find the manifest governing `problem_file`: the nearest `manifest.toml` in its
     /// directory or up to three levels above.
-    pub fn find_for(problem_file: &Path) -> Result<Option<Manifest>, BenchError> {
+    pub fn find_for(problem_file: &Path) -> Result<Option<Manifest>, SuiteError> {
         let mut dir = problem_file.parent();
         for _ in 0..4 {
             let Some(d) = dir else { break };
@@ -140,13 +140,13 @@ pub struct Problem {
 
 impl Problem {
     /// Read a problem file and look up its metadata in the nearest manifest.
-    pub fn load(path: &Path) -> Result<Problem, BenchError> {
+    pub fn load(path: &Path) -> Result<Problem, SuiteError> {
         Problem::load_with(path, Manifest::find_for(path)?.as_ref())
     }
 
     /// Read a problem file whose manifest the caller already has (a whole directory or
     /// suite shares one; parsing it again per problem is wasted work).
-    pub fn load_with(path: &Path, manifest: Option<&Manifest>) -> Result<Problem, BenchError> {
+    pub fn load_with(path: &Path, manifest: Option<&Manifest>) -> Result<Problem, SuiteError> {
         let source = read_text(path)?;
         let meta = manifest
             .and_then(|m| m.key_for(path).and_then(|k| m.problems.get(&k).cloned()))
@@ -165,12 +165,12 @@ impl Problem {
         &self,
         wanted: Option<&str>,
         cpu_mode: bool,
-    ) -> Result<(Option<String>, BTreeMap<String, serde_json::Value>), BenchError> {
+    ) -> Result<(Option<String>, BTreeMap<String, serde_json::Value>), SuiteError> {
         match wanted {
             Some("full") | Some("default") => Ok((None, BTreeMap::new())),
             Some(name) => match self.meta.variants.get(name) {
                 Some(o) => Ok((Some(name.to_owned()), o.clone())),
-                None => Err(BenchError::UnknownVariant {
+                None => Err(SuiteError::UnknownVariant {
                     problem: self.path.display().to_string(),
                     wanted: name.to_owned(),
                     available: std::iter::once("full")
@@ -212,7 +212,7 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    pub fn load(path: &Path) -> Result<Candidate, BenchError> {
+    pub fn load(path: &Path) -> Result<Candidate, SuiteError> {
         Ok(Candidate {
             name: stem(path),
             path: path.to_owned(),
@@ -227,24 +227,24 @@ fn stem(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-fn read_text(path: &Path) -> Result<String, BenchError> {
-    let bytes = fs::read(path).map_err(|source| BenchError::Io {
+fn read_text(path: &Path) -> Result<String, SuiteError> {
+    let bytes = fs::read(path).map_err(|source| SuiteError::Io {
         path: path.to_owned(),
         source,
     })?;
-    String::from_utf8(bytes).map_err(|_| BenchError::NotUtf8 {
+    String::from_utf8(bytes).map_err(|_| SuiteError::NotUtf8 {
         path: path.to_owned(),
     })
 }
 
 /// The `.py` files directly in `dir`, sorted, without `__init__.py`.
-pub fn python_files(dir: &Path) -> Result<Vec<PathBuf>, BenchError> {
+pub fn python_files(dir: &Path) -> Result<Vec<PathBuf>, SuiteError> {
     if !dir.is_dir() {
-        return Err(BenchError::NotADirectory {
+        return Err(SuiteError::NotADirectory {
             path: dir.to_owned(),
         });
     }
-    let entries = fs::read_dir(dir).map_err(|source| BenchError::Io {
+    let entries = fs::read_dir(dir).map_err(|source| SuiteError::Io {
         path: dir.to_owned(),
         source,
     })?;
@@ -271,7 +271,7 @@ pub struct Pairing {
     pub unmatched_candidates: Vec<PathBuf>,
 }
 
-pub fn pair_dirs(problems: &Path, candidates: &Path) -> Result<Pairing, BenchError> {
+pub fn pair_dirs(problems: &Path, candidates: &Path) -> Result<Pairing, SuiteError> {
     let probs = python_files(problems)?;
     let cands = python_files(candidates)?;
     let by_name: BTreeMap<String, PathBuf> = cands.iter().map(|c| (stem(c), c.clone())).collect();
@@ -345,7 +345,7 @@ mod tests {
         assert_eq!(pairing.unmatched_candidates, vec![c.join("z.py")]);
         assert!(matches!(
             pair_dirs(&p.join("a.py"), &c),
-            Err(BenchError::NotADirectory { .. })
+            Err(SuiteError::NotADirectory { .. })
         ));
     }
 
@@ -442,7 +442,7 @@ pub struct Suite {
 pub const SPLITS: [&str; 2] = ["train", "heldout"];
 
 impl Suite {
-    pub fn load(root: &Path) -> Result<Suite, BenchError> {
+    pub fn load(root: &Path) -> Result<Suite, SuiteError> {
         let manifest = Manifest::load(&root.join(MANIFEST_FILE))?;
         let mut entries = Vec::new();
         for (key, meta) in &manifest.problems {

@@ -13,7 +13,7 @@ stream socket. The host sends one JSON line per child, `{"id", "dir", "stderr",
 "env"}`, with two file descriptors attached (SCM_RIGHTS): the read end of a pipe that
 becomes the child's stdin and the write end of one that becomes its stdout, the
 same layout a started process has. Replies go to stdout, one JSON line
-each: `{"zygote": pid}` once ready, `{"id", "pid"}` or `{"id", "error"}` per
+each: `{"fork_server": pid}` once ready, `{"id", "pid"}` or `{"id", "error"}` per
 request, and `{"exited": pid, "status": raw wait status}` as children end, since
 only the server can reap them.
 """
@@ -75,7 +75,7 @@ def serve_forks(ctl_out: IO[str], become_worker: Callable[[], int]) -> int:
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
     signal.set_wakeup_fd(wake_w)
-    _send(ctl_out, {"zygote": os.getpid()})
+    _send(ctl_out, {"fork_server": os.getpid()})
     buf = b""
     fds: List[int] = []
     watched: List[socket.socket | int] = [sock, wake_r]
@@ -163,5 +163,5 @@ def _child(req: Dict[str, Any], pipes: Tuple[int, int], sock: socket.socket) -> 
     env = req.get("env") or {}
     for key, value in env.items():
         os.environ[str(key)] = str(value)
-    os.environ.pop("TRITONFORGE_ZYGOTE", None)
+    os.environ.pop("TRITONFORGE_FORK_SERVER", None)
     tempfile.tempdir = None  # re-read TMPDIR

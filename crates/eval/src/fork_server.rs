@@ -1,12 +1,12 @@
-//! The CPU-mode fork server ("zygote"): one Python process that has imported torch
+//! The CPU-mode fork server ("fork_server"): one Python process that has imported torch
 //! and triton and run the warm-up, from which each candidate's process is forked.
 //!
 //! Why: on a CPU machine a started executor spends about 2.8 CPU-seconds on imports
 //! and the warm-up, several times a small candidate's whole evaluation under the
 //! interpreter. A fork starts in milliseconds from the same warmed-up state, and the
 //! child applies its own sandbox exactly as a started process does. CUDA cannot be
-//! forked once initialised, so on a GPU the process started as a zygote simply
-//! serves one candidate like any other (see `python/tritonforge_worker/zygote.py`).
+//! forked once initialised, so on a GPU the process started as a fork_server simply
+//! serves one candidate like any other (see `python/tritonforge_worker/fork_server.py`).
 //!
 //! The control channel is the server's stdin, a Unix stream socket: one JSON line
 //! per child with the child's end of a fresh socket pair attached (SCM_RIGHTS).
@@ -52,7 +52,7 @@ struct State {
     dead: bool,
 }
 
-pub(crate) struct Zygote {
+pub(crate) struct ForkServer {
     ctl: tokio::sync::Mutex<UnixStream>,
     _child: Child,
     pgid: i32,
@@ -64,16 +64,16 @@ pub(crate) struct Zygote {
     reader: JoinHandle<()>,
 }
 
-impl std::fmt::Debug for Zygote {
+impl std::fmt::Debug for ForkServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Zygote")
+        f.debug_struct("ForkServer")
             .field("pgid", &self.pgid)
             .field("forked", &self.forked())
             .finish_non_exhaustive()
     }
 }
 
-impl Drop for Zygote {
+impl Drop for ForkServer {
     fn drop(&mut self) {
         self.kill();
         self.reader.abort();
@@ -89,7 +89,7 @@ pub(crate) struct Forked {
     pub stdout: pipe::Receiver,
 }
 
-impl Zygote {
+impl ForkServer {
     /// Take over a started process that said it is a fork server. `ctl` is our end of
     /// its stdin, `stdout` its replies (the ready line already read).
     pub fn new(
@@ -98,11 +98,11 @@ impl Zygote {
         ctl: UnixStream,
         stdout: BufReader<ChildStdout>,
         scratch: PathBuf,
-    ) -> Arc<Zygote> {
+    ) -> Arc<ForkServer> {
         let state = Arc::new(Mutex::new(State::default()));
         let notify = Arc::new(Notify::new());
         let reader = tokio::spawn(read_replies(stdout, pgid, state.clone(), notify.clone()));
-        Arc::new(Zygote {
+        Arc::new(ForkServer {
             ctl: tokio::sync::Mutex::new(ctl),
             _child: child,
             pgid,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::BenchError;
+use crate::SuiteError;
 
 include!(concat!(env!("OUT_DIR"), "/suite_files.rs"));
 
@@ -36,7 +36,7 @@ impl SuiteSource {
     }
 
     /// The suite's root directory, writing the built-in suite under `state_dir` if needed.
-    pub fn root(&self, state_dir: &Path) -> Result<PathBuf, BenchError> {
+    pub fn root(&self, state_dir: &Path) -> Result<PathBuf, SuiteError> {
         match self {
             SuiteSource::Dir(d) => Ok(d.clone()),
             SuiteSource::BuiltIn => extract(state_dir),
@@ -56,8 +56,8 @@ pub fn suite_hash() -> String {
     hex::encode(h.finalize())
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
-    move |source| BenchError::Io {
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SuiteError + '_ {
+    move |source| SuiteError::Io {
         path: path.to_owned(),
         source,
     }
@@ -65,7 +65,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
 
 /// Write the built-in suite under `<state>/suite/<hash>/` (once) and return that root.
 /// Written to a private directory and renamed, so concurrent runs never see half a suite.
-pub fn extract(state_dir: &Path) -> Result<PathBuf, BenchError> {
+pub fn extract(state_dir: &Path) -> Result<PathBuf, SuiteError> {
     let hash = suite_hash();
     let base = state_dir.join("suite");
     let root = base.join(&hash[..16]);
@@ -91,7 +91,7 @@ pub fn extract(state_dir: &Path) -> Result<PathBuf, BenchError> {
         }
         Err(source) => {
             let _ = fs::remove_dir_all(&tmp);
-            Err(BenchError::Io { path: root, source })
+            Err(SuiteError::Io { path: root, source })
         }
     }
 }
