@@ -17,10 +17,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
                 continue;
             }
             walk(&p, out);
-        } else if matches!(
-            p.extension().and_then(|e| e.to_str()),
-            Some("py") | Some("toml")
-        ) {
+        } else if matches!(p.extension().and_then(|e| e.to_str()), Some("py") | Some("toml")) {
             out.push(p);
         }
     }

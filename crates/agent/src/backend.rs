@@ -23,12 +23,7 @@ pub struct Sampling {
 
 impl Default for Sampling {
     fn default() -> Self {
-        Sampling {
-            temperature: 0.7,
-            top_p: 0.95,
-            max_tokens: 4096,
-            seed: None,
-        }
+        Sampling { temperature: 0.7, top_p: 0.95, max_tokens: 4096, seed: None }
     }
 }
 
@@ -40,17 +35,9 @@ pub enum BackendError {
     #[error("{url}: no answer within {secs:.0} s")]
     Timeout { url: String, secs: f64 },
     #[error("{url}: the server refused the API key (HTTP {status}): {body}")]
-    Auth {
-        url: String,
-        status: u16,
-        body: String,
-    },
+    Auth { url: String, status: u16, body: String },
     #[error("{url}: HTTP {status}: {body}")]
-    Http {
-        url: String,
-        status: u16,
-        body: String,
-    },
+    Http { url: String, status: u16, body: String },
     #[error("{url}: malformed reply: {reason}")]
     Protocol { url: String, reason: String },
     /// The request could not be built (a tokenizer or chat template that does not load

@@ -83,10 +83,7 @@ impl EmbeddedBackend {
     }
 
     fn fail(&self, reason: impl Into<String>) -> BackendError {
-        BackendError::Unreachable {
-            url: self.name(),
-            reason: self.stderr_tail.explain(reason),
-        }
+        BackendError::Unreachable { url: self.name(), reason: self.stderr_tail.explain(reason) }
     }
 
     /// The running worker, started (or restarted after a death) on demand.
@@ -115,10 +112,7 @@ impl EmbeddedBackend {
             },
         )
         .inherit_pythonpath()
-        .env(
-            "TRITONFORGE_POLICY_BATCH",
-            self.cfg.max_batch.max(1).to_string(),
-        );
+        .env("TRITONFORGE_POLICY_BATCH", self.cfg.max_batch.max(1).to_string());
         let mut child = Command::from(launch.command())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -126,10 +120,7 @@ impl EmbeddedBackend {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| {
-                self.fail(format!(
-                    "could not start {}: {e}",
-                    self.cfg.python.display()
-                ))
+                self.fail(format!("could not start {}: {e}", self.cfg.python.display()))
             })?;
         if let Some(err) = child.stderr.take() {
             self.stderr_tail.drain(err);
@@ -137,17 +128,16 @@ impl EmbeddedBackend {
         let stdin = child.stdin.take().ok_or_else(|| self.fail("no stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| self.fail("no stdout"))?;
         let mut stdout = BufReader::new(stdout);
-        read_hello(&mut stdout, self.cfg.startup_timeout, MAX_HELLO)
-            .await
-            .map_err(|e| match e {
-                HelloError::Timeout(t) => self.fail(format!(
-                    "the model did not load within {:.0} s",
-                    t.as_secs_f64()
-                )),
+        read_hello(&mut stdout, self.cfg.startup_timeout, MAX_HELLO).await.map_err(
+            |e| match e {
+                HelloError::Timeout(t) => {
+                    self.fail(format!("the model did not load within {:.0} s", t.as_secs_f64()))
+                }
                 HelloError::Io(e) => self.fail(e.to_string()),
                 HelloError::Exited => self.fail("the policy worker exited while loading the model"),
                 other => self.fail(other.to_string()),
-            })?;
+            },
+        )?;
         let mut lines = stdout.lines();
         let pending: Pending = Arc::new(StdMutex::new(HashMap::new()));
         let dead = Arc::new(AtomicBool::new(false));
@@ -181,12 +171,7 @@ impl EmbeddedBackend {
                 map.clear(); // dropping the senders wakes every waiter with "exited"
             }
         });
-        Ok(Worker {
-            child: StdMutex::new(child),
-            stdin: Mutex::new(stdin),
-            pending,
-            dead,
-        })
+        Ok(Worker { child: StdMutex::new(child), stdin: Mutex::new(stdin), pending, dead })
     }
 
     async fn ask(&self, worker: &Worker, job: GenerateJob) -> Result<Generated, BackendError> {
@@ -197,11 +182,7 @@ impl EmbeddedBackend {
             .lock()
             .map_err(|_| self.fail("request table poisoned"))?
             .insert(id.clone(), tx);
-        let line = Message::Generate {
-            id: id.clone(),
-            job,
-        }
-        .to_line();
+        let line = Message::Generate { id: id.clone(), job }.to_line();
         {
             let mut stdin = worker.stdin.lock().await;
             stdin
@@ -220,10 +201,9 @@ impl EmbeddedBackend {
                 secs: self.cfg.request_timeout.as_secs_f64(),
             }),
             Ok(Err(_)) => Err(self.fail("the policy worker exited")),
-            Ok(Ok(Err(message))) => Err(BackendError::Protocol {
-                url: self.name(),
-                reason: message,
-            }),
+            Ok(Ok(Err(message))) => {
+                Err(BackendError::Protocol { url: self.name(), reason: message })
+            }
             Ok(Ok(Ok(result))) => Ok(result),
         }
     }
@@ -231,11 +211,7 @@ impl EmbeddedBackend {
 
 impl Backend for EmbeddedBackend {
     fn describe(&self) -> String {
-        format!(
-            "{} ({})",
-            self.name(),
-            tritonforge_pyenv::launch::device_arg(self.cfg.device)
-        )
+        format!("{} ({})", self.name(), tritonforge_pyenv::launch::device_arg(self.cfg.device))
     }
 
     fn complete<'a>(
@@ -251,10 +227,7 @@ impl Backend for EmbeddedBackend {
             let job = GenerateJob {
                 messages: messages
                     .iter()
-                    .map(|m| ChatTurn {
-                        role: m.role.clone(),
-                        content: m.content.clone(),
-                    })
+                    .map(|m| ChatTurn { role: m.role.clone(), content: m.content.clone() })
                     .collect(),
                 temperature: f64::from(sampling.temperature),
                 top_p: f64::from(sampling.top_p),

@@ -47,10 +47,7 @@ pub async fn run_episode(
 ) -> Result<Episode, EpisodeError> {
     let mut messages = vec![
         ChatMessage::new("system", prompts.system()?),
-        ChatMessage::new(
-            "user",
-            prompts.task(&problem.name, &problem.source, &cfg.target)?,
-        ),
+        ChatMessage::new("user", prompts.task(&problem.name, &problem.source, &cfg.target)?),
     ];
     let mut ep = Episode {
         id: crate::runner::episode_id(run, &problem.name, sample),
@@ -64,10 +61,7 @@ pub async fn run_episode(
     };
     let mut sampling = cfg.sampling.clone();
     for t in 0..cfg.turns {
-        sampling.seed = cfg
-            .sampling
-            .seed
-            .map(|s| s + u64::from(t) * 1_000_003 + u64::from(sample));
+        sampling.seed = cfg.sampling.seed.map(|s| s + u64::from(t) * 1_000_003 + u64::from(sample));
         let completion = match backend.complete(&messages, &sampling).await {
             Ok(c) => c,
             Err(e) => {

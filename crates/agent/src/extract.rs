@@ -124,24 +124,15 @@ pub fn extract_code(reply: &str) -> Result<(String, Source), ExtractError> {
     let text = strip_thinking(reply);
     let blocks = fences(&text);
     let is_python = |l: &str| l.is_empty() || l == "python" || l == "py" || l == "python3";
-    if let Some(f) = blocks
-        .iter()
-        .rev()
-        .find(|f| f.closed && is_python(&f.lang) && defines_model_new(&f.body))
+    if let Some(f) =
+        blocks.iter().rev().find(|f| f.closed && is_python(&f.lang) && defines_model_new(&f.body))
     {
         return Ok((f.body.clone(), Source::PythonFence));
     }
-    if let Some(f) = blocks
-        .iter()
-        .rev()
-        .find(|f| f.closed && defines_model_new(&f.body))
-    {
+    if let Some(f) = blocks.iter().rev().find(|f| f.closed && defines_model_new(&f.body)) {
         return Ok((f.body.clone(), Source::OtherFence));
     }
-    if let Some(f) = blocks
-        .last()
-        .filter(|f| !f.closed && defines_model_new(&f.body))
-    {
+    if let Some(f) = blocks.last().filter(|f| !f.closed && defines_model_new(&f.body)) {
         return Ok((f.body.clone(), Source::Unterminated));
     }
     if blocks.is_empty() && defines_model_new(&text) && text.contains("import ") {
@@ -211,10 +202,7 @@ mod tests {
 
     #[test]
     fn no_code_and_no_model_new_are_distinct_failures() {
-        assert_eq!(
-            extract_code("I cannot help with that.").unwrap_err(),
-            ExtractError::NoCode
-        );
+        assert_eq!(extract_code("I cannot help with that.").unwrap_err(), ExtractError::NoCode);
         assert_eq!(
             extract_code("```python\nclass Model(nn.Module):\n    pass\n```").unwrap_err(),
             ExtractError::NoModelNew

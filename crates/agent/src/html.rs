@@ -105,9 +105,7 @@ fn group_rows<'a>(groups: impl Iterator<Item = (&'a String, &'a Group)>) -> Vec<
                 g.episodes.to_string(),
                 g.pass_at.get(&1).map(|x| pct(*x)).unwrap_or("-".into()),
                 g.fast_p.get("1").map(|x| pct(*x)).unwrap_or("-".into()),
-                g.geomean_speedup
-                    .map(|x| format!("{x:.2}x"))
-                    .unwrap_or("-".into()),
+                g.geomean_speedup.map(|x| format!("{x:.2}x")).unwrap_or("-".into()),
             ]
         })
         .collect()
@@ -131,9 +129,7 @@ pub fn html(title: &str, header: &[(String, String)], s: &Summary) -> String {
     }
     overall.push(vec![
         "geometric-mean speedup (correct, timed)".into(),
-        g.geomean_speedup
-            .map(|x| format!("{x:.3}x"))
-            .unwrap_or("- (untimed)".into()),
+        g.geomean_speedup.map(|x| format!("{x:.3}x")).unwrap_or("- (untimed)".into()),
     ]);
     body.push_str(&table(&["metric", "value"], &overall));
 
@@ -142,53 +138,25 @@ pub fn html(title: &str, header: &[(String, String)], s: &Summary) -> String {
         .iter()
         .map(|p| {
             let key = format!("{p}");
-            (
-                format!("p={key}"),
-                g.fast_p.get(&key).copied().unwrap_or(0.0),
-            )
+            (format!("p={key}"), g.fast_p.get(&key).copied().unwrap_or(0.0))
         })
         .collect();
-    body.push_str(&bars(
-        "fast_p: correct and faster than p x",
-        &fast,
-        1.0,
-        &|v| pct(v),
-    ));
-    let outcomes: Vec<(String, f64)> = g
-        .outcomes
-        .iter()
-        .map(|(k, v)| (k.clone(), *v as f64))
-        .collect();
+    body.push_str(&bars("fast_p: correct and faster than p x", &fast, 1.0, &|v| pct(v)));
+    let outcomes: Vec<(String, f64)> =
+        g.outcomes.iter().map(|(k, v)| (k.clone(), *v as f64)).collect();
     let most = outcomes.iter().map(|(_, v)| *v).fold(0.0, f64::max);
-    body.push_str(&bars(
-        "final outcomes (episodes)",
-        &outcomes,
-        count_axis(most),
-        &|v| format!("{v:.0}"),
-    ));
-    let solved: Vec<(String, f64)> = s
-        .turns
-        .iter()
-        .map(|t| (format!("turn {}", t.turn + 1), t.solved_by))
-        .collect();
-    body.push_str(&bars(
-        "solved by each turn (share of episodes)",
-        &solved,
-        1.0,
-        &|v| pct(v),
-    ));
-    let reward: Vec<(String, f64)> = s
-        .turns
-        .iter()
-        .map(|t| (format!("turn {}", t.turn + 1), t.mean_reward))
-        .collect();
+    body.push_str(&bars("final outcomes (episodes)", &outcomes, count_axis(most), &|v| {
+        format!("{v:.0}")
+    }));
+    let solved: Vec<(String, f64)> =
+        s.turns.iter().map(|t| (format!("turn {}", t.turn + 1), t.solved_by)).collect();
+    body.push_str(&bars("solved by each turn (share of episodes)", &solved, 1.0, &|v| pct(v)));
+    let reward: Vec<(String, f64)> =
+        s.turns.iter().map(|t| (format!("turn {}", t.turn + 1), t.mean_reward)).collect();
     let top = reward.iter().map(|(_, v)| v.abs()).fold(1.0, f64::max);
-    body.push_str(&bars(
-        "mean reward per turn (negatives at 0)",
-        &reward,
-        top,
-        &|v| format!("{v:.2}"),
-    ));
+    body.push_str(&bars("mean reward per turn (negatives at 0)", &reward, top, &|v| {
+        format!("{v:.2}")
+    }));
     // Speedups of correct timed episodes, in power-of-two bins.
     let speedups: Vec<f64> = s
         .problems
@@ -201,15 +169,9 @@ pub fn html(title: &str, header: &[(String, String)], s: &Summary) -> String {
         let hist: Vec<(String, f64)> = edges
             .windows(2)
             .map(|w| {
-                let label = if w[1].is_infinite() {
-                    format!(">{}x", w[0])
-                } else {
-                    format!("<{}x", w[1])
-                };
-                let n = speedups
-                    .iter()
-                    .filter(|x| **x >= w[0] && **x < w[1])
-                    .count();
+                let label =
+                    if w[1].is_infinite() { format!(">{}x", w[0]) } else { format!("<{}x", w[1]) };
+                let n = speedups.iter().filter(|x| **x >= w[0] && **x < w[1]).count();
                 (label, n as f64)
             })
             .collect();
@@ -223,14 +185,7 @@ pub fn html(title: &str, header: &[(String, String)], s: &Summary) -> String {
     }
     body.push_str("</div>");
 
-    let head = [
-        "group",
-        "problems",
-        "episodes",
-        "pass@1",
-        "fast_1",
-        "geomean speedup",
-    ];
+    let head = ["group", "problems", "episodes", "pass@1", "fast_1", "geomean speedup"];
     body.push_str("<h2>By level</h2>");
     body.push_str(&table(&head, &group_rows(s.by_level.iter())));
     body.push_str("<h2>By family</h2>");
@@ -251,13 +206,7 @@ pub fn html(title: &str, header: &[(String, String)], s: &Summary) -> String {
         })
         .collect();
     body.push_str(&table(
-        &[
-            "turn",
-            "played",
-            "solved by this turn",
-            "mean reward",
-            "outcomes",
-        ],
+        &["turn", "played", "solved by this turn", "mean reward", "outcomes"],
         &turns,
     ));
     body.push_str("<h2>Problems</h2>");
@@ -270,22 +219,13 @@ pub fn html(title: &str, header: &[(String, String)], s: &Summary) -> String {
                 p.level.map(|l| l.to_string()).unwrap_or("-".into()),
                 p.family.clone().unwrap_or("-".into()),
                 format!("{}/{}", p.solved, p.episodes),
-                p.best_speedup
-                    .map(|x| format!("{x:.2}x"))
-                    .unwrap_or("-".into()),
+                p.best_speedup.map(|x| format!("{x:.2}x")).unwrap_or("-".into()),
                 p.outcomes.join(", "),
             ]
         })
         .collect();
     body.push_str(&table(
-        &[
-            "problem",
-            "level",
-            "family",
-            "solved",
-            "best speedup",
-            "final outcomes",
-        ],
+        &["problem", "level", "family", "solved", "best speedup", "final outcomes"],
         &problems,
     ));
     if !s.errors.is_empty() {
@@ -314,12 +254,7 @@ mod tests {
     use crate::metrics::{summarize, Labels};
 
     fn turn(outcome: &str, speedup: Option<f64>, reward: f64) -> Turn {
-        Turn {
-            outcome: outcome.parse().unwrap(),
-            speedup,
-            reward,
-            ..Turn::default()
-        }
+        Turn { outcome: outcome.parse().unwrap(), speedup, reward, ..Turn::default() }
     }
 
     #[test]
@@ -333,41 +268,22 @@ mod tests {
                     turns,
                     ..Episode::default()
                 },
-                Labels {
-                    level: Some(1),
-                    family: Some("<activation>".into()),
-                },
+                Labels { level: Some(1), family: Some("<activation>".into()) },
             )
         };
         let eps = vec![
-            ep(
-                "relu",
-                vec![
-                    turn("incorrect", None, 0.3),
-                    turn("correct", Some(1.5), 0.88),
-                ],
-            ),
+            ep("relu", vec![turn("incorrect", None, 0.3), turn("correct", Some(1.5), 0.88)]),
             ep("gelu", vec![turn("compile_error", None, 0.0)]),
         ];
         let s = summarize(&eps);
         let html = html("run <x>", &[("policy".into(), "m & co".into())], &s);
         assert!(html.starts_with("<!DOCTYPE html>"));
         for fetch in ["src=", "href=", "<link", "<script", "url(", "http"] {
-            assert!(
-                !html.contains(fetch),
-                "{fetch}: nothing fetched from elsewhere"
-            );
+            assert!(!html.contains(fetch), "{fetch}: nothing fetched from elsewhere");
         }
         assert!(html.contains("run &lt;x&gt;") && html.contains("m &amp; co"));
-        assert!(
-            html.contains("&lt;activation&gt;"),
-            "family names are escaped"
-        );
-        assert_eq!(
-            html.matches("<svg").count(),
-            5,
-            "fast_p, outcomes, two turn plots, speedups"
-        );
+        assert!(html.contains("&lt;activation&gt;"), "family names are escaped");
+        assert_eq!(html.matches("<svg").count(), 5, "fast_p, outcomes, two turn plots, speedups");
         assert!(html.contains("<td>pass@1</td><td>50.0%</td>"), "{html}");
         assert!(html.contains(
             "<td>relu</td><td>1</td><td>&lt;activation&gt;</td><td>1/1</td><td>1.50x</td>"

@@ -57,13 +57,9 @@ pub struct HttpClient {
 
 impl HttpClient {
     pub fn new(config: HttpConfig) -> Result<HttpClient, BackendError> {
-        let client = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .build()
-            .map_err(|e| BackendError::Unreachable {
-                url: config.base_url.clone(),
-                reason: e.to_string(),
-            })?;
+        let client = reqwest::Client::builder().timeout(config.timeout).build().map_err(|e| {
+            BackendError::Unreachable { url: config.base_url.clone(), reason: e.to_string() }
+        })?;
         Ok(HttpClient {
             slots: Semaphore::new(config.concurrency.max(1)),
             config,
@@ -99,10 +95,7 @@ impl HttpClient {
     pub async fn json(&self, url: &str, resp: reqwest::Response) -> Result<Value, BackendError> {
         resp.json().await.map_err(|e| {
             if e.is_decode() {
-                BackendError::Protocol {
-                    url: url.to_string(),
-                    reason: e.to_string(),
-                }
+                BackendError::Protocol { url: url.to_string(), reason: e.to_string() }
             } else {
                 self.transport(url, e)
             }
@@ -123,10 +116,7 @@ impl HttpClient {
             reason = format!("{reason}: {s}");
             src = s.source();
         }
-        BackendError::Unreachable {
-            url: url.to_string(),
-            reason,
-        }
+        BackendError::Unreachable { url: url.to_string(), reason }
     }
 
     /// Runs `attempt` under the concurrency limit until it succeeds, fails for good, or
@@ -136,14 +126,10 @@ impl HttpClient {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Completion, BackendError>>,
     {
-        let _slot = self
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| BackendError::Unreachable {
-                url: self.config.base_url.clone(),
-                reason: "backend closed".into(),
-            })?;
+        let _slot = self.slots.acquire().await.map_err(|_| BackendError::Unreachable {
+            url: self.config.base_url.clone(),
+            reason: "backend closed".into(),
+        })?;
         let started = Instant::now();
         let mut delay = self.config.backoff;
         let mut attempts = 0;
@@ -157,10 +143,9 @@ impl HttpClient {
                     self.usage
                         .prompt_tokens
                         .fetch_add(u64::from(c.prompt_tokens.unwrap_or(0)), Ordering::Relaxed);
-                    self.usage.completion_tokens.fetch_add(
-                        u64::from(c.completion_tokens.unwrap_or(0)),
-                        Ordering::Relaxed,
-                    );
+                    self.usage
+                        .completion_tokens
+                        .fetch_add(u64::from(c.completion_tokens.unwrap_or(0)), Ordering::Relaxed);
                     return Ok(c);
                 }
                 Err(e) if e.retryable() && attempts <= self.config.retries => {

@@ -113,10 +113,7 @@ fn group(eps: &[(&Episode, &Labels)]) -> Group {
         if k > max_n {
             break;
         }
-        let v: f64 = per_problem
-            .values()
-            .map(|(n, c)| pass_at_k(*n, *c, k))
-            .sum::<f64>()
+        let v: f64 = per_problem.values().map(|(n, c)| pass_at_k(*n, *c, k)).sum::<f64>()
             / per_problem.len() as f64;
         pass_at.insert(k, v);
     }
@@ -177,17 +174,15 @@ pub fn summarize(episodes: &[(Episode, Labels)]) -> Summary {
     }
     let mut problems: BTreeMap<&str, ProblemRow> = BTreeMap::new();
     for (e, l) in &all {
-        let row = problems
-            .entry(e.problem.as_str())
-            .or_insert_with(|| ProblemRow {
-                problem: e.problem.clone(),
-                level: l.level,
-                family: l.family.clone(),
-                episodes: 0,
-                solved: 0,
-                best_speedup: None,
-                outcomes: Vec::new(),
-            });
+        let row = problems.entry(e.problem.as_str()).or_insert_with(|| ProblemRow {
+            problem: e.problem.clone(),
+            level: l.level,
+            family: l.family.clone(),
+            episodes: 0,
+            solved: 0,
+            best_speedup: None,
+            outcomes: Vec::new(),
+        });
         row.episodes += 1;
         row.solved += usize::from(e.solved());
         row.outcomes.push(outcome_of(e));
@@ -198,14 +193,8 @@ pub fn summarize(episodes: &[(Episode, Labels)]) -> Summary {
     Summary {
         overall: group(&all),
         problems: problems.into_values().collect(),
-        by_level: by_level
-            .iter()
-            .map(|(k, v)| (k.clone(), group(v)))
-            .collect(),
-        by_family: by_family
-            .iter()
-            .map(|(k, v)| (k.clone(), group(v)))
-            .collect(),
+        by_level: by_level.iter().map(|(k, v)| (k.clone(), group(v))).collect(),
+        by_family: by_family.iter().map(|(k, v)| (k.clone(), group(v))).collect(),
         turns,
         errors: all
             .iter()
@@ -226,9 +215,7 @@ fn group_row(name: &str, g: &Group) -> String {
         g.pass_at.get(&1).map(|x| pct(*x)).unwrap_or("-".into()),
         g.fast_p.get("0").map(|x| pct(*x)).unwrap_or("-".into()),
         g.fast_p.get("1").map(|x| pct(*x)).unwrap_or("-".into()),
-        g.geomean_speedup
-            .map(|x| format!("{x:.2}x"))
-            .unwrap_or("-".into()),
+        g.geomean_speedup.map(|x| format!("{x:.2}x")).unwrap_or("-".into()),
     )
 }
 
@@ -242,11 +229,7 @@ pub fn markdown(title: &str, header: &[(String, String)], s: &Summary) -> String
     let _ = writeln!(out, "\n## Overall\n");
     let g = &s.overall;
     let _ = writeln!(out, "| metric | value |\n| --- | ---: |");
-    let _ = writeln!(
-        out,
-        "| problems | {} |\n| episodes | {} |",
-        g.problems, g.episodes
-    );
+    let _ = writeln!(out, "| problems | {} |\n| episodes | {} |", g.problems, g.episodes);
     for (k, v) in &g.pass_at {
         let _ = writeln!(out, "| pass@{k} | {} |", pct(*v));
     }
@@ -256,14 +239,9 @@ pub fn markdown(title: &str, header: &[(String, String)], s: &Summary) -> String
     let _ = writeln!(
         out,
         "| geometric-mean speedup (correct, timed) | {} |",
-        g.geomean_speedup
-            .map(|x| format!("{x:.3}x"))
-            .unwrap_or("- (untimed)".into())
+        g.geomean_speedup.map(|x| format!("{x:.3}x")).unwrap_or("- (untimed)".into())
     );
-    let _ = writeln!(
-        out,
-        "\n## Final outcomes\n\n| outcome | episodes |\n| --- | ---: |"
-    );
+    let _ = writeln!(out, "\n## Final outcomes\n\n| outcome | episodes |\n| --- | ---: |");
     for (k, v) in &g.outcomes {
         let _ = writeln!(out, "| {k} | {v} |");
     }

@@ -19,11 +19,7 @@ pub struct OpenAiConfig {
 
 impl OpenAiConfig {
     pub fn new(base_url: &str, model: &str) -> OpenAiConfig {
-        OpenAiConfig {
-            http: HttpConfig::new(base_url),
-            model: model.to_string(),
-            stream: false,
-        }
+        OpenAiConfig { http: HttpConfig::new(base_url), model: model.to_string(), stream: false }
     }
 }
 
@@ -141,10 +137,7 @@ fn parse_reply(url: &str, v: &Value) -> Result<Completion, BackendError> {
         url: url.to_string(),
         reason: format!("no `choices` in {:.200}", v.to_string()),
     })?;
-    let text = choice["message"]["content"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let text = choice["message"]["content"].as_str().unwrap_or_default().to_string();
     let mut out = Completion {
         text,
         finish_reason: choice["finish_reason"].as_str().map(str::to_owned),
@@ -152,12 +145,8 @@ fn parse_reply(url: &str, v: &Value) -> Result<Completion, BackendError> {
     };
     // Token log-probabilities, when the server was asked for and returned them.
     if let Some(items) = choice["logprobs"]["content"].as_array() {
-        out.logprobs = Some(
-            items
-                .iter()
-                .map(|t| t["logprob"].as_f64().unwrap_or(f64::NAN) as f32)
-                .collect(),
-        );
+        out.logprobs =
+            Some(items.iter().map(|t| t["logprob"].as_f64().unwrap_or(f64::NAN) as f32).collect());
     }
     read_usage(v, &mut out);
     Ok(out)

@@ -37,6 +37,12 @@ impl Default for RewardConfig {
 }
 
 impl RewardConfig {
+    /// Weights from a TOML file (any field left out keeps its default); errors name the file.
+    pub fn load(path: &std::path::Path) -> Result<RewardConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
     /// The reward of one evaluated turn.
     pub fn score(&self, r: &EvalRecord) -> f64 {
         if r.verdict.status == Status::Rejected {
@@ -49,10 +55,7 @@ impl RewardConfig {
             reward += self.correct;
             if let Some(t) = &r.verdict.timing {
                 if t.speedup.is_finite() && t.speedup > 0.0 {
-                    let ls = t
-                        .speedup
-                        .ln()
-                        .clamp(self.min_log_speedup, self.max_log_speedup);
+                    let ls = t.speedup.ln().clamp(self.min_log_speedup, self.max_log_speedup);
                     reward += self.speed * ls;
                 }
             }

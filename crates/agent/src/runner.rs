@@ -63,15 +63,51 @@ pub enum BackendSpec {
     /// Chat completions from an OpenAI-compatible endpoint.
     OpenAi(OpenAiConfig),
     /// SGLang's native `/generate`, token ids in and out, with the served model's tokenizer.
-    Sglang {
-        http: HttpConfig,
-        tokenizer: PathBuf,
-    },
+    Sglang { http: HttpConfig, tokenizer: PathBuf },
     /// The policy worker running a model here.
     Embedded(EmbeddedConfig),
 }
 
+/// The wire API of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointApi {
+    /// Chat completions under the base URL (`.../v1`).
+    OpenAi,
+    /// SGLang's native `/generate` under the server root, token ids in and out.
+    Sglang,
+}
+
+/// A policy model behind an HTTP endpoint, as a user names it.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub api: EndpointApi,
+    pub http: HttpConfig,
+    /// The model name sent with each request [default: `default`].
+    pub model: Option<String>,
+    pub stream: bool,
+    /// The served model's tokenizer directory (needed by `Sglang`).
+    pub tokenizer: Option<PathBuf>,
+}
+
 impl BackendSpec {
+    /// The spec of `endpoint`, or why it cannot be used.
+    pub fn endpoint(e: Endpoint) -> Result<BackendSpec, String> {
+        Ok(match e.api {
+            EndpointApi::OpenAi => BackendSpec::OpenAi(OpenAiConfig {
+                http: e.http,
+                model: e.model.unwrap_or_else(|| "default".into()),
+                stream: e.stream,
+            }),
+            EndpointApi::Sglang => BackendSpec::Sglang {
+                http: e.http,
+                tokenizer: e.tokenizer.ok_or(
+                    "--api sglang sends token ids: --tokenizer DIR must name the served model's \
+                     tokenizer (tokenizer.json and chat template)",
+                )?,
+            },
+        })
+    }
+
     pub fn build(self) -> Result<Arc<dyn Backend>, BackendError> {
         Ok(match self {
             BackendSpec::OpenAi(c) => Arc::new(OpenAiBackend::new(c)?),
@@ -115,12 +151,7 @@ pub enum RunEvent {
         to_play: usize,
     },
     /// One episode ended (and is stored).
-    EpisodeDone {
-        done: usize,
-        to_play: usize,
-        episode: Box<Episode>,
-        solved_so_far: usize,
-    },
+    EpisodeDone { done: usize, to_play: usize, episode: Box<Episode>, solved_so_far: usize },
 }
 
 /// A finished run.
@@ -177,14 +208,8 @@ impl RunResult {
         std::fs::create_dir_all(dir).map_err(io(dir.to_owned()))?;
         let files = [
             ("report.md", md.clone()),
-            (
-                "report.html",
-                crate::html::html("TritonForge run", &header, &self.summary),
-            ),
-            (
-                "report.json",
-                serde_json::to_string_pretty(&self.json()).unwrap_or_default(),
-            ),
+            ("report.html", crate::html::html("TritonForge run", &header, &self.summary)),
+            ("report.json", serde_json::to_string_pretty(&self.json()).unwrap_or_default()),
         ];
         for (name, text) in files {
             let path = dir.join(name);
@@ -201,10 +226,8 @@ pub fn episode_id(run: &str, problem: &str, sample: u32) -> String {
 
 /// Store `ep` under its id (replacing an earlier attempt).
 pub fn store_episode(store: &Store, ep: &Episode) -> Result<(), RunError> {
-    let text = serde_json::to_string(ep).map_err(|source| RunError::Encode {
-        id: ep.id.clone(),
-        source,
-    })?;
+    let text = serde_json::to_string(ep)
+        .map_err(|source| RunError::Encode { id: ep.id.clone(), source })?;
     store.put_episode(&ep.id, &ep.run, &ep.problem, ep.sample, &text)?;
     Ok(())
 }
@@ -267,18 +290,10 @@ fn plan(
     let mut jobs = Vec::new();
     let mut labels_of = BTreeMap::new();
     for e in entries {
-        let problem =
-            Problem::load_with(&e.problem_path, Some(&suite.manifest)).map_err(|source| {
-                RunError::Problem {
-                    key: e.key.clone(),
-                    source,
-                }
-            })?;
+        let problem = Problem::load_with(&e.problem_path, Some(&suite.manifest))
+            .map_err(|source| RunError::Problem { key: e.key.clone(), source })?;
         let config = spec.eval.config(&problem, device)?;
-        let labels = Labels {
-            level: e.meta.level,
-            family: e.meta.family.clone(),
-        };
+        let labels = Labels { level: e.meta.level, family: e.meta.family.clone() };
         labels_of.insert(problem.name.clone(), labels.clone());
         for sample in 0..spec.samples {
             let id = episode_id(run_id, &problem.name, sample);
@@ -334,15 +349,7 @@ pub async fn run(
         stored: done.len(),
         to_play,
     });
-    let mut set = spawn_episodes(
-        jobs,
-        spec.parallel,
-        &backend,
-        &evaluator,
-        prompts,
-        &cfg,
-        &run_id,
-    );
+    let mut set = spawn_episodes(jobs, spec.parallel, &backend, &evaluator, prompts, &cfg, &run_id);
     let mut all: Vec<(Episode, Labels)> = done
         .into_iter()
         .map(|ep| {
@@ -393,22 +400,12 @@ fn spawn_episodes(
     let prompts = Arc::new(prompts);
     let mut set = JoinSet::new();
     for job in jobs {
-        let (backend, evaluator, prompts, cfg, slots) = (
-            backend.clone(),
-            evaluator.clone(),
-            prompts.clone(),
-            cfg.clone(),
-            slots.clone(),
-        );
+        let (backend, evaluator, prompts, cfg, slots) =
+            (backend.clone(), evaluator.clone(), prompts.clone(), cfg.clone(), slots.clone());
         let run_id = run_id.to_string();
         set.spawn(async move {
             let _slot = slots.acquire().await;
-            let Job {
-                problem,
-                config,
-                labels,
-                sample,
-            } = job;
+            let Job { problem, config, labels, sample } = job;
             let played = run_episode(
                 backend.as_ref(),
                 &evaluator,

@@ -21,14 +21,9 @@ impl SglangBackend {
     /// directory with the served model's `tokenizer.json` and chat template.
     pub fn new(http: HttpConfig, tokenizer: &Path) -> Result<SglangBackend, BackendError> {
         let url = http.base_url.clone();
-        let tokenizer = ChatTokenizer::from_dir(tokenizer).map_err(|e| BackendError::Setup {
-            url,
-            reason: e.to_string(),
-        })?;
-        Ok(SglangBackend {
-            http: HttpClient::new(http)?,
-            tokenizer,
-        })
+        let tokenizer = ChatTokenizer::from_dir(tokenizer)
+            .map_err(|e| BackendError::Setup { url, reason: e.to_string() })?;
+        Ok(SglangBackend { http: HttpClient::new(http)?, tokenizer })
     }
 
     fn url(&self) -> String {
@@ -51,10 +46,7 @@ fn parse_reply(
     prompt_ids: &[u32],
     tokenizer: &ChatTokenizer,
 ) -> Result<Completion, BackendError> {
-    let bad = |reason: String| BackendError::Protocol {
-        url: url.to_string(),
-        reason,
-    };
+    let bad = |reason: String| BackendError::Protocol { url: url.to_string(), reason };
     let ids: Vec<u32> = v["output_ids"]
         .as_array()
         .ok_or_else(|| {
@@ -70,14 +62,10 @@ fn parse_reply(
     let meta = &v["meta_info"];
     let logprobs = match meta["output_token_logprobs"].as_array() {
         Some(items) => {
-            let lps: Vec<f32> = items
-                .iter()
-                .map(|t| t[0].as_f64().unwrap_or(f64::NAN) as f32)
-                .collect();
-            let same_ids = items
-                .iter()
-                .zip(&ids)
-                .all(|(t, id)| t[1].as_u64() == Some(u64::from(*id)));
+            let lps: Vec<f32> =
+                items.iter().map(|t| t[0].as_f64().unwrap_or(f64::NAN) as f32).collect();
+            let same_ids =
+                items.iter().zip(&ids).all(|(t, id)| t[1].as_u64() == Some(u64::from(*id)));
             if lps.len() != ids.len() || !same_ids {
                 return Err(bad(format!(
                     "{} log-probs for {} output ids, or their ids disagree",
@@ -95,9 +83,7 @@ fn parse_reply(
         _ => None,
     };
     // The text is decoded from the ids, so it always says what the ids say.
-    let text = tokenizer
-        .decode(&ids, true)
-        .map_err(|e| bad(e.to_string()))?;
+    let text = tokenizer.decode(&ids, true).map_err(|e| bad(e.to_string()))?;
     Ok(Completion {
         text,
         prompt_tokens: Some(prompt_ids.len() as u32),
@@ -121,13 +107,10 @@ impl Backend for SglangBackend {
         sampling: &'a Sampling,
     ) -> BoxFuture<'a, Result<Completion, BackendError>> {
         Box::pin(async move {
-            let (_, prompt_ids) =
-                self.tokenizer
-                    .encode_chat(messages, true)
-                    .map_err(|e| BackendError::Setup {
-                        url: self.url(),
-                        reason: e.to_string(),
-                    })?;
+            let (_, prompt_ids) = self
+                .tokenizer
+                .encode_chat(messages, true)
+                .map_err(|e| BackendError::Setup { url: self.url(), reason: e.to_string() })?;
             let mut params = json!({
                 "temperature": sampling.temperature,
                 "top_p": sampling.top_p,
@@ -142,9 +125,7 @@ impl Backend for SglangBackend {
                 "return_logprob": true,
                 "stream": false,
             });
-            self.http
-                .with_retries(|| self.attempt(&body, &prompt_ids))
-                .await
+            self.http.with_retries(|| self.attempt(&body, &prompt_ids)).await
         })
     }
 }

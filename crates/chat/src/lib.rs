@@ -54,9 +54,7 @@ pub struct ChatTemplate {
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate")
-            .field("special", &self.special)
-            .finish_non_exhaustive()
+        f.debug_struct("ChatTemplate").field("special", &self.special).finish_non_exhaustive()
     }
 }
 
@@ -99,16 +97,12 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(false);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function(
-            "raise_exception",
-            |msg: String| -> Result<Value, JinjaError> {
-                Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
-            },
-        );
+        env.add_function("raise_exception", |msg: String| -> Result<Value, JinjaError> {
+            Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+        });
         env.add_function("strftime_now", |fmt: String| time::strftime_now(&fmt));
         env.add_filter("tojson", json::tojson);
-        env.add_template_owned("chat", drop_generation_tags(source))
-            .map_err(template_error)?;
+        env.add_template_owned("chat", drop_generation_tags(source)).map_err(template_error)?;
         Ok(ChatTemplate { env, special })
     }
 
@@ -128,12 +122,7 @@ impl ChatTemplate {
                 reason: e.to_string(),
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Json::Null,
-            Err(e) => {
-                return Err(ChatError::Config {
-                    path: config_path,
-                    reason: e.to_string(),
-                })
-            }
+            Err(e) => return Err(ChatError::Config { path: config_path, reason: e.to_string() }),
         };
         let mut special = BTreeMap::new();
         let map_path = dir.join("special_tokens_map.json");
@@ -164,20 +153,15 @@ impl ChatTemplate {
     fn find_source(dir: &Path, config: &Json) -> Result<String, ChatError> {
         let jinja = dir.join("chat_template.jinja");
         if jinja.is_file() {
-            return std::fs::read_to_string(&jinja).map_err(|e| ChatError::Config {
-                path: jinja,
-                reason: e.to_string(),
-            });
+            return std::fs::read_to_string(&jinja)
+                .map_err(|e| ChatError::Config { path: jinja, reason: e.to_string() });
         }
         let json_path = dir.join("chat_template.json");
         if json_path.is_file() {
             let v: Json = std::fs::read_to_string(&json_path)
                 .map_err(|e| e.to_string())
                 .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-                .map_err(|reason| ChatError::Config {
-                    path: json_path.clone(),
-                    reason,
-                })?;
+                .map_err(|reason| ChatError::Config { path: json_path.clone(), reason })?;
             if let Some(s) = v["chat_template"].as_str() {
                 return Ok(s.to_string());
             }
@@ -203,16 +187,10 @@ impl ChatTemplate {
         messages: &[M],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
-        let mut ctx: BTreeMap<String, Value> = self
-            .special
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::from_serialize(v)))
-            .collect();
+        let mut ctx: BTreeMap<String, Value> =
+            self.special.iter().map(|(k, v)| (k.clone(), Value::from_serialize(v))).collect();
         ctx.insert("messages".into(), Value::from_serialize(messages));
-        ctx.insert(
-            "add_generation_prompt".into(),
-            Value::from(add_generation_prompt),
-        );
+        ctx.insert("add_generation_prompt".into(), Value::from(add_generation_prompt));
         ctx.insert("tools".into(), Value::from(()));
         ctx.insert("documents".into(), Value::from(()));
         let tmpl = self.env.get_template("chat").map_err(template_error)?;
@@ -233,14 +211,9 @@ impl ChatTokenizer {
     /// Loads `tokenizer.json` and the chat template from a model directory.
     pub fn from_dir(dir: &Path) -> Result<ChatTokenizer, ChatError> {
         let path = dir.join("tokenizer.json");
-        let fail = |reason: String| ChatError::Tokenizer {
-            path: path.clone(),
-            reason,
-        };
+        let fail = |reason: String| ChatError::Tokenizer { path: path.clone(), reason };
         let text = std::fs::read_to_string(&path).map_err(|e| fail(e.to_string()))?;
-        let tokenizer = text
-            .parse::<tokenizers::Tokenizer>()
-            .map_err(|e| fail(e.to_string()))?;
+        let tokenizer = text.parse::<tokenizers::Tokenizer>().map_err(|e| fail(e.to_string()))?;
         let config: Json = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
         Ok(ChatTokenizer {
             template: ChatTemplate::from_dir(dir)?,
@@ -251,10 +224,7 @@ impl ChatTokenizer {
     }
 
     fn fail(&self, e: impl std::fmt::Display) -> ChatError {
-        ChatError::Tokenizer {
-            path: self.path.clone(),
-            reason: e.to_string(),
-        }
+        ChatError::Tokenizer { path: self.path.clone(), reason: e.to_string() }
     }
 
     /// Token ids of `text` with no special tokens added (the chat template already wrote them).
@@ -308,9 +278,7 @@ impl ChatTokenizer {
     }
 
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, ChatError> {
-        self.tokenizer
-            .decode(ids, skip_special_tokens)
-            .map_err(|e| self.fail(e))
+        self.tokenizer.decode(ids, skip_special_tokens).map_err(|e| self.fail(e))
     }
 
     /// Tokens in the vocabulary, added tokens included.
@@ -356,10 +324,7 @@ mod tests {
     use super::*;
 
     fn msgs(pairs: &[(&str, &str)]) -> Vec<Json> {
-        pairs
-            .iter()
-            .map(|(r, c)| serde_json::json!({"role": r, "content": c}))
-            .collect()
+        pairs.iter().map(|(r, c)| serde_json::json!({"role": r, "content": c})).collect()
     }
 
     #[test]
@@ -391,10 +356,7 @@ mod tests {
             BTreeMap::new(),
         )
         .unwrap();
-        assert_eq!(
-            t.render(&msgs(&[("assistant", "ok")]), false).unwrap(),
-            "A:ok."
-        );
+        assert_eq!(t.render(&msgs(&[("assistant", "ok")]), false).unwrap(), "A:ok.");
     }
 
     #[test]
@@ -406,10 +368,7 @@ mod tests {
             special,
         )
         .unwrap();
-        assert_eq!(
-            t.render(&msgs(&[("user", " a|b ")]), false).unwrap(),
-            "b</s>!"
-        );
+        assert_eq!(t.render(&msgs(&[("user", " a|b ")]), false).unwrap(), "b</s>!");
     }
 
     #[test]

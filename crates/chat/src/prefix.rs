@@ -127,10 +127,7 @@ impl PrefixCache {
                 continue;
             }
             // Leftmost-longest, as `tokenizers` matches added tokens.
-            let hit = self
-                .anchors
-                .iter()
-                .find(|a| bytes[at..].starts_with(a.as_bytes()));
+            let hit = self.anchors.iter().find(|a| bytes[at..].starts_with(a.as_bytes()));
             match hit {
                 Some(a) => {
                     if start < at {
@@ -194,10 +191,7 @@ impl PrefixCache {
             return Ok(());
         }
         let cut = {
-            let mut recent = self
-                .recent
-                .lock()
-                .map_err(|_| "prefix cache poisoned".to_string())?;
+            let mut recent = self.recent.lock().map_err(|_| "prefix cache poisoned".to_string())?;
             let cut = recent
                 .iter()
                 .filter_map(|last| {
@@ -223,19 +217,13 @@ impl PrefixCache {
         };
         let prefix = &piece[..cut];
         {
-            let known = self
-                .prefixes
-                .read()
-                .map_err(|_| "prefix cache poisoned".to_string())?;
+            let known = self.prefixes.read().map_err(|_| "prefix cache poisoned".to_string())?;
             if known.len() >= MAX_PREFIXES || known.iter().any(|(p, _)| p == prefix) {
                 return Ok(());
             }
         }
         let ids: Arc<[u32]> = encode(prefix)?.into();
-        let mut known = self
-            .prefixes
-            .write()
-            .map_err(|_| "prefix cache poisoned".to_string())?;
+        let mut known = self.prefixes.write().map_err(|_| "prefix cache poisoned".to_string())?;
         if known.len() < MAX_PREFIXES && !known.iter().any(|(p, _)| p == prefix) {
             known.push((prefix.to_string(), ids));
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use tritonforge_eval::{
-    EvalSettings, Evaluator, EvaluatorSetup, PoolConfig, ShapeCheck, ShareMode, TimingSettings,
+    EvalSettings, Evaluator, PoolConfig, ShapeCheck, ShareMode, TimingSettings, Workspace,
 };
 use tritonforge_protocol::DeviceRequest;
 use tritonforge_pyenv::{PythonEnv, PythonSource};
@@ -18,12 +18,7 @@ use crate::exit::{usage, OrUsage};
 #[derive(Args, Clone)]
 pub struct Global {
     /// Workspace state directory (store, managed venv, scratch).
-    #[arg(
-        long,
-        global = true,
-        env = "TRITONFORGE_HOME",
-        default_value = ".tritonforge"
-    )]
+    #[arg(long, global = true, env = "TRITONFORGE_HOME", default_value = ".tritonforge")]
     pub state_dir: PathBuf,
     /// Use this Python interpreter as is (it must have torch and triton); nothing is installed.
     #[arg(long, global = true, env = "TRITONFORGE_PYTHON")]
@@ -74,29 +69,28 @@ impl Global {
         });
     }
 
-    pub fn store_path(&self) -> PathBuf {
-        self.state_dir.join("tritonforge.sqlite")
+    /// The workspace these flags name.
+    pub fn workspace(&self) -> Workspace {
+        Workspace {
+            state_dir: self.state_dir.clone(),
+            python: PythonSource::resolve(self.python.clone(), self.venv.clone(), &self.state_dir),
+            device: self.device.into(),
+            suite: SuiteSource::resolve(self.suite.clone()),
+        }
     }
 
-    pub fn python_source(&self) -> PythonSource {
-        PythonSource::resolve(self.python.clone(), self.venv.clone(), &self.state_dir)
+    pub fn store_path(&self) -> PathBuf {
+        self.workspace().store_path()
     }
 
     /// The interpreter, creating the managed venv on first use (progress on stderr).
     pub fn python_env(&self) -> anyhow::Result<PythonEnv> {
-        let source = self.python_source();
-        let env = tritonforge_pyenv::ensure(&source, &self.state_dir, &mut |line| {
-            eprintln!("  [python] {line}");
-        })?;
-        Ok(env)
+        Ok(self.workspace().python_env(&mut |line| eprintln!("  [python] {line}"))?)
     }
 
     /// The suite: `--suite`, `TRITONFORGE_SUITE`, or the one built into the binary.
     pub fn load_suite(&self) -> anyhow::Result<Suite> {
-        let root = SuiteSource::resolve(self.suite.clone())
-            .root(&self.state_dir)
-            .context("writing out the built-in suite")?;
-        Suite::load(&root).or_usage()
+        self.workspace().load_suite().or_usage()
     }
 
     /// Start the executor pool and open the store: the evaluator every command uses.
@@ -107,23 +101,8 @@ impl Global {
         store: bool,
     ) -> anyhow::Result<Evaluator> {
         let env = self.python_env()?;
-        let setup = EvaluatorSetup {
-            worker: tritonforge_eval::WorkerSpec {
-                python: env.interpreter.clone(),
-                worker_path: env.worker_path.clone(),
-                scratch_root: self.state_dir.join("scratch"),
-                device: self.device.into(),
-                threads: 1,
-            },
-            pool,
-            store: store.then(|| self.store_path()),
-            guard,
-            refresh: false,
-            worker_fingerprint: tritonforge_pyenv::worker_hash(),
-        };
-        Evaluator::open(setup)
-            .await
-            .context("starting the executor pool")
+        let ev = self.workspace().open_evaluator(&env, pool, guard, store).await;
+        ev.context("starting the executor pool")
     }
 }
 
@@ -140,11 +119,7 @@ pub struct FilterArgs {
 
 impl From<&FilterArgs> for Filter {
     fn from(a: &FilterArgs) -> Filter {
-        Filter {
-            level: a.level,
-            family: a.family.clone(),
-            split: a.split.clone(),
-        }
+        Filter { level: a.level, family: a.family.clone(), split: a.split.clone() }
     }
 }
 
@@ -218,18 +193,14 @@ impl PoolArgs {
     pub fn config(&self, items: usize) -> anyhow::Result<PoolConfig> {
         if let Some(f) = self.gpu_mem_fraction {
             if !(f > 0.0 && f <= 1.0) {
-                return Err(usage(format!(
-                    "--gpu-mem-fraction must be in (0, 1], got {f}"
-                )));
+                return Err(usage(format!("--gpu-mem-fraction must be in (0, 1], got {f}")));
             }
         }
         if self.jobs == Some(0) {
             return Err(usage("--jobs must be at least 1"));
         }
         if self.naive && self.exclusive {
-            return Err(usage(
-                "--naive already runs one candidate at a time; drop --exclusive",
-            ));
+            return Err(usage("--naive already runs one candidate at a time; drop --exclusive"));
         }
         let jobs = jobs_or_default(self.jobs).min(items.max(1));
         let base = PoolConfig {
@@ -250,11 +221,7 @@ impl PoolArgs {
         Ok(PoolConfig {
             workers: jobs,
             spares: self.spares.unwrap_or(jobs),
-            mode: if self.exclusive {
-                ShareMode::Exclusive
-            } else {
-                ShareMode::Pool
-            },
+            mode: if self.exclusive { ShareMode::Exclusive } else { ShareMode::Pool },
             gpus: (!self.gpus.is_empty()).then(|| self.gpus.clone()),
             prestart: true,
             fork: !self.no_fork,
@@ -265,12 +232,8 @@ impl PoolArgs {
 
 /// `--jobs`, or one per CPU; clamped to a sane range.
 pub fn jobs_or_default(flag: Option<usize>) -> usize {
-    flag.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-    })
-    .clamp(1, 64)
+    flag.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2))
+        .clamp(1, 64)
 }
 
 /// How candidates are timed (GPU only).

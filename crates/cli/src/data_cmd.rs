@@ -51,17 +51,8 @@ pub enum DataCmd {
 
 pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
     match cmd {
-        DataCmd::Build {
-            config,
-            json,
-            verify,
-        } => build(global, &config, json, verify).await,
-        DataCmd::Synth {
-            rows,
-            out,
-            seed,
-            defects,
-        } => {
+        DataCmd::Build { config, json, verify } => build(global, &config, json, verify).await,
+        DataCmd::Synth { rows, out, seed, defects } => {
             // A heldout problem of the suite, planted under another name for decontamination.
             let heldout = if defects {
                 let s = global.load_suite()?;
@@ -116,11 +107,7 @@ async fn build(global: &Global, config: &Path, json: bool, verify: bool) -> anyh
                 eprintln!("data: {stage}");
             }
         };
-        tritonforge_data::build(
-            &cfg,
-            &progress,
-            verifier.as_ref().map(|v| v as &dyn Verifier),
-        )
+        tritonforge_data::build(&cfg, &progress, verifier.as_ref().map(|v| v as &dyn Verifier))
     })
     .await?;
     let (report, _) = match built {
@@ -151,21 +138,14 @@ struct EvalVerifier {
 impl EvalVerifier {
     async fn start(global: &Global, cfg: &Config) -> anyhow::Result<EvalVerifier> {
         let v = &cfg.verify;
-        let pool_args = PoolArgs {
-            jobs: v.jobs,
-            ..PoolArgs::default()
-        };
+        let pool_args = PoolArgs { jobs: v.jobs, ..PoolArgs::default() };
         let rules = load_rules(cfg.quality.rules.as_deref())?;
-        let evaluator = global
-            .open_evaluator(pool_args.config(usize::MAX)?, Some(rules), true)
-            .await?;
+        let evaluator =
+            global.open_evaluator(pool_args.config(usize::MAX)?, Some(rules), true).await?;
         let settings = EvalSettings {
             trials: v.trials,
             budget: std::time::Duration::from_secs_f64(v.budget_s.max(0.0)),
-            timing: TimingSettings {
-                enabled: v.timing,
-                ..TimingSettings::default()
-            },
+            timing: TimingSettings { enabled: v.timing, ..TimingSettings::default() },
             ..EvalSettings::default()
         };
         Ok(EvalVerifier {
@@ -192,12 +172,7 @@ impl Verifier for EvalVerifier {
             .collect();
         let outcomes = self
             .handle
-            .block_on(evaluate_sources(
-                &self.evaluator,
-                &pairs,
-                &self.settings,
-                progress,
-            ))
+            .block_on(evaluate_sources(&self.evaluator, &pairs, &self.settings, progress))
             .map_err(|e| e.to_string())?;
         Ok(outcomes
             .into_iter()

@@ -4,13 +4,7 @@ use crate::args::Global;
 use crate::exit;
 
 pub async fn run(global: &Global, as_json: bool) -> anyhow::Result<u8> {
-    let d = tritonforge_eval::doctor::diagnose(
-        &global.python_source(),
-        &global.state_dir,
-        &global.store_path(),
-        global.device.into(),
-    )
-    .await?;
+    let d = tritonforge_eval::doctor::diagnose(&global.workspace()).await?;
     if as_json {
         println!("{:#}", d.json());
     } else {

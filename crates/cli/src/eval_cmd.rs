@@ -54,22 +54,14 @@ type Pair = (Problem, Candidate);
 
 pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
     let single =
-        match (
-            &args.problem,
-            &args.candidate,
-            &args.problems,
-            &args.candidates,
-        ) {
+        match (&args.problem, &args.candidate, &args.problems, &args.candidates) {
             (Some(_), Some(_), None, None) => true,
             (None, None, Some(_), Some(_)) => false,
             _ => return Err(usage(
                 "give either --problem FILE --candidate FILE, or --problems DIR --candidates DIR",
             )),
         };
-    let settings = EvalSettings {
-        seed: args.seed,
-        ..args.eval.settings()?
-    };
+    let settings = EvalSettings { seed: args.seed, ..args.eval.settings()? };
     args.pool.config(usize::MAX)?; // bad pool flags fail before any file is read
     let guard = args.guard.load()?;
     // Read every input before starting anything, so bad input fails fast and named.
@@ -100,9 +92,7 @@ async fn one(
     json: bool,
 ) -> anyhow::Result<u8> {
     let (problem, candidate) = pairs.into_iter().next().context("one pair")?;
-    let config = settings
-        .config(&problem, evaluator.device())
-        .map_err(usage)?;
+    let config = settings.config(&problem, evaluator.device()).map_err(usage)?;
     let result = tokio::select! {
         r = evaluator.evaluate(&problem, &candidate, &config) => r,
         _ = tokio::signal::ctrl_c() => {
@@ -130,12 +120,7 @@ async fn one(
 }
 
 fn load_pairs(args: &EvalArgs) -> Result<Vec<Pair>, String> {
-    let paths = match (
-        &args.problem,
-        &args.candidate,
-        &args.problems,
-        &args.candidates,
-    ) {
+    let paths = match (&args.problem, &args.candidate, &args.problems, &args.candidates) {
         (Some(p), Some(c), _, _) => vec![(p.clone(), c.clone())],
         (_, _, Some(p), Some(c)) => {
             let pairing = pair_dirs(p, c).map_err(|e| e.to_string())?;
@@ -160,11 +145,8 @@ async fn batch(
 ) -> anyhow::Result<u8> {
     let total = pairs.len();
     let started = Instant::now();
-    let bar = progress::bar(
-        Some(total as u64),
-        "{bar:30} {pos}/{len} {elapsed_precise} {msg}",
-        json,
-    );
+    let bar =
+        progress::bar(Some(total as u64), "{bar:30} {pos}/{len} {elapsed_precise} {msg}", json);
     let mut done = 0usize;
     let mut on_done = |_: usize, result: &Result<Evaluation, EvalError>| {
         done += 1;
@@ -175,11 +157,7 @@ async fn batch(
         progress::line(
             &bar,
             json,
-            if bar.is_hidden() {
-                format!("[{done}/{total}] {line}")
-            } else {
-                line
-            },
+            if bar.is_hidden() { format!("[{done}/{total}] {line}") } else { line },
         );
         bar.inc(1);
         ControlFlow::Continue(())

@@ -57,9 +57,5 @@ pub fn run(args: GuardArgs) -> anyhow::Result<u8> {
         }
         print!("{}", report.lines(&name));
     }
-    Ok(if any_reject {
-        exit::VERDICT
-    } else {
-        exit::CORRECT
-    })
+    Ok(if any_reject { exit::VERDICT } else { exit::CORRECT })
 }

@@ -11,8 +11,7 @@ use clap::Args;
 use indicatif::ProgressBar;
 use tritonforge_agent::embedded::EmbeddedConfig;
 use tritonforge_agent::http::HttpConfig;
-use tritonforge_agent::openai::OpenAiConfig;
-use tritonforge_agent::runner::{self, BackendSpec, RunEvent, RunSpec};
+use tritonforge_agent::runner::{self, BackendSpec, Endpoint, EndpointApi, RunEvent, RunSpec};
 use tritonforge_agent::{Episode, Prompts, RewardConfig, Sampling};
 use tritonforge_protocol::DeviceKind;
 use tritonforge_store::Store;
@@ -163,39 +162,26 @@ impl RunArgs {
                 max_batch: self.parallel.max(1),
             }));
         };
-        let mut http = HttpConfig::new(base_url);
-        http.api_key = std::env::var(&self.api_key_env)
-            .ok()
-            .filter(|k| !k.is_empty());
-        http.timeout = timeout;
-        http.retries = self.retries;
-        http.backoff = Duration::from_secs_f64(self.backoff.max(0.0));
-        http.concurrency = self.concurrency;
-        Ok(match self.api {
-            Api::Openai => BackendSpec::OpenAi(OpenAiConfig {
-                http,
-                model: self.model.clone().unwrap_or_else(|| "default".into()),
-                stream: self.stream,
-            }),
-            Api::Sglang => {
-                let tokenizer = self.tokenizer.clone().ok_or_else(|| {
-                    usage(
-                        "--api sglang sends token ids: --tokenizer DIR must name the \
-                         served model's tokenizer (tokenizer.json and chat template)",
-                    )
-                })?;
-                BackendSpec::Sglang { http, tokenizer }
-            }
-        })
+        let http = HttpConfig {
+            api_key: std::env::var(&self.api_key_env).ok().filter(|k| !k.is_empty()),
+            timeout,
+            retries: self.retries,
+            backoff: Duration::from_secs_f64(self.backoff.max(0.0)),
+            concurrency: self.concurrency,
+            ..HttpConfig::new(base_url)
+        };
+        let api = match self.api {
+            Api::Openai => EndpointApi::OpenAi,
+            Api::Sglang => EndpointApi::Sglang,
+        };
+        let (model, stream, tokenizer) = (self.model.clone(), self.stream, self.tokenizer.clone());
+        BackendSpec::endpoint(Endpoint { api, http, model, stream, tokenizer }).map_err(usage)
     }
 
     fn spec(&self) -> anyhow::Result<RunSpec> {
         let reward = match &self.reward {
             None => RewardConfig::default(),
-            Some(p) => std::fs::read_to_string(p)
-                .map_err(|e| e.to_string())
-                .and_then(|t| toml_reward(&t))
-                .map_err(|e| usage(format!("{}: {e}", p.display())))?,
+            Some(p) => RewardConfig::load(p).map_err(usage)?,
         };
         Ok(RunSpec {
             selection: Selection {
@@ -235,10 +221,7 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     let model = args.embedded_model()?;
     let evaluator = Arc::new(global.open_evaluator(pool, guard, true).await?);
     let env = tritonforge_eval::report::env_line(evaluator.environment());
-    let backend = args
-        .backend(global, model, evaluator.device())?
-        .build()
-        .or_usage()?;
+    let backend = args.backend(global, model, evaluator.device())?.build().or_usage()?;
     if !args.json {
         eprintln!("{env}");
     }
@@ -250,70 +233,39 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     );
     bar.enable_steady_tick(Duration::from_millis(250));
     let mut on_event = |e: RunEvent| show(&bar, args.json, e);
-    let result = runner::run(
-        &spec,
-        &suite,
-        backend,
-        evaluator,
-        prompts,
-        &store,
-        &mut on_event,
-    )
-    .await;
+    let result =
+        runner::run(&spec, &suite, backend, evaluator, prompts, &store, &mut on_event).await;
     bar.finish_and_clear();
     let result = result.map_err(|e| match e {
         runner::RunError::Selection(_) | runner::RunError::Problem { .. } => usage(e),
         runner::RunError::Eval(tritonforge_eval::EvalError::Suite(_)) => usage(e),
         e => anyhow::Error::new(e),
     })?;
-    let md = result
-        .write_reports(&args.out, &env)
-        .context("writing the report")?;
+    let md = result.write_reports(&args.out, &env).context("writing the report")?;
     if args.json {
         println!("{}", result.json());
     } else {
         print!("{md}");
         eprintln!("report: {}", args.out.join("report.md").display());
     }
-    Ok(if result.all_failed() {
-        exit::VERDICT
-    } else {
-        exit::CORRECT
-    })
+    Ok(if result.all_failed() { exit::VERDICT } else { exit::CORRECT })
 }
 
 /// One line per event above the bar (plain lines when it is hidden; none with `--json`).
 fn show(bar: &ProgressBar, json: bool, e: RunEvent) {
     match e {
-        RunEvent::Planned {
-            run_id,
-            problems,
-            samples,
-            turns,
-            stored,
-            to_play,
-        } => {
+        RunEvent::Planned { run_id, problems, samples, turns, stored, to_play } => {
             bar.set_length(to_play as u64);
             progress::line(bar, json, format!(
                 "run {run_id}: {problems} problems x {samples} samples x up to {turns} turns ({stored} stored, {to_play} to play)"
             ));
         }
-        RunEvent::EpisodeDone {
-            done,
-            to_play,
-            episode,
-            solved_so_far,
-        } => {
+        RunEvent::EpisodeDone { done, to_play, episode, solved_so_far } => {
             let ep = &episode;
             progress::line(
                 bar,
                 json,
-                format!(
-                    "[{done}/{to_play}] {} sample {}: {}",
-                    ep.problem,
-                    ep.sample,
-                    detail(ep)
-                ),
+                format!("[{done}/{to_play}] {} sample {}: {}", ep.problem, ep.sample, detail(ep)),
             );
             bar.set_message(format!("{solved_so_far} correct"));
             bar.inc(1);
@@ -333,10 +285,4 @@ fn detail(ep: &Episode) -> String {
         ),
         (None, None) => "no turn".into(),
     }
-}
-
-fn toml_reward(text: &str) -> Result<RewardConfig, String> {
-    let v: toml::Value = toml::from_str(text).map_err(|e| e.to_string())?;
-    let j = serde_json::to_value(v).map_err(|e| e.to_string())?;
-    serde_json::from_value(j).map_err(|e| e.to_string())
 }

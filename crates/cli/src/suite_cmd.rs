@@ -74,14 +74,7 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
             print!("{}", tritonforge_suite::render::show(e));
             Ok(exit::CORRECT)
         }
-        SuiteCmd::Validate {
-            filter,
-            variant,
-            pool,
-            timing,
-            guard,
-            json,
-        } => {
+        SuiteCmd::Validate { filter, variant, pool, timing, guard, json } => {
             let spec = ValidateSpec {
                 filter: Filter::from(&filter),
                 variants: variant,
@@ -100,14 +93,9 @@ async fn validate(
     guard: &GuardOpts,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let evaluator = global
-        .open_evaluator(pool.config(usize::MAX)?, guard.load()?, true)
-        .await?;
+    let evaluator = global.open_evaluator(pool.config(usize::MAX)?, guard.load()?, true).await?;
     if !json {
-        eprintln!(
-            "{}",
-            tritonforge_eval::report::env_line(evaluator.environment())
-        );
+        eprintln!("{}", tritonforge_eval::report::env_line(evaluator.environment()));
     }
     let report = validate_suite(Arc::new(evaluator), suite, &spec, &mut |c| {
         if !json {
@@ -116,10 +104,7 @@ async fn validate(
                 Checked::Solution => "solution",
             };
             let ok = if c.ok { "ok" } else { "FAILED" };
-            eprintln!(
-                "[{}/{}] {what} {} [{}]: {ok}",
-                c.done, c.total, c.key, c.variant
-            );
+            eprintln!("[{}/{}] {what} {} [{}]: {ok}", c.done, c.total, c.key, c.variant);
         }
     })
     .await?;
@@ -128,9 +113,5 @@ async fn validate(
     } else {
         print!("{}", report.text());
     }
-    Ok(if report.findings.is_empty() {
-        exit::CORRECT
-    } else {
-        exit::VERDICT
-    })
+    Ok(if report.findings.is_empty() { exit::CORRECT } else { exit::VERDICT })
 }

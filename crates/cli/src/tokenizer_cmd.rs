@@ -46,10 +46,7 @@ pub async fn run(global: &Global, cmd: TokenizerCmd) -> anyhow::Result<u8> {
             let py = global.python_env()?;
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
             let status = py
-                .worker(tritonforge_pyenv::WorkerMode::Tokenizer {
-                    model,
-                    out: out.clone(),
-                })
+                .worker(tritonforge_pyenv::WorkerMode::Tokenizer { model, out: out.clone() })
                 .command()
                 .status()
                 .with_context(|| format!("running {}", py.interpreter.display()))?;
@@ -62,18 +59,10 @@ pub async fn run(global: &Global, cmd: TokenizerCmd) -> anyhow::Result<u8> {
 fn render(args: RenderArgs) -> anyhow::Result<u8> {
     let text = std::fs::read_to_string(&args.chats)
         .with_context(|| format!("reading {}", args.chats.display()))?;
-    let chats: Vec<Value> = serde_json::from_str(&text).map_err(|e| {
-        usage(format!(
-            "{}: not a JSON array of chats: {e}",
-            args.chats.display()
-        ))
-    })?;
-    let tokenizer = args
-        .tokenizer
-        .as_deref()
-        .map(ChatTokenizer::from_dir)
-        .transpose()
-        .or_usage()?;
+    let chats: Vec<Value> = serde_json::from_str(&text)
+        .map_err(|e| usage(format!("{}: not a JSON array of chats: {e}", args.chats.display())))?;
+    let tokenizer =
+        args.tokenizer.as_deref().map(ChatTokenizer::from_dir).transpose().or_usage()?;
     let own = match &args.template {
         Some(path) => {
             let source = std::fs::read_to_string(path)

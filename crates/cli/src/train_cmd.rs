@@ -7,14 +7,13 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Subcommand;
 use tritonforge_protocol::DeviceKind;
-use tritonforge_pyenv::WorkerMode;
 use tritonforge_store::Store;
 use tritonforge_train::events::MetricsLog;
 use tritonforge_train::worker::{TrainerSpec, WorkerPolicy};
 use tritonforge_train::{Event, Policy, RunOptions, SftConfig, TrainError};
 
-use crate::args::Global;
-use crate::exit::USAGE as EXIT_USAGE;
+use crate::args::{Device, Global};
+use crate::exit::{self, usage, OrUsage};
 use crate::progress;
 
 #[derive(Subcommand)]
@@ -37,35 +36,17 @@ pub enum TrainCmd {
 }
 
 pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
-    let TrainCmd::Sft {
-        config,
-        resume,
-        until,
-        json,
-    } = cmd;
-    let cfg = match SftConfig::load(&config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(EXIT_USAGE);
-        }
-    };
+    let TrainCmd::Sft { config, resume, until, json } = cmd;
+    let cfg = SftConfig::load(&config).or_usage()?;
     let py = global.python_env()?;
     let device = match global.device {
-        crate::args::Device::Cpu => DeviceKind::Cpu,
-        crate::args::Device::Cuda => DeviceKind::Cuda,
-        crate::args::Device::Auto => tritonforge_pyenv::probe(&py, global.device.into())?.device,
+        Device::Cpu => DeviceKind::Cpu,
+        Device::Cuda => DeviceKind::Cuda,
+        Device::Auto => tritonforge_pyenv::probe(&py, global.device.into())?.device,
     };
     std::fs::create_dir_all(&cfg.output.dir)
         .with_context(|| format!("creating {}", cfg.output.dir.display()))?;
-    let tok_dir = match tokenizer_dir(&cfg, &py) {
-        Ok(d) => d,
-        Err(msg) => {
-            eprintln!("error: {msg}");
-            return Ok(EXIT_USAGE);
-        }
-    };
-    let store = Store::open(&global.store_path())?;
+    let tok_dir = tritonforge_train::tokenizer_dir(&cfg, &py).or_usage()?;
     let spec = TrainerSpec {
         python: py.interpreter.clone(),
         worker_path: py.worker_path.clone(),
@@ -74,32 +55,23 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
         procs: cfg.train.gpus,
         torchrun: cfg.train.torchrun.clone(),
     };
+    let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     let opts = RunOptions {
         resume,
         until,
-        run_id: format!(
-            "sft-{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis())
-                .unwrap_or(0)
-        ),
+        run_id: format!("sft-{}", millis.map(|d| d.as_millis()).unwrap_or(0)),
     };
-    let log = MetricsLog::open(
-        store,
-        &cfg.output.dir.join("metrics.jsonl"),
-        opts.run_id.clone(),
-    );
+    let store = Store::open(&global.store_path())?;
+    let log = MetricsLog::open(store, &cfg.output.dir.join("metrics.jsonl"), opts.run_id.clone());
     let result =
         tokio::task::spawn_blocking(move || train(&cfg, &tok_dir, &opts, &spec, log, json)).await?;
     match result {
         Ok(state) => {
+            let how = if state.done { "finished" } else { "stopped" };
+            let latest = state.latest.unwrap_or_default();
             eprintln!(
-                "{} at step {}/{}; latest checkpoint: {}",
-                if state.done { "finished" } else { "stopped" },
-                state.step,
-                state.total_steps,
-                state.latest.unwrap_or_default()
+                "{how} at step {}/{}; latest checkpoint: {latest}",
+                state.step, state.total_steps
             );
             Ok(0)
         }
@@ -108,60 +80,14 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
             | TrainError::Data { .. }
             | TrainError::Resume(_)
             | TrainError::Tokenizer(_)),
-        ) => {
-            eprintln!("error: {e}");
-            Ok(EXIT_USAGE)
-        }
+        ) => Err(usage(e)),
         Err(e) => {
             eprintln!("error: {e}");
             eprintln!(
                 "(checkpoints written so far are kept; `--resume` continues from the latest)"
             );
-            Ok(crate::exit::ENV)
+            Ok(exit::ENV)
         }
-    }
-}
-
-/// The tokenizer directory: configured, the model's own, or exported from the model
-/// into the output directory (a GGUF file carries its tokenizer inside).
-fn tokenizer_dir(cfg: &SftConfig, py: &tritonforge_pyenv::PythonEnv) -> Result<PathBuf, String> {
-    if let Some(t) = &cfg.tokenizer {
-        return if t.join("tokenizer.json").is_file() {
-            Ok(t.clone())
-        } else {
-            Err(format!(
-                "tokenizer {}: no tokenizer.json there",
-                t.display()
-            ))
-        };
-    }
-    let model = Path::new(&cfg.model);
-    if model.join("tokenizer.json").is_file() {
-        return Ok(model.to_path_buf());
-    }
-    if model.is_dir() {
-        return Err(format!(
-            "model {}: no tokenizer.json in the directory; set `tokenizer = DIR` in the config",
-            model.display()
-        ));
-    }
-    let out = cfg.output.dir.join("tokenizer");
-    if out.join("tokenizer.json").is_file() {
-        return Ok(out);
-    }
-    let status = py
-        .worker(WorkerMode::Tokenizer {
-            model: cfg.model.clone(),
-            out: out.clone(),
-        })
-        .command()
-        .stdout(std::process::Stdio::null())
-        .status()
-        .map_err(|e| format!("running {}: {e}", py.interpreter.display()))?;
-    if status.success() {
-        Ok(out)
-    } else {
-        Err(format!("could not export the tokenizer of {}", cfg.model))
     }
 }
 

@@ -50,10 +50,8 @@ fn rust_renders_and_tokenises_chats_exactly_as_transformers_does() {
     assert!(dir.join("tokenizer.json").is_file());
 
     let mut templates = vec![None];
-    let mut names: Vec<_> = std::fs::read_dir(fixture("chat/templates"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut names: Vec<_> =
+        std::fs::read_dir(fixture("chat/templates")).unwrap().map(|e| e.unwrap().path()).collect();
     names.sort();
     assert!(names.len() >= 5);
     templates.extend(names.into_iter().map(Some));
@@ -82,10 +80,7 @@ fn rust_renders_and_tokenises_chats_exactly_as_transformers_does() {
                 errors += 1;
                 continue;
             }
-            assert_eq!(
-                w["text"], g["text"],
-                "{name}, chat {i}: rendered text differs"
-            );
+            assert_eq!(w["text"], g["text"], "{name}, chat {i}: rendered text differs");
             assert_eq!(w["ids"], g["ids"], "{name}, chat {i}: token ids differ");
             compared += 1;
         }

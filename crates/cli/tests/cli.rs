@@ -78,21 +78,15 @@ fn a_correct_candidate_is_correct_and_a_repeat_is_a_cache_hit() {
     assert!(stdout.contains("verdict:   correct"), "{stdout}");
     assert!(stdout.contains("cache hit"), "{stdout}");
     let db = rusqlite::Connection::open(state.path().join("tritonforge.sqlite")).unwrap();
-    let n: i64 = db
-        .query_row("SELECT COUNT(*) FROM evaluations", [], |r| r.get(0))
-        .unwrap();
+    let n: i64 = db.query_row("SELECT COUNT(*) FROM evaluations", [], |r| r.get(0)).unwrap();
     assert_eq!(n, 2);
 }
 
 #[test]
 fn wrong_values_are_incorrect_with_the_max_error_and_where() {
     let state = tempfile::tempdir().unwrap();
-    let (code, rec, _) = eval_one(
-        state.path(),
-        &relu_problem(),
-        &fixture("candidates/wrong_values.py"),
-        &[],
-    );
+    let (code, rec, _) =
+        eval_one(state.path(), &relu_problem(), &fixture("candidates/wrong_values.py"), &[]);
     assert_eq!(code, 1);
     assert_eq!(rec["status"], "incorrect");
     assert_eq!(rec["stage"], "correctness");
@@ -101,28 +95,18 @@ fn wrong_values_are_incorrect_with_the_max_error_and_where() {
     assert_eq!(m["trial"], 0);
     assert_eq!(m["output"], 0);
     let max_abs = m["max_abs_err"].as_f64().unwrap();
-    assert!(
-        max_abs > 1e-3 && max_abs < 0.1,
-        "leaky slope 0.01 on randn: {max_abs}"
-    );
+    assert!(max_abs > 1e-3 && max_abs < 0.1, "leaky slope 0.01 on randn: {max_abs}");
     assert_eq!(m["worst_index"].as_array().unwrap().len(), 2);
     assert!(m["mismatched"].as_u64().unwrap() > 0);
     let msg = rec["message"].as_str().unwrap();
-    assert!(
-        msg.contains("max abs err") && msg.contains("worst at"),
-        "{msg}"
-    );
+    assert!(msg.contains("max abs err") && msg.contains("worst at"), "{msg}");
 }
 
 #[test]
 fn nan_never_passes() {
     let state = tempfile::tempdir().unwrap();
-    let (code, rec, _) = eval_one(
-        state.path(),
-        &relu_problem(),
-        &fixture("candidates/nan_output.py"),
-        &[],
-    );
+    let (code, rec, _) =
+        eval_one(state.path(), &relu_problem(), &fixture("candidates/nan_output.py"), &[]);
     assert_eq!(code, 1);
     assert_eq!(rec["status"], "incorrect");
     assert_eq!(rec["mismatch"]["kind"], "nonfinite");
@@ -131,12 +115,8 @@ fn nan_never_passes() {
 #[test]
 fn a_syntax_error_is_a_compile_error_at_the_candidates_line() {
     let state = tempfile::tempdir().unwrap();
-    let (code, rec, _) = eval_one(
-        state.path(),
-        &relu_problem(),
-        &fixture("candidates/syntax_error.py"),
-        &[],
-    );
+    let (code, rec, _) =
+        eval_one(state.path(), &relu_problem(), &fixture("candidates/syntax_error.py"), &[]);
     assert_eq!(code, 1);
     assert_eq!(rec["status"], "compile_error");
     assert_eq!(rec["stage"], "import");
@@ -150,68 +130,44 @@ fn a_syntax_error_is_a_compile_error_at_the_candidates_line() {
 #[test]
 fn an_exception_in_forward_is_a_runtime_error_with_the_candidates_frames() {
     let state = tempfile::tempdir().unwrap();
-    let (code, rec, _) = eval_one(
-        state.path(),
-        &relu_problem(),
-        &fixture("candidates/raises.py"),
-        &["--no-guard"],
-    );
+    let (code, rec, _) =
+        eval_one(state.path(), &relu_problem(), &fixture("candidates/raises.py"), &["--no-guard"]);
     assert_eq!(code, 1);
     assert_eq!(rec["status"], "runtime_error");
     assert_eq!(rec["error"]["exc_type"], "ValueError");
     let frames = rec["error"]["frames"].as_array().unwrap();
     // Only the candidate's own frames, innermost last, with its line numbers.
-    assert!(
-        frames.iter().all(|f| f["file"] == "raises.py"),
-        "{frames:?}"
-    );
+    assert!(frames.iter().all(|f| f["file"] == "raises.py"), "{frames:?}");
     assert_eq!(frames.last().unwrap()["line"], 13);
     assert_eq!(frames.last().unwrap()["function"], "compute_scale");
-    assert!(rec["message"]
-        .as_str()
-        .unwrap()
-        .contains("scale table is empty"));
+    assert!(rec["message"].as_str().unwrap().contains("scale table is empty"));
 }
 
 #[test]
 fn writing_into_inputs_is_incorrect() {
     let state = tempfile::tempdir().unwrap();
-    let (code, rec, _) = eval_one(
-        state.path(),
-        &relu_problem(),
-        &fixture("candidates/writes_inputs.py"),
-        &[],
-    );
+    let (code, rec, _) =
+        eval_one(state.path(), &relu_problem(), &fixture("candidates/writes_inputs.py"), &[]);
     assert_eq!(code, 1);
     assert_eq!(rec["status"], "incorrect");
     assert_eq!(rec["mismatch"]["kind"], "input_mutated");
-    assert!(rec["message"]
-        .as_str()
-        .unwrap()
-        .contains("wrote into input 0"));
+    assert!(rec["message"].as_str().unwrap().contains("wrote into input 0"));
 }
 
 #[test]
 fn broken_problem_files_get_a_clear_error_naming_the_file() {
     let state = tempfile::tempdir().unwrap();
     let cand = fixture("candidates/relu_ok.py");
-    for (problem, needle) in [
-        ("problems/bad_syntax.py", "SyntaxError"),
-        ("problems/no_inputs.py", "get_inputs"),
-    ] {
+    for (problem, needle) in
+        [("problems/bad_syntax.py", "SyntaxError"), ("problems/no_inputs.py", "get_inputs")]
+    {
         let p = fixture(problem);
-        let out = run(tf(state.path())
-            .args(["eval", "--problem"])
-            .arg(&p)
-            .arg("--candidate")
-            .arg(&cand));
+        let out =
+            run(tf(state.path()).args(["eval", "--problem"]).arg(&p).arg("--candidate").arg(&cand));
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{problem}: {err}");
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        assert!(
-            err.contains(&name) && err.contains(needle),
-            "{problem}: {err}"
-        );
+        assert!(err.contains(&name) && err.contains(needle), "{problem}: {err}");
     }
     // A problem file that does not exist is named before anything starts.
     let out = run(tf(state.path())
@@ -323,16 +279,7 @@ fn a_batch_survives_hangs_and_aborts_and_every_process_is_fresh() {
     assert_eq!(setup.status.code(), Some(0), "{}", text(&setup.stderr));
     let started = Instant::now();
     let out = run(tf(&state)
-        .args([
-            "eval",
-            "--json",
-            "--no-guard",
-            "--jobs",
-            "2",
-            "--budget",
-            "10",
-            "--problems",
-        ])
+        .args(["eval", "--json", "--no-guard", "--jobs", "2", "--budget", "10", "--problems"])
         .arg(&probs)
         .arg("--candidates")
         .arg(&cands));
@@ -348,35 +295,20 @@ fn a_batch_survives_hangs_and_aborts_and_every_process_is_fresh() {
     assert_eq!(abort["status"], "runtime_error");
     assert_eq!(abort["stage"], "process");
     let msg = abort["message"].as_str().unwrap();
-    assert!(
-        msg.contains("SIGABRT") && msg.contains("b_abort.py:11 in forward"),
-        "{abort}"
-    );
+    assert!(msg.contains("SIGABRT") && msg.contains("b_abort.py:11 in forward"), "{abort}");
     // faulthandler's dump names the candidate's line.
-    assert!(
-        abort["stderr_tail"]
-            .as_str()
-            .unwrap()
-            .contains("b_abort.py"),
-        "{abort}"
-    );
+    assert!(abort["stderr_tail"].as_str().unwrap().contains("b_abort.py"), "{abort}");
     for name in ["c_fresh", "d_fresh", "e_fresh"] {
         assert_eq!(by_name(&recs, name)["status"], "correct", "{name}");
     }
     // Candidate stdout is diverted to stderr: no forged or corrupted protocol line.
     assert_eq!(by_name(&recs, "f_prints")["status"], "correct");
     // The hang cost its budget once, in parallel with the others, not the whole batch.
-    assert!(
-        started.elapsed() < Duration::from_secs(90),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(90), "{:?}", started.elapsed());
     assert!(err.contains("6 evaluations"), "{err}");
 
     let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
-    let n: i64 = db
-        .query_row("SELECT COUNT(*) FROM evaluations", [], |r| r.get(0))
-        .unwrap();
+    let n: i64 = db.query_row("SELECT COUNT(*) FROM evaluations", [], |r| r.get(0)).unwrap();
     assert_eq!(n, 6);
 }
 
@@ -393,9 +325,8 @@ fn stored(state: &Path) -> i64 {
 #[test]
 fn an_interrupted_batch_loses_nothing() {
     let root = tempfile::tempdir().unwrap();
-    let names: Vec<(String, &str)> = (0..8)
-        .map(|i| (format!("slow_{i}"), "slow_correct"))
-        .collect();
+    let names: Vec<(String, &str)> =
+        (0..8).map(|i| (format!("slow_{i}"), "slow_correct")).collect();
     let refs: Vec<(&str, &str)> = names.iter().map(|(n, f)| (n.as_str(), *f)).collect();
     let (probs, cands) = batch_dirs(root.path(), &refs);
     let state = root.path().join("state");
@@ -436,10 +367,7 @@ fn an_interrupted_batch_loses_nothing() {
     assert_eq!(recs.len(), 8);
     assert!(recs.iter().all(|r| r["status"] == "correct"));
     let hits = recs.iter().filter(|r| r["cached"] == true).count() as i64;
-    assert_eq!(
-        hits, before,
-        "everything stored before the interrupt is a cache hit"
-    );
+    assert_eq!(hits, before, "everything stored before the interrupt is a cache hit");
     assert_eq!(stored(&state), 8);
 }
 
@@ -455,10 +383,7 @@ fn doctor_reports_interpreter_versions_device_and_store() {
     assert!(stdout.contains("torch 2.11.0"), "{stdout}");
     assert!(stdout.contains("triton 3.6.0"), "{stdout}");
     assert!(stdout.contains("CPU mode: Triton interpreter"), "{stdout}");
-    assert!(
-        stdout.contains(&venv().join("bin/python").display().to_string()),
-        "{stdout}"
-    );
+    assert!(stdout.contains(&venv().join("bin/python").display().to_string()), "{stdout}");
     assert!(stdout.contains("tritonforge.sqlite"), "{stdout}");
 
     let out = run(tf(state.path()).args(["doctor", "--json"]));
@@ -469,9 +394,7 @@ fn doctor_reports_interpreter_versions_device_and_store() {
     // the text report says what is enforced.
     assert!(
         v["sandbox"]["landlock_abi"].is_u64()
-            || v["sandbox"]["notes"]
-                .as_array()
-                .is_some_and(|n| !n.is_empty()),
+            || v["sandbox"]["notes"].as_array().is_some_and(|n| !n.is_empty()),
         "{v}"
     );
     assert!(stdout.contains("sandbox:"), "{stdout}");
@@ -541,14 +464,8 @@ fn the_sandbox_stops_writes_outside_scratch_and_network_connections() {
         return;
     }
     assert_eq!(rec["status"], "runtime_error", "{rec}");
-    assert!(
-        rec["message"].as_str().unwrap().contains("PermissionError"),
-        "{rec}"
-    );
-    assert!(
-        !target.exists(),
-        "the candidate wrote outside its scratch dir"
-    );
+    assert!(rec["message"].as_str().unwrap().contains("PermissionError"), "{rec}");
+    assert!(!target.exists(), "the candidate wrote outside its scratch dir");
 
     let (code, rec, _) = eval_one(
         state.path(),
@@ -582,27 +499,16 @@ fn the_guard_rejects_cheats_before_anything_runs_and_names_the_rule() {
         ("connects_out.py", "process-or-system"),
         ("writes_outside_scratch.py", "file-or-env-access"),
     ] {
-        let (code, rec, _) = eval_one(
-            state.path(),
-            &relu_problem(),
-            &fixture(&format!("candidates/{name}")),
-            &[],
-        );
+        let (code, rec, _) =
+            eval_one(state.path(), &relu_problem(), &fixture(&format!("candidates/{name}")), &[]);
         assert_eq!(code, 1, "{name}: {rec}");
         assert_eq!(rec["status"], "rejected", "{name}: {rec}");
         assert_eq!(rec["stage"], "guard", "{name}: {rec}");
-        assert!(
-            rec["message"].as_str().unwrap().contains(rule),
-            "{name}: {rec}"
-        );
+        assert!(rec["message"].as_str().unwrap().contains(rule), "{name}: {rec}");
         // Nothing ran: no trials, no executor time, no provenance.
         assert!(rec["executor_ms"].is_null(), "{name}: {rec}");
         assert!(rec["provenance"].is_null(), "{name}: {rec}");
-        assert!(rec["guard"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["rule"] == rule));
+        assert!(rec["guard"].as_array().unwrap().iter().any(|f| f["rule"] == rule));
     }
     // A policy that turns the rule off lets the same file run (and the runtime layer
     // catches it instead); the policy is part of the cache key.
@@ -632,10 +538,7 @@ fn the_guard_rejects_cheats_before_anything_runs_and_names_the_rule() {
         .arg(fixture("candidates/relu_ok.py")));
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
-    assert!(
-        err.contains("lenient.toml") && err.contains("no-such-rule"),
-        "{err}"
-    );
+    assert!(err.contains("lenient.toml") && err.contains("no-such-rule"), "{err}");
 }
 
 #[test]
@@ -648,19 +551,14 @@ fn guard_prints_findings_like_a_linter() {
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert!(
-        lines.iter().all(|l| l.contains("torch_in_disguise.py:")),
-        "{stdout}"
-    );
+    assert!(lines.iter().all(|l| l.contains("torch_in_disguise.py:")), "{stdout}");
     assert!(
         stdout.contains(
             "torch_in_disguise.py:17:16: reject [torch-compute-in-forward] `torch.relu` in forward"
         ),
         "{stdout}"
     );
-    let out = run(tf(state.path())
-        .args(["guard", "--json"])
-        .arg(fixture("candidates/relu_ok.py")));
+    let out = run(tf(state.path()).args(["guard", "--json"]).arg(fixture("candidates/relu_ok.py")));
     assert_eq!(out.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["rejected"], false);
@@ -676,11 +574,7 @@ fn a_kernel_hard_coded_to_the_benchmark_shape_fails_at_unseen_shapes() {
     let root = tempfile::tempdir().unwrap();
     let bench = root.path().join("bench");
     std::fs::create_dir_all(bench.join("level1")).unwrap();
-    std::fs::copy(
-        repo().join("bench/level1/relu.py"),
-        bench.join("level1/relu.py"),
-    )
-    .unwrap();
+    std::fs::copy(repo().join("bench/level1/relu.py"), bench.join("level1/relu.py")).unwrap();
     std::fs::write(
         bench.join("manifest.toml"),
         "[problems.\"level1/relu\"]\nvariants.small = { BATCH = 4, DIM = 1000 }\n\
@@ -700,10 +594,7 @@ fn a_kernel_hard_coded_to_the_benchmark_shape_fails_at_unseen_shapes() {
     assert_eq!(rec["status"], "incorrect", "{rec}");
     assert_eq!(rec["config"]["shape_check"]["DIM"], 1001, "{rec}");
     let msg = rec["message"].as_str().unwrap();
-    assert!(
-        msg.starts_with("at unseen shapes (BATCH=5, DIM=1001)"),
-        "{msg}"
-    );
+    assert!(msg.starts_with("at unseen shapes (BATCH=5, DIM=1001)"), "{msg}");
     assert_eq!(rec["mismatch"]["trial"], 5, "{rec}");
 
     let honest = repo().join("bench/solutions/level1/relu.py");

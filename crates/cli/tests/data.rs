@@ -31,9 +31,7 @@ fn config(dir: &Path, input: &Path, out: &str, extra: &str) -> std::path::PathBu
 }
 
 fn build(state: &Path, cfg: &Path) -> Value {
-    let out = run(tf(state)
-        .args(["data", "build", "--json", "--config"])
-        .arg(cfg));
+    let out = run(tf(state).args(["data", "build", "--json", "--config"]).arg(cfg));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -59,16 +57,7 @@ fn every_stage_keeps_and_drops_what_it_should() {
     let state = root.path().join("state");
     let fx = root.path().join("fx");
     let out = run(tf(&state)
-        .args([
-            "data",
-            "synth",
-            "--rows",
-            "300",
-            "--defects",
-            "--seed",
-            "3",
-            "--out",
-        ])
+        .args(["data", "synth", "--rows", "300", "--defects", "--seed", "3", "--out"])
         .arg(&fx));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let tok = root.path().join("tok");
@@ -86,10 +75,7 @@ fn every_stage_keeps_and_drops_what_it_should() {
     let ingest = stage(&report, "ingest");
     assert_eq!(ingest["dropped"]["malformed_json"], 1, "{ingest}");
     assert_eq!(ingest["dropped"]["non_utf8"], 1, "{ingest}");
-    assert_eq!(
-        ingest["dropped"]["missing_field:triton_code"], 1,
-        "{ingest}"
-    );
+    assert_eq!(ingest["dropped"]["missing_field:triton_code"], 1, "{ingest}");
     assert_eq!(ingest["dropped"]["empty_field:python_code"], 1, "{ingest}");
 
     let a = root.path().join("a");
@@ -99,41 +85,20 @@ fn every_stage_keeps_and_drops_what_it_should() {
         .collect();
     let reason = |id: &str| {
         let b = dropped.get(id).unwrap_or_else(|| panic!("{id} was kept"));
-        (
-            b["stage"].as_str().unwrap().to_string(),
-            b["reason"].as_str().unwrap().to_string(),
-        )
+        (b["stage"].as_str().unwrap().to_string(), b["reason"].as_str().unwrap().to_string())
     };
     assert_eq!(reason("bad-too-long"), ("length".into(), "too_long".into()));
     assert_eq!(reason("bad-tiny").0, "quality", "a stub with no kernel");
-    assert_eq!(
-        reason("bad-problem-syntax"),
-        ("quality".into(), "problem_unparsable".into())
-    );
-    assert_eq!(
-        reason("bad-answer-syntax"),
-        ("quality".into(), "answer_unparsable".into())
-    );
+    assert_eq!(reason("bad-problem-syntax"), ("quality".into(), "problem_unparsable".into()));
+    assert_eq!(reason("bad-answer-syntax"), ("quality".into(), "answer_unparsable".into()));
     let (st, why) = reason("bad-guard-torch");
     assert_eq!(st, "quality");
     assert!(why.starts_with("guard:"), "{why}");
-    assert_eq!(
-        reason("bad-exact-dup"),
-        ("dedup_exact".into(), "exact_duplicate".into())
-    );
-    assert_eq!(
-        dropped["bad-exact-dup"]["instead"], "ok-000000",
-        "the better row stays"
-    );
-    assert_eq!(
-        reason("bad-near-dup"),
-        ("dedup_near".into(), "near_duplicate".into())
-    );
+    assert_eq!(reason("bad-exact-dup"), ("dedup_exact".into(), "exact_duplicate".into()));
+    assert_eq!(dropped["bad-exact-dup"]["instead"], "ok-000000", "the better row stays");
+    assert_eq!(reason("bad-near-dup"), ("dedup_near".into(), "near_duplicate".into()));
     assert_eq!(dropped["bad-near-dup"]["instead"], "ok-000001");
-    assert_eq!(
-        reason("bad-heldout-leak"),
-        ("decontaminate".into(), "heldout_lookalike".into())
-    );
+    assert_eq!(reason("bad-heldout-leak"), ("decontaminate".into(), "heldout_lookalike".into()));
     assert!(
         dropped.keys().all(|id| id.starts_with("bad-")),
         "a valid row was dropped: {dropped:?}"
@@ -141,33 +106,21 @@ fn every_stage_keeps_and_drops_what_it_should() {
 
     // Every valid row is kept, once, as a conversation in the agent's task format.
     let rows = kept(&a);
-    let ids: BTreeSet<String> = rows
-        .iter()
-        .map(|r| r["id"].as_str().unwrap().to_string())
-        .collect();
+    let ids: BTreeSet<String> =
+        rows.iter().map(|r| r["id"].as_str().unwrap().to_string()).collect();
     assert_eq!(ids.len(), rows.len());
     assert_eq!(
         ids.len(),
         300,
         "{:?}",
-        ids.iter()
-            .filter(|i| !i.starts_with("ok-"))
-            .collect::<Vec<_>>()
+        ids.iter().filter(|i| !i.starts_with("ok-")).collect::<Vec<_>>()
     );
-    assert_eq!(
-        report["train"].as_u64().unwrap() + report["validation"].as_u64().unwrap(),
-        300
-    );
-    assert!(
-        report["validation"].as_u64().unwrap() > 10,
-        "about 10% validation"
-    );
+    assert_eq!(report["train"].as_u64().unwrap() + report["validation"].as_u64().unwrap(), 300);
+    assert!(report["validation"].as_u64().unwrap() > 10, "about 10% validation");
     for r in &rows {
         let m = r["messages"].as_array().unwrap();
         assert_eq!(
-            m.iter()
-                .map(|x| x["role"].as_str().unwrap())
-                .collect::<Vec<_>>(),
+            m.iter().map(|x| x["role"].as_str().unwrap()).collect::<Vec<_>>(),
             ["system", "user", "assistant"]
         );
         let user = m[1]["content"].as_str().unwrap();
@@ -183,10 +136,7 @@ fn every_stage_keeps_and_drops_what_it_should() {
             n.is_multiple_of(3),
             "reasoning wrapped: {answer:.80}"
         );
-        assert!(
-            r["meta"]["repo_name"].is_string(),
-            "unknown columns kept: {r}"
-        );
+        assert!(r["meta"]["repo_name"].is_string(), "unknown columns kept: {r}");
         let t = r["tokens"].as_u64().unwrap();
         assert!((100..=8192).contains(&t));
     }
@@ -218,12 +168,7 @@ fn every_stage_keeps_and_drops_what_it_should() {
     }
 
     // Outputs: parquet beside JSONL, stats in both forms, `data stats` reads them back.
-    for f in [
-        "train.parquet",
-        "validation.parquet",
-        "stats.md",
-        "stats.json",
-    ] {
+    for f in ["train.parquet", "validation.parquet", "stats.md", "stats.json"] {
         assert!(a.join(f).is_file(), "{f}");
     }
     let md = std::fs::read_to_string(a.join("stats.md")).unwrap();
@@ -233,34 +178,22 @@ fn every_stage_keeps_and_drops_what_it_should() {
 
     // The same rows from parquet, with no thinking tags and no tokenizer: the same rows kept
     // (the too-long row is kept: nothing measures it), none with <think>.
-    let cfg = config(
-        root.path(),
-        &fx.join("kernelbook.parquet"),
-        "b",
-        "[thinking]\nmode = \"none\"\n",
-    );
+    let cfg =
+        config(root.path(), &fx.join("kernelbook.parquet"), "b", "[thinking]\nmode = \"none\"\n");
     let report = build(&state, &cfg);
-    assert!(stage(&report, "length")["note"]
-        .as_str()
-        .unwrap()
-        .contains("no length.tokenizer"));
+    assert!(stage(&report, "length")["note"].as_str().unwrap().contains("no length.tokenizer"));
     let b_rows = kept(&root.path().join("b"));
-    let b_ids: BTreeSet<String> = b_rows
-        .iter()
-        .map(|r| r["id"].as_str().unwrap().to_string())
-        .collect();
+    let b_ids: BTreeSet<String> =
+        b_rows.iter().map(|r| r["id"].as_str().unwrap().to_string()).collect();
     let mut with_long = ids.clone();
     with_long.insert("bad-too-long".to_string());
     assert_eq!(b_ids, with_long, "parquet and JSONL give the same set");
-    assert!(b_rows.iter().all(|r| !r["messages"][2]["content"]
-        .as_str()
-        .unwrap()
-        .contains("<think>")));
-    // The split is a function of the id: the same rows land in validation both times.
-    let va: BTreeSet<_> = jsonl(&a.join("validation.jsonl"))
+    assert!(b_rows
         .iter()
-        .map(|r| r["id"].clone().to_string())
-        .collect();
+        .all(|r| !r["messages"][2]["content"].as_str().unwrap().contains("<think>")));
+    // The split is a function of the id: the same rows land in validation both times.
+    let va: BTreeSet<_> =
+        jsonl(&a.join("validation.jsonl")).iter().map(|r| r["id"].clone().to_string()).collect();
     let vb: BTreeSet<_> = jsonl(&root.path().join("b/validation.jsonl"))
         .iter()
         .map(|r| r["id"].clone().to_string())
@@ -277,10 +210,7 @@ fn broken_configs_and_inputs_are_named() {
     let out = run(tf(&state).args(["data", "build", "--config"]).arg(&cfg));
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
-    assert!(
-        err.contains("bad.toml") && err.contains("threshhold"),
-        "{err}"
-    );
+    assert!(err.contains("bad.toml") && err.contains("threshhold"), "{err}");
 
     std::fs::write(
         &cfg,
@@ -289,11 +219,7 @@ fn broken_configs_and_inputs_are_named() {
     .unwrap();
     let out = run(tf(&state).args(["data", "build", "--config"]).arg(&cfg));
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("missing.jsonl"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert!(text(&out.stderr).contains("missing.jsonl"), "{}", text(&out.stderr));
 
     let junk = root.path().join("junk.parquet");
     std::fs::write(&junk, b"not parquet at all").unwrap();
@@ -305,17 +231,11 @@ fn broken_configs_and_inputs_are_named() {
     let out = run(tf(&state).args(["data", "build", "--config"]).arg(&cfg));
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
-    assert!(
-        err.contains("junk.parquet") && err.contains("parquet"),
-        "{err}"
-    );
+    assert!(err.contains("junk.parquet") && err.contains("parquet"), "{err}");
 }
 
 fn turn(n: u32, messages: &[(&str, &str)], reply: &str, code: &str, outcome: &str) -> Value {
-    let msgs: Vec<Value> = messages
-        .iter()
-        .map(|(r, c)| json!({"role": r, "content": c}))
-        .collect();
+    let msgs: Vec<Value> = messages.iter().map(|(r, c)| json!({"role": r, "content": c})).collect();
     json!({
         "turn": n, "messages": msgs,
         "completion": {"text": reply, "token_ids": null, "logprobs": null, "prompt_tokens": null,
@@ -373,11 +293,7 @@ fn a_solved_episode_becomes_its_failed_attempt_feedback_and_fix() {
     )
     .unwrap();
     let report = build(&state, &cfg);
-    assert_eq!(
-        stage(&report, "ingest")["dropped"]["episode_unsolved"],
-        1,
-        "{report}"
-    );
+    assert_eq!(stage(&report, "ingest")["dropped"]["episode_unsolved"], 1, "{report}");
     let rows = jsonl(&root.path().join("out/train.jsonl"));
     assert_eq!(rows.len(), 1, "{report}");
     let m = rows[0]["messages"].as_array().unwrap();
@@ -385,10 +301,7 @@ fn a_solved_episode_becomes_its_failed_attempt_feedback_and_fix() {
     assert_eq!(roles, ["system", "user", "assistant", "user", "assistant"]);
     assert_eq!(m[3]["content"], "FEEDBACK: output is wrong");
     let fix = m[4]["content"].as_str().unwrap();
-    assert!(
-        fix.starts_with("```python") && fix.contains("tl.maximum"),
-        "thinking stripped: {fix}"
-    );
+    assert!(fix.starts_with("```python") && fix.contains("tl.maximum"), "thinking stripped: {fix}");
     assert_eq!(rows[0]["meta"]["turns_to_fix"], 2);
 }
 
@@ -422,12 +335,8 @@ fn verify_keeps_only_pairs_the_evaluator_finds_correct_and_reuses_its_verdicts()
         })
         .collect();
     std::fs::write(&input, lines.join("\n")).unwrap();
-    let cfg = config(
-        root.path(),
-        &input,
-        "verified",
-        "[dedup]\nnear = false\n\n[verify]\ntrials = 2\n",
-    );
+    let cfg =
+        config(root.path(), &input, "verified", "[dedup]\nnear = false\n\n[verify]\ntrials = 2\n");
     let text_cfg = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(
         &cfg,
@@ -437,9 +346,7 @@ fn verify_keeps_only_pairs_the_evaluator_finds_correct_and_reuses_its_verdicts()
 
     let verify = |state: &Path| -> Value {
         let out = run(tf(state)
-            .args([
-                "--device", "cpu", "data", "build", "--json", "--verify", "--config",
-            ])
+            .args(["--device", "cpu", "data", "build", "--json", "--verify", "--config"])
             .arg(&cfg));
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         serde_json::from_slice(&out.stdout).unwrap()
@@ -459,10 +366,7 @@ fn verify_keeps_only_pairs_the_evaluator_finds_correct_and_reuses_its_verdicts()
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0]["id"], "good");
     assert_eq!(kept[0]["meta"]["verdict"]["status"], "correct");
-    let key = kept[0]["meta"]["verdict"]["key"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let key = kept[0]["meta"]["verdict"]["key"].as_str().unwrap().to_string();
     assert_eq!(key.len(), 64);
 
     // Each failed row says which verdict dropped it and why.
@@ -474,13 +378,7 @@ fn verify_keeps_only_pairs_the_evaluator_finds_correct_and_reuses_its_verdicts()
         .collect();
     assert_eq!(by_id.len(), 2, "{bad:?}");
     assert_eq!(by_id["wrong"]["reason"], "incorrect");
-    assert!(
-        by_id["broken"]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("cube_it"),
-        "{bad:?}"
-    );
+    assert!(by_id["broken"]["detail"].as_str().unwrap().contains("cube_it"), "{bad:?}");
 
     // The verdicts are in the store: a second build evaluates nothing and decides the same.
     let again = verify(&state);
@@ -497,17 +395,12 @@ fn verify_keeps_only_pairs_the_evaluator_finds_correct_and_reuses_its_verdicts()
 }
 
 fn kept_ids(dir: &Path) -> Vec<String> {
-    let mut ids: Vec<String> = kept(dir)
-        .iter()
-        .map(|r| r["id"].as_str().unwrap().to_string())
-        .collect();
+    let mut ids: Vec<String> =
+        kept(dir).iter().map(|r| r["id"].as_str().unwrap().to_string()).collect();
     ids.sort();
     ids
 }
 
 fn kept_first_key(dir: &Path) -> String {
-    kept(dir)[0]["meta"]["verdict"]["key"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    kept(dir)[0]["meta"]["verdict"]["key"].as_str().unwrap().to_string()
 }

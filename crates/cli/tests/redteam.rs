@@ -33,15 +33,10 @@ fn corpus(kind: &str) -> Vec<Entry> {
         .map(|path| {
             let text = std::fs::read_to_string(&path).unwrap();
             let header = |key: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(&format!("# {key}: ")).map(str::to_owned))
+                text.lines().find_map(|l| l.strip_prefix(&format!("# {key}: ")).map(str::to_owned))
             };
             let label = if kind == "hostile" { "cheat" } else { "honest" };
-            assert!(
-                header(label).is_some(),
-                "{} has no `# {label}:` line",
-                path.display()
-            );
+            assert!(header(label).is_some(), "{} has no `# {label}:` line", path.display());
             Entry {
                 name: path.file_stem().unwrap().to_string_lossy().into_owned(),
                 problem: header("problem")
@@ -89,10 +84,7 @@ fn the_corpus_is_big_enough_and_labelled() {
     assert!(honest.len() >= 40, "{} honest", honest.len());
     for e in hostile.iter().chain(&honest) {
         assert!(
-            repo()
-                .join("bench")
-                .join(format!("{}.py", e.problem))
-                .is_file(),
+            repo().join("bench").join(format!("{}.py", e.problem)).is_file(),
             "{}: no problem {}",
             e.name,
             e.problem
@@ -104,10 +96,7 @@ fn the_corpus_is_big_enough_and_labelled() {
 fn the_guard_rejects_every_static_cheat_and_no_honest_kernel() {
     let state = tempfile::tempdir().unwrap();
     let hostile = corpus("hostile");
-    let verdicts = guard(
-        state.path(),
-        &hostile.iter().map(|e| e.path.clone()).collect::<Vec<_>>(),
-    );
+    let verdicts = guard(state.path(), &hostile.iter().map(|e| e.path.clone()).collect::<Vec<_>>());
     for e in &hostile {
         let (rejected, rules) = &verdicts[&e.name];
         if e.runtime.is_some() {
@@ -155,11 +144,7 @@ fn batch(root: &Path, entries: &[&Entry]) -> (PathBuf, PathBuf) {
     }
     let mut doc = toml::Table::new();
     doc.insert("problems".into(), toml::Value::Table(out));
-    std::fs::write(
-        root.join("bench/manifest.toml"),
-        toml::to_string(&doc).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(root.join("bench/manifest.toml"), toml::to_string(&doc).unwrap()).unwrap();
     (probs, cands)
 }
 
@@ -168,22 +153,11 @@ fn every_hostile_candidate_fails_and_every_honest_one_is_correct() {
     let root = tempfile::tempdir().unwrap();
     let hostile = corpus("hostile");
     let honest = corpus("honest");
-    let runnable: Vec<&Entry> = hostile
-        .iter()
-        .chain(honest.iter())
-        .filter(|e| !e.gpu_only)
-        .collect();
+    let runnable: Vec<&Entry> =
+        hostile.iter().chain(honest.iter()).filter(|e| !e.gpu_only).collect();
     let (probs, cands) = batch(root.path(), &runnable);
     let out = run(tf(&root.path().join("state"))
-        .args([
-            "eval",
-            "--json",
-            "--jobs",
-            "2",
-            "--budget",
-            "60",
-            "--problems",
-        ])
+        .args(["eval", "--json", "--jobs", "2", "--budget", "60", "--problems"])
         .arg(&probs)
         .arg("--candidates")
         .arg(&cands));
@@ -197,21 +171,13 @@ fn every_hostile_candidate_fails_and_every_honest_one_is_correct() {
     assert_eq!(records.len(), runnable.len(), "{}", text(&out.stderr));
     for e in &hostile {
         let r = &records[&e.name];
-        assert_ne!(
-            r["status"], "correct",
-            "hostile {} was judged correct: {r}",
-            e.name
-        );
+        assert_ne!(r["status"], "correct", "hostile {} was judged correct: {r}", e.name);
         if let Some(expect) = &e.runtime {
             // These reach the executor; the run (not the static pass) catches them.
             let static_rejects = r["guard"]
                 .as_array()
                 .is_some_and(|fs| fs.iter().any(|f| f["severity"] == "reject"));
-            assert!(
-                !static_rejects,
-                "{}: the static pass rejected it: {r}",
-                e.name
-            );
+            assert!(!static_rejects, "{}: the static pass rejected it: {r}", e.name);
             let word = expect.split_whitespace().next().unwrap_or_default();
             if ["rejected", "incorrect", "runtime_error"].contains(&word) {
                 assert_eq!(r["status"], word, "{}: {r}", e.name);
@@ -234,16 +200,11 @@ fn the_run_alone_catches_every_cheat_that_runs_on_the_cpu() {
     let root = tempfile::tempdir().unwrap();
     let hostile = corpus("hostile");
     let honest = corpus("honest");
-    let runnable: Vec<&Entry> = hostile
-        .iter()
-        .chain(honest.iter())
-        .filter(|e| !e.gpu_only)
-        .collect();
+    let runnable: Vec<&Entry> =
+        hostile.iter().chain(honest.iter()).filter(|e| !e.gpu_only).collect();
     let (probs, cands) = batch(root.path(), &runnable);
     let out = run(tf(&root.path().join("state"))
-        .args([
-            "eval", "--json", "--jobs", "2", "--budget", "60", "--policy",
-        ])
+        .args(["eval", "--json", "--jobs", "2", "--budget", "60", "--policy"])
         .arg(repo().join("tests/redteam/runtime-only.toml"))
         .arg("--problems")
         .arg(&probs)
@@ -268,22 +229,12 @@ fn the_run_alone_catches_every_cheat_that_runs_on_the_cpu() {
         if e.static_only {
             continue;
         }
-        assert_ne!(
-            r["status"], "correct",
-            "hostile {} passed the run: {r}",
-            e.name
-        );
-        if r["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("[runtime-"))
-        {
+        assert_ne!(r["status"], "correct", "hostile {} passed the run: {r}", e.name);
+        if r["message"].as_str().is_some_and(|m| m.contains("[runtime-")) {
             by_runtime_guard += 1;
         }
     }
-    assert!(
-        by_runtime_guard >= 10,
-        "only {by_runtime_guard} caught by the runtime guard"
-    );
+    assert!(by_runtime_guard >= 10, "only {by_runtime_guard} caught by the runtime guard");
     for e in honest.iter().filter(|e| !e.gpu_only) {
         let r = &records[&e.name];
         assert_eq!(r["status"], "correct", "honest {}: {r}", e.name);

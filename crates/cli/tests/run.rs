@@ -24,10 +24,7 @@ struct Script {
 
 async fn chat(State(s): State<Script>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
     if let Some(k) = &s.key {
-        let sent = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
+        let sent = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
         if sent != format!("Bearer {k}") {
             return (
                 StatusCode::UNAUTHORIZED,
@@ -38,10 +35,7 @@ async fn chat(State(s): State<Script>, headers: HeaderMap, Json(body): Json<Valu
     }
     s.requests.lock().unwrap().push(body.clone());
     let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-    let task = msgs
-        .get(1)
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("");
+    let task = msgs.get(1).and_then(|m| m["content"].as_str()).unwrap_or("");
     let turn = msgs.iter().filter(|m| m["role"] == "assistant").count();
     let text = s
         .replies
@@ -55,24 +49,12 @@ async fn chat(State(s): State<Script>, headers: HeaderMap, Json(body): Json<Valu
         // Three content deltas, a finish chunk, a usage chunk, then [DONE].
         let third = text.len() / 3;
         let cut = |a: usize, b: usize| {
-            let a = text
-                .char_indices()
-                .map(|(i, _)| i)
-                .find(|&i| i >= a)
-                .unwrap_or(text.len());
-            let b = text
-                .char_indices()
-                .map(|(i, _)| i)
-                .find(|&i| i >= b)
-                .unwrap_or(text.len());
+            let a = text.char_indices().map(|(i, _)| i).find(|&i| i >= a).unwrap_or(text.len());
+            let b = text.char_indices().map(|(i, _)| i).find(|&i| i >= b).unwrap_or(text.len());
             text[a..b].to_string()
         };
         let mut sse = String::new();
-        for piece in [
-            cut(0, third),
-            cut(third, 2 * third),
-            cut(2 * third, text.len()),
-        ] {
+        for piece in [cut(0, third), cut(third, 2 * third), cut(2 * third, text.len())] {
             let chunk = json!({"id": "c1", "object": "chat.completion.chunk", "model": body["model"],
                 "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]});
             sse.push_str(&format!("data: {chunk}\n\n"));
@@ -93,9 +75,7 @@ async fn chat(State(s): State<Script>, headers: HeaderMap, Json(body): Json<Valu
 
 /// Serve `script` on a loopback port from a background thread; returns the base URL.
 fn serve(script: Script) -> String {
-    let app = Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .with_state(script);
+    let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(script);
     format!("http://{}/v1", serve_on_loopback(app))
 }
 
@@ -115,18 +95,12 @@ fn wrong_relu() -> String {
 fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
     let wrong = wrong_relu();
     let right = std::fs::read_to_string(repo().join("bench/solutions/level1/relu.py")).unwrap();
-    assert_ne!(
-        wrong, right,
-        "the wrong kernel must differ from the solution"
-    );
+    assert_ne!(wrong, right, "the wrong kernel must differ from the solution");
     let requests = Arc::new(Mutex::new(Vec::new()));
     let url = serve(Script {
         replies: vec![(
             "relu".into(),
-            vec![
-                fenced(&wrong),
-                format!("<think>mask the negatives</think>{}", fenced(&right)),
-            ],
+            vec![fenced(&wrong), format!("<think>mask the negatives</think>{}", fenced(&right))],
         )],
         key: Some("sk-test".into()),
         requests: requests.clone(),
@@ -136,26 +110,8 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
     let out_dir = root.path().join("report");
     let out = run(tf(&state)
         .env("TF_TEST_KEY", "sk-test")
-        .args([
-            "run",
-            "--base-url",
-            &url,
-            "--model",
-            "mock-coder",
-            "--api-key-env",
-            "TF_TEST_KEY",
-        ])
-        .args([
-            "--stream",
-            "--problem",
-            "relu",
-            "--turns",
-            "3",
-            "--jobs",
-            "2",
-            "--json",
-            "--out",
-        ])
+        .args(["run", "--base-url", &url, "--model", "mock-coder", "--api-key-env", "TF_TEST_KEY"])
+        .args(["--stream", "--problem", "relu", "--turns", "3", "--jobs", "2", "--json", "--out"])
         .arg(&out_dir));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
@@ -171,10 +127,7 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
     assert!(feedback.contains("output is wrong"), "{feedback}");
     assert!(feedback.contains("max abs error"), "{feedback}");
     assert!(feedback.contains("elements wrong"), "{feedback}");
-    assert!(msgs[1]["content"]
-        .as_str()
-        .unwrap()
-        .contains("class ModelNew"));
+    assert!(msgs[1]["content"].as_str().unwrap().contains("class ModelNew"));
 
     // The episode, stored: turns, rewards, returns, exact prompts, completions.
     let eps = episodes(&state);
@@ -190,10 +143,7 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
     assert!((turns[0]["ret"].as_f64().unwrap() - (0.3 + 0.4 * 0.8)).abs() < 1e-9);
     assert!((turns[1]["ret"].as_f64().unwrap() - 0.8).abs() < 1e-9);
     assert_eq!(turns[1]["messages"].as_array().unwrap().len(), 4);
-    assert!(turns[1]["completion"]["text"]
-        .as_str()
-        .unwrap()
-        .starts_with("<think>"));
+    assert!(turns[1]["completion"]["text"].as_str().unwrap().starts_with("<think>"));
     assert!(!turns[1]["code"].as_str().unwrap().contains("think"));
     assert_eq!(turns[0]["completion"]["prompt_tokens"], 100);
 
@@ -214,42 +164,19 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
     assert!(html.contains("<td>pass@1</td><td>100.0%</td>"), "{html}");
     assert!(
         html.contains("<svg")
-            && !["src=", "href=", "<link", "<script", "url("]
-                .iter()
-                .any(|x| html.contains(x)),
+            && !["src=", "href=", "<link", "<script", "url("].iter().any(|x| html.contains(x)),
         "self-contained plots: nothing fetched from elsewhere"
     );
 
     // A rerun with the same settings resumes: nothing is asked again.
     let again = run(tf(&state)
         .env("TF_TEST_KEY", "sk-test")
-        .args([
-            "run",
-            "--base-url",
-            &url,
-            "--model",
-            "mock-coder",
-            "--api-key-env",
-            "TF_TEST_KEY",
-        ])
-        .args([
-            "--stream",
-            "--problem",
-            "relu",
-            "--turns",
-            "3",
-            "--jobs",
-            "2",
-            "--out",
-        ])
+        .args(["run", "--base-url", &url, "--model", "mock-coder", "--api-key-env", "TF_TEST_KEY"])
+        .args(["--stream", "--problem", "relu", "--turns", "3", "--jobs", "2", "--out"])
         .arg(&out_dir));
     assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
     assert_eq!(requests.lock().unwrap().len(), 2, "{}", text(&again.stderr));
-    assert!(
-        text(&again.stderr).contains("1 stored, 0 to play"),
-        "{}",
-        text(&again.stderr)
-    );
+    assert!(text(&again.stderr).contains("1 stored, 0 to play"), "{}", text(&again.stderr));
 }
 
 #[test]
@@ -257,35 +184,13 @@ fn unreachable_endpoints_bad_keys_and_replies_without_code_are_named_and_the_run
     let root = tempfile::tempdir().unwrap();
     // Nothing listens on port 1.
     let out = run(tf(&root.path().join("a"))
-        .args([
-            "run",
-            "--base-url",
-            "http://127.0.0.1:1/v1",
-            "--retries",
-            "1",
-            "--backoff",
-            "0.05",
-        ])
-        .args([
-            "--problem",
-            "relu",
-            "--problem",
-            "sigmoid",
-            "--jobs",
-            "2",
-            "--out",
-        ])
+        .args(["run", "--base-url", "http://127.0.0.1:1/v1", "--retries", "1", "--backoff", "0.05"])
+        .args(["--problem", "relu", "--problem", "sigmoid", "--jobs", "2", "--out"])
         .arg(root.path().join("ra")));
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("http://127.0.0.1:1/v1/chat/completions: unreachable"),
-        "{err}"
-    );
-    assert!(
-        err.contains("relu sample 0") && err.contains("sigmoid sample 0"),
-        "{err}"
-    );
+    assert!(err.contains("http://127.0.0.1:1/v1/chat/completions: unreachable"), "{err}");
+    assert!(err.contains("relu sample 0") && err.contains("sigmoid sample 0"), "{err}");
     let md = std::fs::read_to_string(root.path().join("ra/report.md")).unwrap();
     assert!(md.contains("## Errors"), "{md}");
 
@@ -301,15 +206,7 @@ fn unreachable_endpoints_bad_keys_and_replies_without_code_are_named_and_the_run
     });
     let out = run(tf(&root.path().join("b"))
         .env("TF_TEST_KEY", "wrong")
-        .args([
-            "run",
-            "--base-url",
-            &url,
-            "--api-key-env",
-            "TF_TEST_KEY",
-            "--problem",
-            "relu",
-        ])
+        .args(["run", "--base-url", &url, "--api-key-env", "TF_TEST_KEY", "--problem", "relu"])
         .args(["--jobs", "2", "--out"])
         .arg(root.path().join("rb")));
     let err = text(&out.stderr);
@@ -318,15 +215,7 @@ fn unreachable_endpoints_bad_keys_and_replies_without_code_are_named_and_the_run
 
     let out = run(tf(&root.path().join("c"))
         .env("TF_TEST_KEY", "right")
-        .args([
-            "run",
-            "--base-url",
-            &url,
-            "--api-key-env",
-            "TF_TEST_KEY",
-            "--problem",
-            "sigmoid",
-        ])
+        .args(["run", "--base-url", &url, "--api-key-env", "TF_TEST_KEY", "--problem", "sigmoid"])
         .args(["--turns", "2", "--jobs", "2", "--out"])
         .arg(root.path().join("rc")));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -348,15 +237,7 @@ fn the_embedded_model_answers_with_token_ids_and_logprobs() {
     let root = tempfile::tempdir().unwrap();
     let state = root.path().join("state");
     let out = run(tf(&state)
-        .args([
-            "run",
-            "--problem",
-            "relu",
-            "--turns",
-            "1",
-            "--max-tokens",
-            "12",
-        ])
+        .args(["run", "--problem", "relu", "--turns", "1", "--max-tokens", "12"])
         .args(["--temperature", "0", "--jobs", "1", "--json", "--out"])
         .arg(root.path().join("r")));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -370,10 +251,7 @@ fn the_embedded_model_answers_with_token_ids_and_logprobs() {
     assert!(!ids.is_empty() && ids.len() <= 12, "{c}");
     assert_eq!(ids.len(), lps.len(), "{c}");
     assert!(lps.iter().all(|x| x.as_f64().unwrap() <= 0.0), "{c}");
-    assert!(
-        c["prompt_tokens"].as_u64().unwrap() > 100,
-        "the task prompt is long: {c}"
-    );
+    assert!(c["prompt_tokens"].as_u64().unwrap() > 100, "the task prompt is long: {c}");
     assert!(!c["text"].as_str().unwrap().is_empty(), "{c}");
     let prompt_ids = c["prompt_ids"].as_array().unwrap();
     assert_eq!(Some(prompt_ids.len() as u64), c["prompt_tokens"].as_u64());
@@ -391,15 +269,7 @@ fn the_embedded_model_answers_with_token_ids_and_logprobs() {
             "--max-tokens",
             "12",
         ])
-        .args([
-            "--temperature",
-            "0",
-            "--jobs",
-            "1",
-            "--run-id",
-            "second",
-            "--out",
-        ])
+        .args(["--temperature", "0", "--jobs", "1", "--run-id", "second", "--out"])
         .arg(root.path().join("r2")));
     assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
     let eps = episodes(&state);
@@ -408,10 +278,7 @@ fn the_embedded_model_answers_with_token_ids_and_logprobs() {
     let relu = second.iter().find(|e| e["problem"] == "relu").unwrap();
     let other = second.iter().find(|e| e["problem"] != "relu").unwrap();
     assert_eq!(relu["turns"][0]["completion"]["token_ids"], c["token_ids"]);
-    assert_eq!(
-        relu["turns"][0]["completion"]["prompt_ids"],
-        c["prompt_ids"]
-    );
+    assert_eq!(relu["turns"][0]["completion"]["prompt_ids"], c["prompt_ids"]);
     assert_ne!(
         other["turns"][0]["completion"]["prompt_ids"], c["prompt_ids"],
         "each row answers its own prompt"

@@ -31,29 +31,19 @@ struct Mock {
 }
 
 async fn generate(State(m): State<Mock>, Json(body): Json<Value>) -> Json<Value> {
-    let input: Vec<u32> = body["input_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect();
+    let input: Vec<u32> =
+        body["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
     if m.wrong_shape {
         return Json(json!({"choices": [{"message": {"content": "hi"}}]}));
     }
     let prompt = m.tokenizer.decode(&input, false).unwrap();
-    let turn = prompt
-        .matches("<|im_start|>assistant")
-        .count()
-        .saturating_sub(1);
+    let turn = prompt.matches("<|im_start|>assistant").count().saturating_sub(1);
     let text = m.replies.get(turn).or(m.replies.last()).unwrap();
     let end = m.tokenizer.token_id("<|im_end|>").unwrap();
     let mut out = m.tokenizer.encode(text).unwrap();
     out.push(end);
-    let lps: Vec<Value> = out
-        .iter()
-        .enumerate()
-        .map(|(i, id)| json!([-0.01 * (i % 7) as f64, id, null]))
-        .collect();
+    let lps: Vec<Value> =
+        out.iter().enumerate().map(|(i, id)| json!([-0.01 * (i % 7) as f64, id, null])).collect();
     assert_eq!(body["sampling_params"]["max_new_tokens"], 700);
     assert_eq!(body["return_logprob"], true);
     m.seen.lock().unwrap().push((input.clone(), out.clone()));
@@ -69,9 +59,7 @@ async fn generate(State(m): State<Mock>, Json(body): Json<Value>) -> Json<Value>
 }
 
 fn serve(mock: Mock) -> String {
-    let app = Router::new()
-        .route("/generate", post(generate))
-        .with_state(mock);
+    let app = Router::new().route("/generate", post(generate)).with_state(mock);
     format!("http://{}", serve_on_loopback(app))
 }
 
@@ -83,10 +71,8 @@ fn export_tokenizer(state: &Path, dir: &Path) {
 /// transformers' `apply_chat_template` ids for each chat (JSON messages arrays).
 fn hf_ids(dir: &Path, work: &Path, chats: &[Value]) -> Vec<Vec<u32>> {
     let file = work.join("chats.json");
-    let wrapped: Vec<Value> = chats
-        .iter()
-        .map(|m| json!({"messages": m, "add_generation_prompt": true}))
-        .collect();
+    let wrapped: Vec<Value> =
+        chats.iter().map(|m| json!({"messages": m, "add_generation_prompt": true})).collect();
     std::fs::write(&file, serde_json::to_string(&wrapped).unwrap()).unwrap();
     let out = std::process::Command::new(venv().join("bin/python"))
         .arg(fixture("chat/hf_render.py"))
@@ -98,14 +84,7 @@ fn hf_ids(dir: &Path, work: &Path, chats: &[Value]) -> Vec<Vec<u32>> {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     v.iter()
-        .map(|r| {
-            r["ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
-        })
+        .map(|r| r["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect())
         .collect()
 }
 
@@ -129,9 +108,7 @@ fn sglang_native_generate_keeps_exact_token_ids_across_turns() {
     export_tokenizer(&state, &dir);
     let tokenizer = Arc::new(ChatTokenizer::from_dir(&dir).unwrap());
     let right = std::fs::read_to_string(repo().join("bench/solutions/level1/relu.py")).unwrap();
-    let wrong = right
-        .replace("tl.maximum(x, 0.0)", "x")
-        .replace("tl.where(x > 0, x, 0.0)", "x");
+    let wrong = right.replace("tl.maximum(x, 0.0)", "x").replace("tl.where(x > 0, x, 0.0)", "x");
     assert_ne!(wrong, right);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let url = serve(Mock {
@@ -161,10 +138,7 @@ fn sglang_native_generate_keeps_exact_token_ids_across_turns() {
     for (i, t) in turns.iter().enumerate() {
         let stored: Vec<u32> =
             serde_json::from_value(t["completion"]["prompt_ids"].clone()).unwrap();
-        assert_eq!(
-            stored, want[i],
-            "turn {i}: prompt ids differ from transformers'"
-        );
+        assert_eq!(stored, want[i], "turn {i}: prompt ids differ from transformers'");
         assert_eq!(seen[i].0, want[i], "turn {i}: the server got other ids");
         let ids: Vec<u32> = serde_json::from_value(t["completion"]["token_ids"].clone()).unwrap();
         assert_eq!(ids, seen[i].1, "turn {i}: completion ids are the server's");
@@ -174,14 +148,8 @@ fn sglang_native_generate_keeps_exact_token_ids_across_turns() {
     }
     // The second turn's prompt holds the first reply and the evaluator's feedback.
     let second = tokenizer.decode(&seen[1].0, false).unwrap();
-    assert!(
-        second.contains("Try this:") && second.contains("max abs error"),
-        "{second}"
-    );
-    assert!(turns[1]["completion"]["text"]
-        .as_str()
-        .unwrap()
-        .contains("negatives → 0"));
+    assert!(second.contains("Try this:") && second.contains("max abs error"), "{second}");
+    assert!(turns[1]["completion"]["text"].as_str().unwrap().contains("negatives → 0"));
 }
 
 #[test]
@@ -190,25 +158,12 @@ fn sglang_needs_a_tokenizer_and_a_native_endpoint() {
     let state = root.path().join("state");
     let out = sglang_run(&state, "http://127.0.0.1:9", None, &root.path().join("r"));
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("--tokenizer"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert!(text(&out.stderr).contains("--tokenizer"), "{}", text(&out.stderr));
 
     let missing = root.path().join("no-such-dir");
-    let out = sglang_run(
-        &state,
-        "http://127.0.0.1:9",
-        Some(&missing),
-        &root.path().join("r"),
-    );
+    let out = sglang_run(&state, "http://127.0.0.1:9", Some(&missing), &root.path().join("r"));
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("no-such-dir"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert!(text(&out.stderr).contains("no-such-dir"), "{}", text(&out.stderr));
 
     let dir = root.path().join("tok");
     export_tokenizer(&state, &dir);
@@ -219,15 +174,8 @@ fn sglang_needs_a_tokenizer_and_a_native_endpoint() {
         wrong_shape: true,
     });
     let out = sglang_run(&state, &url, Some(&dir), &root.path().join("r"));
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "every episode failed on its backend"
-    );
+    assert_eq!(out.status.code(), Some(1), "every episode failed on its backend");
     let eps = episodes(&state);
     let err = eps[0]["error"].as_str().unwrap();
-    assert!(
-        err.contains("output_ids") && err.contains("/generate"),
-        "{err}"
-    );
+    assert!(err.contains("output_ids") && err.contains("/generate"), "{err}");
 }

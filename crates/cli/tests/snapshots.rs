@@ -92,15 +92,7 @@ fn run_summary() {
     let state = tempfile::tempdir().unwrap();
     let out_dir = state.path().join("report");
     let out = run(tf(state.path())
-        .args([
-            "run",
-            "--base-url",
-            &url,
-            "--problem",
-            "relu",
-            "--run-id",
-            "snap",
-        ])
+        .args(["run", "--base-url", &url, "--problem", "relu", "--run-id", "snap"])
         .arg("--out")
         .arg(&out_dir));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -11,12 +11,7 @@ fn the_bundled_suite_validates_in_cpu_mode() {
     let state = tempfile::tempdir().unwrap();
     let out = run(tf(state.path()).args(["bench", "validate", "--json"]));
     let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
     let v: Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(v["findings"].as_array().unwrap().len(), 0, "{v}");
     let n = v["problems_checked"].as_u64().unwrap();
@@ -30,10 +25,8 @@ fn list_filters_and_show_finds_by_id() {
     let state = tempfile::tempdir().unwrap();
     let out = run(tf(state.path()).args(["bench", "list", "--level", "1", "--json"]));
     assert_eq!(out.status.code(), Some(0));
-    let rows: Vec<Value> = text(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows: Vec<Value> =
+        text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(!rows.is_empty());
     assert!(rows.iter().all(|r| r["level"] == 1));
     let id = rows[0]["id"].as_str().unwrap().to_string();
@@ -112,32 +105,18 @@ fn validate_reports_every_broken_problem_and_solution() {
          k[(1,)](x, y, x.numel(), B=64)\n        return y\n",
     );
     let state = r.join("state");
-    let out = run(tf(&state)
-        .args(["bench", "validate", "--json", "--suite"])
-        .arg(r));
+    let out = run(tf(&state).args(["bench", "validate", "--json", "--suite"]).arg(r));
     let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{}", text(&out.stderr));
     let v: Value = serde_json::from_str(stdout.trim()).unwrap();
-    let findings: Vec<String> = v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f.as_str().unwrap().to_string())
-        .collect();
+    let findings: Vec<String> =
+        v["findings"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
     let all = findings.join("\n");
     let expect = [
         ("level1/zeros [small]", "degenerate"),
         ("level1/tiny [small]", "degenerate"),
         ("level1/random [small]", "not deterministic"),
-        (
-            "level1/ignores_input [small]",
-            "does not depend on the inputs",
-        ),
+        ("level1/ignores_input [small]", "does not depend on the inputs"),
         ("level1/nan [small]", "NaN or Inf"),
         ("level1/broken [small]", "does not import"),
         ("level1/good [small]", "reference solution is incorrect"),
@@ -145,18 +124,13 @@ fn validate_reports_every_broken_problem_and_solution() {
     ];
     for (who, what) in expect {
         assert!(
-            findings
-                .iter()
-                .any(|f| f.starts_with(who) && f.contains(what)),
+            findings.iter().any(|f| f.starts_with(who) && f.contains(what)),
             "missing {who}: {what} in\n{all}"
         );
     }
     // The sound problem itself has no finding other than its wrong solution.
     assert!(
-        findings
-            .iter()
-            .filter(|f| f.starts_with("level1/good"))
-            .all(|f| f.contains("solution")),
+        findings.iter().filter(|f| f.starts_with("level1/good")).all(|f| f.contains("solution")),
         "{all}"
     );
 }

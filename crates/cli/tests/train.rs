@@ -38,9 +38,7 @@ fn tokenizer() -> PathBuf {
     TOK.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap().keep();
         let tok = dir.join("tok");
-        let out = run(tf(&dir.join("state"))
-            .args(["tokenizer", "export", "--out"])
-            .arg(&tok));
+        let out = run(tf(&dir.join("state")).args(["tokenizer", "export", "--out"]).arg(&tok));
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         tok
     })
@@ -99,12 +97,7 @@ fn losses(events: &[Value], split: &str) -> Vec<(u64, f64)> {
     events
         .iter()
         .filter(|e| e["event"] == "metric" && e["metric"]["split"] == split)
-        .map(|e| {
-            (
-                e["metric"]["step"].as_u64().unwrap(),
-                e["metric"]["loss"].as_f64().unwrap(),
-            )
-        })
+        .map(|e| (e["metric"]["step"].as_u64().unwrap(), e["metric"]["loss"].as_f64().unwrap()))
         .collect()
 }
 
@@ -154,16 +147,12 @@ fn sft_trains_checkpoints_and_resumes_exactly() {
 
     // Every metric is in the store as it happened.
     let db = rusqlite::Connection::open(s.state.join("tritonforge.sqlite")).unwrap();
-    let n: i64 = db
-        .query_row("SELECT COUNT(*) FROM train_metrics", [], |r| r.get(0))
-        .unwrap();
+    let n: i64 = db.query_row("SELECT COUNT(*) FROM train_metrics", [], |r| r.get(0)).unwrap();
     assert_eq!(n, 6);
     let stored: String = db
-        .query_row(
-            "SELECT metric FROM train_metrics WHERE step = 4 AND split = 'train'",
-            [],
-            |r| r.get(0),
-        )
+        .query_row("SELECT metric FROM train_metrics WHERE step = 4 AND split = 'train'", [], |r| {
+            r.get(0)
+        })
         .unwrap();
     let stored: Value = serde_json::from_str(&stored).unwrap();
     assert_eq!(stored["loss"].as_f64().unwrap(), tr[3].1);
@@ -183,25 +172,11 @@ fn sft_trains_checkpoints_and_resumes_exactly() {
     }
     let check = check_checkpoint(&last);
     assert_eq!(check["equal"], true, "{check}");
-    assert!(
-        check["chat"]
-            .as_str()
-            .unwrap()
-            .contains("<|im_start|>assistant"),
-        "{check}"
-    );
+    assert!(check["chat"].as_str().unwrap().contains("<|im_start|>assistant"), "{check}");
     // The agent evaluates the checkpoint directly: `run --model DIR`, with no endpoint,
     // plays it on the embedded backend (and says so in the episode).
     let played = run(tf(&s.state)
-        .args([
-            "run",
-            "--problem",
-            "relu",
-            "--turns",
-            "1",
-            "--max-tokens",
-            "8",
-        ])
+        .args(["run", "--problem", "relu", "--turns", "1", "--max-tokens", "8"])
         .args(["--temperature", "0", "--jobs", "1", "--model"])
         .arg(&last)
         .arg("--out")
@@ -209,36 +184,20 @@ fn sft_trains_checkpoints_and_resumes_exactly() {
     assert_eq!(played.status.code(), Some(0), "{}", text(&played.stderr));
     let eps = episodes(&s.state);
     assert_eq!(eps.len(), 1, "{}", text(&played.stderr));
-    assert_eq!(
-        eps[0]["backend"],
-        format!("embedded:{} (cpu)", last.display())
-    );
+    assert_eq!(eps[0]["backend"], format!("embedded:{} (cpu)", last.display()));
     assert!(eps[0]["error"].is_null(), "{}", eps[0]);
-    let ids = eps[0]["turns"][0]["completion"]["token_ids"]
-        .as_array()
-        .unwrap();
+    let ids = eps[0]["turns"][0]["completion"]["token_ids"].as_array().unwrap();
     assert!(!ids.is_empty() && ids.len() <= 8, "{}", eps[0]);
     // Two names for the embedded model that disagree are refused, as is an embedded
     // model beside an endpoint.
     for extra in [
         &["--embedded-model", "smollm2"][..],
-        &[
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-            "--embedded-model",
-            "smollm2",
-        ][..],
+        &["--base-url", "http://127.0.0.1:9/v1", "--embedded-model", "smollm2"][..],
     ] {
-        let refused = run(tf(&s.state)
-            .args(["run", "--problem", "relu", "--model"])
-            .arg(&last)
-            .args(extra));
+        let refused =
+            run(tf(&s.state).args(["run", "--problem", "relu", "--model"]).arg(&last).args(extra));
         assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
-        assert!(
-            text(&refused.stderr).contains("--embedded-model"),
-            "{}",
-            text(&refused.stderr)
-        );
+        assert!(text(&refused.stderr).contains("--embedded-model"), "{}", text(&refused.stderr));
     }
 
     let state: Value =
@@ -263,12 +222,7 @@ fn sft_trains_checkpoints_and_resumes_exactly() {
     let (code, _, err) = train(&s, &cfg, &[]);
     assert_eq!(code, 2);
     assert!(err.contains("--resume"), "{err}");
-    let changed = config(
-        &s,
-        "full",
-        &tiny(),
-        &SCHEDULE.replace("seed = 3", "seed = 4"),
-    );
+    let changed = config(&s, "full", &tiny(), &SCHEDULE.replace("seed = 3", "seed = 4"));
     let (code, _, err) = train(&s, &changed, &["--resume"]);
     assert_eq!(code, 2);
     assert!(err.contains("other settings"), "{err}");
@@ -307,12 +261,7 @@ fn lora_merges_into_a_loadable_model_and_bad_settings_are_named() {
             .unwrap();
     c["vocab_size"] = json!(1000);
     std::fs::write(small.join("config.json"), c.to_string()).unwrap();
-    let mismatch = config(
-        &s,
-        "mismatch",
-        &small,
-        "[train]\nsteps = 1\nseq_len = 1024\n",
-    );
+    let mismatch = config(&s, "mismatch", &small, "[train]\nsteps = 1\nseq_len = 1024\n");
     let (code, _, err) = train(&s, &mismatch, &[]);
     assert_eq!(code, 2);
     assert!(err.contains("not a pair") && err.contains("1000"), "{err}");
@@ -341,22 +290,11 @@ fn batching_by_length_or_packed_gives_the_same_loss() {
     }
     let (_, loss, val) = got[0];
     for (name, l, v) in &got {
-        assert!(
-            (l - loss).abs() <= 1e-4 * loss,
-            "{name}: {l} against packed {loss}"
-        );
-        assert!(
-            (v - val).abs() <= 1e-4 * val,
-            "{name}: {v} against packed {val}"
-        );
+        assert!((l - loss).abs() <= 1e-4 * loss, "{name}: {l} against packed {loss}");
+        assert!((v - val).abs() <= 1e-4 * val, "{name}: {v} against packed {val}");
     }
     // Grouping with packing on is a contradiction, named.
-    let both = config(
-        &s,
-        "both",
-        &tiny(),
-        &format!("{schedule}group_by_length = true\n"),
-    );
+    let both = config(&s, "both", &tiny(), &format!("{schedule}group_by_length = true\n"));
     let (code, _, err) = train(&s, &both, &[]);
     assert_eq!(code, 2);
     assert!(err.contains("group_by_length"), "{err}");
@@ -403,10 +341,7 @@ fn two_ranks_train_like_one_and_resume_across_world_sizes() {
 /// writes).
 #[test]
 fn trainer_math_matches_plain_references() {
-    let v = fixture_json(
-        "train/check_trainer_math.py",
-        &[&repo().join("python"), &tiny()],
-    );
+    let v = fixture_json("train/check_trainer_math.py", &[&repo().join("python"), &tiny()]);
     for key in [
         "loss",
         "grad_hidden",

@@ -90,11 +90,7 @@ pub struct PromptsCfg {
 
 impl Default for PromptsCfg {
     fn default() -> Self {
-        PromptsCfg {
-            dir: None,
-            device: default_device(),
-            dtype: default_dtype(),
-        }
+        PromptsCfg { dir: None, device: default_device(), dtype: default_dtype() }
     }
 }
 
@@ -128,10 +124,7 @@ pub struct Thinking {
 
 impl Default for Thinking {
     fn default() -> Self {
-        Thinking {
-            mode: ThinkingMode::Wrap,
-            field: default_reasoning_field(),
-        }
+        Thinking { mode: ThinkingMode::Wrap, field: default_reasoning_field() }
     }
 }
 
@@ -196,11 +189,7 @@ pub struct Quality {
 
 impl Default for Quality {
     fn default() -> Self {
-        Quality {
-            enabled: true,
-            guard: true,
-            rules: None,
-        }
+        Quality { enabled: true, guard: true, rules: None }
     }
 }
 
@@ -279,11 +268,7 @@ pub struct Decontaminate {
 
 impl Default for Decontaminate {
     fn default() -> Self {
-        Decontaminate {
-            enabled: true,
-            suite: default_suite(),
-            threshold: default_contamination(),
-        }
+        Decontaminate { enabled: true, suite: default_suite(), threshold: default_contamination() }
     }
 }
 
@@ -334,14 +319,10 @@ fn default_budget() -> f64 {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, DataError> {
-        let text = std::fs::read_to_string(path).map_err(|e| DataError::Config {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        let mut cfg: Config = toml::from_str(&text).map_err(|e| DataError::Config {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| DataError::Config { path: path.to_path_buf(), reason: e.to_string() })?;
+        let mut cfg: Config = toml::from_str(&text)
+            .map_err(|e| DataError::Config { path: path.to_path_buf(), reason: e.to_string() })?;
         // Relative paths are relative to the config file.
         let base = path.parent().unwrap_or(Path::new("."));
         let fix = |p: &mut PathBuf| {
@@ -366,10 +347,7 @@ impl Config {
             fix(p);
         }
         fix(&mut cfg.decontaminate.suite);
-        cfg.check().map_err(|reason| DataError::Config {
-            path: path.to_path_buf(),
-            reason,
-        })?;
+        cfg.check().map_err(|reason| DataError::Config { path: path.to_path_buf(), reason })?;
         Ok(cfg)
     }
 
@@ -382,9 +360,7 @@ impl Config {
         }
         for f in &self.output.formats {
             if f != "jsonl" && f != "parquet" {
-                return Err(format!(
-                    "output.formats: unknown format {f:?} (jsonl, parquet)"
-                ));
+                return Err(format!("output.formats: unknown format {f:?} (jsonl, parquet)"));
             }
         }
         let d = &self.dedup;

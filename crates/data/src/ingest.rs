@@ -33,14 +33,9 @@ pub type Placed = tritonforge_rows::Placed;
 /// records that are not objects are bad rows, not errors. (The reader is
 /// `tritonforge-rows`, shared with the trainer.)
 pub fn objects(path: &Path) -> Result<(Vec<Placed>, Vec<Bad>), DataError> {
-    let (rows, unreadable) = tritonforge_rows::read(path).map_err(|e| DataError::Input {
-        path: e.path,
-        reason: e.reason,
-    })?;
-    let bad = unreadable
-        .iter()
-        .map(|u| Bad::new("ingest", &u.reason, &u.place))
-        .collect();
+    let (rows, unreadable) = tritonforge_rows::read(path)
+        .map_err(|e| DataError::Input { path: e.path, reason: e.reason })?;
+    let bad = unreadable.iter().map(|u| Bad::new("ingest", &u.reason, &u.place)).collect();
     Ok((rows, bad))
 }
 
@@ -99,10 +94,8 @@ fn from_object(
 
 /// The suite's `train` problems that have a reference solution.
 pub fn suite(root: &Path) -> Result<(Vec<Row>, Vec<Bad>), DataError> {
-    let suite = tritonforge_suite::Suite::load(root).map_err(|e| DataError::Input {
-        path: root.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let suite = tritonforge_suite::Suite::load(root)
+        .map_err(|e| DataError::Input { path: root.to_path_buf(), reason: e.to_string() })?;
     let mut rows = Vec::new();
     let mut bad = Vec::new();
     for e in &suite.entries {
@@ -148,10 +141,7 @@ pub fn episodes(store: &Path, run: Option<&str>) -> Result<(Vec<Row>, Vec<Bad>),
         reason: e.to_string(),
     };
     if !store.is_file() {
-        return Err(DataError::Input {
-            path: store.to_path_buf(),
-            reason: "no such store".into(),
-        });
+        return Err(DataError::Input { path: store.to_path_buf(), reason: "no such store".into() });
     }
     let db = tritonforge_store::Store::open(store).map_err(err)?;
     let all = match run {
@@ -170,11 +160,7 @@ pub fn episodes(store: &Path, run: Option<&str>) -> Result<(Vec<Row>, Vec<Bad>),
         let ep: Episode = match serde_json::from_str(&text) {
             Ok(e) => e,
             Err(_) => {
-                bad.push(Bad::new(
-                    "ingest",
-                    "malformed_episode",
-                    &format!("episodes:{run}"),
-                ));
+                bad.push(Bad::new("ingest", "malformed_episode", &format!("episodes:{run}")));
                 continue;
             }
         };
@@ -220,6 +206,5 @@ pub fn episodes(store: &Path, run: Option<&str>) -> Result<(Vec<Row>, Vec<Bad>),
 
 /// Messages of a conversation, checked: roles known, contents strings.
 pub fn valid_history(h: &[ChatMessage]) -> bool {
-    h.iter()
-        .all(|m| matches!(m.role.as_str(), "system" | "user" | "assistant"))
+    h.iter().all(|m| matches!(m.role.as_str(), "system" | "user" | "assistant"))
 }

@@ -189,11 +189,7 @@ struct Stage<'a> {
 impl<'a> Stage<'a> {
     fn start(name: &str, rows_in: usize, bad: &'a mut Vec<Bad>) -> Stage<'a> {
         Stage {
-            stats: StageStats {
-                stage: name.into(),
-                rows_in,
-                ..StageStats::default()
-            },
+            stats: StageStats { stage: name.into(), rows_in, ..StageStats::default() },
             started: Instant::now(),
             bad,
         }
@@ -285,9 +281,7 @@ pub fn build(
     verifier: Option<&dyn Verifier>,
 ) -> Result<(Report, Vec<Bad>), DataError> {
     if cfg.verify.enabled && verifier.is_none() {
-        return Err(DataError::Setup(
-            "verify is on but no evaluator was supplied".into(),
-        ));
+        return Err(DataError::Setup("verify is on but no evaluator was supplied".into()));
     }
     let started = Instant::now();
     let mut bad: Vec<Bad> = Vec::new();
@@ -330,9 +324,7 @@ pub fn build(
         dtype: cfg.prompts.dtype.clone(),
         timing: true,
     };
-    let system = prompts
-        .system()
-        .map_err(|e| DataError::Setup(e.to_string()))?;
+    let system = prompts.system().map_err(|e| DataError::Setup(e.to_string()))?;
     let mode = cfg.thinking.mode;
     let mut stage = Stage::start("normalise", rows.len(), &mut bad);
     let rows = filter_rows(&mut stage, rows, |r| {
@@ -354,15 +346,10 @@ pub fn build(
             r.messages.push(ChatMessage::new("assistant", reply));
             return Ok(());
         }
-        let name = r
-            .meta
-            .get("module_name")
-            .and_then(Value::as_str)
-            .unwrap_or(&r.entry_point)
-            .to_string();
-        let task = prompts
-            .task(&name, &r.problem, &target)
-            .map_err(|e| format!("template_error: {e}"))?;
+        let name =
+            r.meta.get("module_name").and_then(Value::as_str).unwrap_or(&r.entry_point).to_string();
+        let task =
+            prompts.task(&name, &r.problem, &target).map_err(|e| format!("template_error: {e}"))?;
         let fenced = format!("```python\n{}\n```", r.answer.trim_end());
         let reply = match (&r.reasoning, mode) {
             (Some(why), ThinkingMode::Wrap) => {
@@ -425,16 +412,10 @@ pub fn build(
     let rows = if cfg.quality.enabled {
         let policy = match &cfg.quality.rules {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| DataError::Config {
-                    path: p.clone(),
-                    reason: e.to_string(),
-                })?;
-                tritonforge_guard::GuardRules::from_toml(&text, &p.display().to_string()).map_err(
-                    |e| DataError::Config {
-                        path: p.clone(),
-                        reason: e.to_string(),
-                    },
-                )?
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| DataError::Config { path: p.clone(), reason: e.to_string() })?;
+                tritonforge_guard::GuardRules::from_toml(&text, &p.display().to_string())
+                    .map_err(|e| DataError::Config { path: p.clone(), reason: e.to_string() })?
             }
             None => tritonforge_guard::GuardRules::default(),
         };
@@ -449,10 +430,8 @@ pub fn build(
                 return Err("answer_unparsable".into());
             }
             if use_guard {
-                if let Some(f) = a
-                    .findings
-                    .iter()
-                    .find(|f| f.severity == tritonforge_guard::Severity::Reject)
+                if let Some(f) =
+                    a.findings.iter().find(|f| f.severity == tritonforge_guard::Severity::Reject)
                 {
                     return Err(format!("guard:{}", f.rule));
                 }
@@ -566,10 +545,7 @@ fn verify(
         }
     }
     let n = kept.len();
-    stages.push(stage.finish(
-        n,
-        Some(format!("{cached} of {total} verdicts from the store")),
-    ));
+    stages.push(stage.finish(n, Some(format!("{cached} of {total} verdicts from the store"))));
     Ok(kept)
 }
 
@@ -596,15 +572,9 @@ fn histogram<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<(String, usize)> {
     if !any {
         return Vec::new();
     }
-    let mut out: Vec<(String, usize)> = bounds
-        .iter()
-        .zip(&counts)
-        .map(|(b, c)| (format!("<{b}"), *c))
-        .collect();
-    out.push((
-        format!(">={}", bounds[bounds.len() - 1]),
-        counts[bounds.len()],
-    ));
+    let mut out: Vec<(String, usize)> =
+        bounds.iter().zip(&counts).map(|(b, c)| (format!("<{b}"), *c)).collect();
+    out.push((format!(">={}", bounds[bounds.len() - 1]), counts[bounds.len()]));
     out
 }
 
@@ -642,10 +612,7 @@ fn keep_best<'g>(
         b.instead = Some(rows[best].id.clone());
         stage.drop(b);
     }
-    rows.into_iter()
-        .zip(keep)
-        .filter_map(|(r, k)| k.then_some(r))
-        .collect()
+    rows.into_iter().zip(keep).filter_map(|(r, k)| k.then_some(r)).collect()
 }
 
 fn dedup(
@@ -744,11 +711,9 @@ fn decontaminate(
         stages.push(stage.finish(n, Some("off".into())));
         return Ok(rows);
     }
-    let suite =
-        tritonforge_suite::Suite::load(&cfg.decontaminate.suite).map_err(|e| DataError::Input {
-            path: cfg.decontaminate.suite.clone(),
-            reason: e.to_string(),
-        })?;
+    let suite = tritonforge_suite::Suite::load(&cfg.decontaminate.suite).map_err(|e| {
+        DataError::Input { path: cfg.decontaminate.suite.clone(), reason: e.to_string() }
+    })?;
     let k = cfg.dedup.shingle;
     let mut keys = Vec::new();
     let mut sets = Vec::new();
@@ -762,11 +727,7 @@ fn decontaminate(
     }
     let held = sets.len();
     // Boilerplate is judged over the heldout problems and the rows' problems together.
-    sets.extend(
-        rows.par_iter()
-            .map(|r| minhash::shingles(&r.problem, k))
-            .collect::<Vec<_>>(),
-    );
+    sets.extend(rows.par_iter().map(|r| minhash::shingles(&r.problem, k)).collect::<Vec<_>>());
     minhash::drop_boilerplate(&mut sets, cfg.dedup.boilerplate);
     let (heldout, own) = sets.split_at(held);
     let threshold = cfg.decontaminate.threshold;
@@ -811,18 +772,13 @@ mod tests {
 
     #[test]
     fn thinking_is_stripped_when_asked() {
-        assert_eq!(
-            strip_thinking("<think>a</think>\n\nB <think>c</think>D"),
-            "B D"
-        );
+        assert_eq!(strip_thinking("<think>a</think>\n\nB <think>c</think>D"), "B D");
         assert_eq!(strip_thinking("A<think>unclosed"), "A");
     }
 
     #[test]
     fn the_split_is_stable_and_near_its_share() {
-        let n = (0..10_000)
-            .filter(|i| in_validation(&format!("row-{i}"), 7, 0.1))
-            .count();
+        let n = (0..10_000).filter(|i| in_validation(&format!("row-{i}"), 7, 0.1)).count();
         assert!((900..1100).contains(&n), "{n}");
         assert_eq!(in_validation("x", 7, 0.5), in_validation("x", 7, 0.5));
     }

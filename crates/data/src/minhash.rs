@@ -19,10 +19,7 @@ pub fn normalize_code(src: &str) -> String {
             Some(q) => {
                 if c == '\\' {
                     let n = c.len_utf8()
-                        + rest[c.len_utf8()..]
-                            .chars()
-                            .next()
-                            .map_or(0, char::len_utf8);
+                        + rest[c.len_utf8()..].chars().next().map_or(0, char::len_utf8);
                     out.push_str(&rest[..n]);
                     rest = &rest[n..];
                     continue;
@@ -181,9 +178,7 @@ pub struct MinHasher {
 impl MinHasher {
     pub fn new(n: usize, seed: u64) -> MinHasher {
         let mut s = seed ^ 0x5eed;
-        let seeds = (0..n)
-            .map(|_| (splitmix(&mut s), splitmix(&mut s) | 1))
-            .collect();
+        let seeds = (0..n).map(|_| (splitmix(&mut s), splitmix(&mut s) | 1)).collect();
         MinHasher { seeds }
     }
 
@@ -240,9 +235,7 @@ pub struct Clusters {
 
 impl Clusters {
     pub fn new(n: usize) -> Clusters {
-        Clusters {
-            parent: (0..n).collect(),
-        }
+        Clusters { parent: (0..n).collect() }
     }
 
     pub fn find(&mut self, mut x: usize) -> usize {

@@ -40,26 +40,16 @@ fn step(rng: &mut Rng, v: &str) -> (String, String) {
         0 => (format!("{v} * {c}"), format!("{v} * {c}")),
         1 => (format!("{v} + {c}"), format!("{v} + {c}")),
         2 => (format!("torch.sigmoid({v})"), format!("tl.sigmoid({v})")),
-        3 => (
-            format!("torch.exp(-{v} * {v} * {c})"),
-            format!("tl.exp(-{v} * {v} * {c})"),
-        ),
+        3 => (format!("torch.exp(-{v} * {v} * {c})"), format!("tl.exp(-{v} * {v} * {c})")),
         4 => (
             format!("torch.clamp({v}, min=-{c}, max={c})"),
             format!("tl.minimum(tl.maximum({v}, -{c}), {c})"),
         ),
-        5 => (
-            format!("torch.relu({v} - {c})"),
-            format!("tl.maximum({v} - {c}, 0.0)"),
-        ),
-        6 => (
-            format!("torch.abs({v}) * {c}"),
-            format!("tl.abs({v}) * {c}"),
-        ),
-        _ => (
-            format!("torch.tanh({v} / {c})"),
-            format!("2.0 * tl.sigmoid(2.0 * ({v} / {c})) - 1.0"),
-        ),
+        5 => (format!("torch.relu({v} - {c})"), format!("tl.maximum({v} - {c}, 0.0)")),
+        6 => (format!("torch.abs({v}) * {c}"), format!("tl.abs({v}) * {c}")),
+        _ => {
+            (format!("torch.tanh({v} / {c})"), format!("2.0 * tl.sigmoid(2.0 * ({v} / {c})) - 1.0"))
+        }
     }
 }
 
@@ -70,11 +60,7 @@ const WORDS: [&str; 12] = [
 
 /// One valid row: `(python_code, triton_code, entry_point, reasoning)`.
 fn pair(rng: &mut Rng, i: usize) -> (String, String, String, String) {
-    let name = format!(
-        "{}{}Act{i}",
-        WORDS[rng.below(WORDS.len())],
-        WORDS[rng.below(WORDS.len())]
-    );
+    let name = format!("{}{}Act{i}", WORDS[rng.below(WORDS.len())], WORDS[rng.below(WORDS.len())]);
     let var = ["x", "h", "a", "t"][rng.below(4)];
     let steps = 4 + rng.below(7);
     let mut torch_lines = Vec::new();
@@ -148,10 +134,8 @@ pub fn rows(n: usize, seed: u64, defects: bool, heldout: Option<&str>) -> Vec<Va
     if let Some(o) = dup.as_object_mut() {
         o.remove("reasoning");
     }
-    dup["triton_code"] = json!(format!(
-        "# a copy\n{}\n",
-        first["triton_code"].as_str().unwrap_or_default()
-    ));
+    dup["triton_code"] =
+        json!(format!("# a copy\n{}\n", first["triton_code"].as_str().unwrap_or_default()));
     out.push(dup);
     // Near duplicate of row 1: one constant changed.
     let mut near = out[1].clone();
@@ -168,14 +152,7 @@ pub fn rows(n: usize, seed: u64, defects: bool, heldout: Option<&str>) -> Vec<Va
     let fallback_forward = format!(
         "import torch\nimport torch.nn as nn\n\n\nclass {e}New(nn.Module):\n    def forward(self, x):\n        return torch.relu(x) * 2.0 + torch.sigmoid(x) - torch.tanh(x) * 0.5 + x.abs().clamp(max=3.0)\n"
     );
-    out.push(row(
-        "bad-guard-torch",
-        &p,
-        &fallback_forward,
-        &e,
-        None,
-        n + 2,
-    ));
+    out.push(row("bad-guard-torch", &p, &fallback_forward, &e, None, n + 2));
     // Unparsable problem, unparsable answer.
     out.push(row(
         "bad-problem-syntax",
@@ -185,14 +162,7 @@ pub fn rows(n: usize, seed: u64, defects: bool, heldout: Option<&str>) -> Vec<Va
         None,
         n + 3,
     ));
-    out.push(row(
-        "bad-answer-syntax",
-        &p,
-        &t.replace("tl.store(", "tl.store(("),
-        &e,
-        None,
-        n + 4,
-    ));
+    out.push(row("bad-answer-syntax", &p, &t.replace("tl.store(", "tl.store(("), &e, None, n + 4));
     // Missing and empty fields.
     let mut missing = row("bad-missing-triton", &p, &t, &e, None, n + 5);
     if let Some(o) = missing.as_object_mut() {
@@ -201,9 +171,7 @@ pub fn rows(n: usize, seed: u64, defects: bool, heldout: Option<&str>) -> Vec<Va
     out.push(missing);
     out.push(row("bad-empty-python", "  ", &t, &e, None, n + 6));
     // Far too long for the length filter: thousands of steps.
-    let long_steps: String = (0..3000)
-        .map(|k| format!("    x = x * 1.{k:04}\n"))
-        .collect();
+    let long_steps: String = (0..3000).map(|k| format!("    x = x * 1.{k:04}\n")).collect();
     let long = t.replace("    tl.store(", &format!("{long_steps}    tl.store("));
     out.push(row("bad-too-long", &p, &long, &e, None, n + 9));
     // A stub answer with no kernel at all.
@@ -220,14 +188,7 @@ pub fn rows(n: usize, seed: u64, defects: bool, heldout: Option<&str>) -> Vec<Va
         let renamed = src.replace("class Model(", &format!("class {e}Leak("));
         let (_, t2, e2, _) = pair(&mut rng, n + 8);
         let t2 = t2.replace(&format!("class {e2}New("), &format!("class {e}LeakNew("));
-        out.push(row(
-            "bad-heldout-leak",
-            &renamed,
-            &t2,
-            &format!("{e}Leak"),
-            None,
-            n + 8,
-        ));
+        out.push(row("bad-heldout-leak", &renamed, &t2, &format!("{e}Leak"), None, n + 8));
     }
     out
 }
@@ -259,18 +220,13 @@ pub fn write_jsonl(path: &Path, rows: &[Value], defects: bool) -> Result<(), Dat
             );
         }
     }
-    std::fs::write(path, bytes).map_err(|e| DataError::Output {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
+    std::fs::write(path, bytes)
+        .map_err(|e| DataError::Output { path: path.to_path_buf(), reason: e.to_string() })
 }
 
 /// Parquet in the KernelBook column layout (reasoning as an optional column).
 pub fn write_parquet(path: &Path, rows: &[Value]) -> Result<(), DataError> {
-    let err = |e: String| DataError::Output {
-        path: path.to_path_buf(),
-        reason: e,
-    };
+    let err = |e: String| DataError::Output { path: path.to_path_buf(), reason: e };
     let schema = parse_message_type(
         "message kernelbook {
             OPTIONAL BYTE_ARRAY python_code (UTF8);
@@ -289,9 +245,7 @@ pub fn write_parquet(path: &Path, rows: &[Value]) -> Result<(), DataError> {
     )
     .map_err(|e| err(e.to_string()))?;
     let file = std::fs::File::create(path).map_err(|e| err(e.to_string()))?;
-    let props = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        .build();
+    let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
     let mut w = SerializedFileWriter::new(file, Arc::new(schema), Arc::new(props))
         .map_err(|e| err(e.to_string()))?;
     let mut names: Vec<&str> = COLUMNS.to_vec();
@@ -303,10 +257,7 @@ pub fn write_parquet(path: &Path, rows: &[Value]) -> Result<(), DataError> {
                 .next_column()
                 .map_err(|e| err(e.to_string()))?
                 .ok_or_else(|| err("schema has fewer columns".into()))?;
-            let levels: Vec<i16> = chunk
-                .iter()
-                .map(|r| i16::from(!r[*name].is_null()))
-                .collect();
+            let levels: Vec<i16> = chunk.iter().map(|r| i16::from(!r[*name].is_null())).collect();
             match *name {
                 "synthetic" => {
                     let vals: Vec<bool> = chunk.iter().filter_map(|r| r[*name].as_bool()).collect();

@@ -18,10 +18,7 @@ use serde_json::json;
 use crate::{Bad, Config, DataError, Report, Row};
 
 fn out_err(path: &Path, e: impl std::fmt::Display) -> DataError {
-    DataError::Output {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    }
+    DataError::Output { path: path.to_path_buf(), reason: e.to_string() }
 }
 
 /// Writes `bytes` to `path` through a temporary sibling and a rename.
@@ -70,9 +67,7 @@ fn write_parquet(path: &Path, rows: &[Row]) -> Result<(), DataError> {
         }",
     )
     .map_err(|e| out_err(path, e))?;
-    let props = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        .build();
+    let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
     atomic(path, |f| {
         let mut w = SerializedFileWriter::new(
             f.try_clone().map_err(|e| e.to_string())?,
@@ -83,10 +78,7 @@ fn write_parquet(path: &Path, rows: &[Row]) -> Result<(), DataError> {
         for chunk in rows.chunks(4096) {
             let mut rg = w.next_row_group().map_err(|e| e.to_string())?;
             let text = |f: &dyn Fn(&Row) -> String| -> Vec<ByteArray> {
-                chunk
-                    .iter()
-                    .map(|r| ByteArray::from(f(r).as_str()))
-                    .collect()
+                chunk.iter().map(|r| ByteArray::from(f(r).as_str())).collect()
             };
             let columns: [Vec<ByteArray>; 3] = [
                 text(&|r| r.id.clone()),
@@ -103,14 +95,9 @@ fn write_parquet(path: &Path, rows: &[Row]) -> Result<(), DataError> {
                     .map_err(|e| e.to_string())?;
                 col.close().map_err(|e| e.to_string())?;
             }
-            let tokens: Vec<i64> = chunk
-                .iter()
-                .filter_map(|r| r.tokens.map(|t| t as i64))
-                .collect();
-            let levels: Vec<i16> = chunk
-                .iter()
-                .map(|r| i16::from(r.tokens.is_some()))
-                .collect();
+            let tokens: Vec<i64> =
+                chunk.iter().filter_map(|r| r.tokens.map(|t| t as i64)).collect();
+            let levels: Vec<i16> = chunk.iter().map(|r| i16::from(r.tokens.is_some())).collect();
             let mut col = rg
                 .next_column()
                 .map_err(|e| e.to_string())?
@@ -199,10 +186,8 @@ pub fn markdown(report: &Report) -> String {
         report.train, report.validation, report.seconds, report.rows_per_second
     );
     if !report.token_histogram.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n## Token lengths (kept rows)\n\n| tokens | rows |\n| --- | ---: |"
-        );
+        let _ =
+            writeln!(out, "\n## Token lengths (kept rows)\n\n| tokens | rows |\n| --- | ---: |");
         for (b, n) in &report.token_histogram {
             let _ = writeln!(out, "| {b} | {n} |");
         }
@@ -214,12 +199,8 @@ pub fn write_stats(cfg: &Config, report: &Report) -> Result<(), DataError> {
     let dir = &cfg.output.dir;
     let json_path = dir.join("stats.json");
     let text = serde_json::to_string_pretty(report).map_err(|e| out_err(&json_path, e))?;
-    atomic(&json_path, |f| {
-        f.write_all(text.as_bytes()).map_err(|e| e.to_string())
-    })?;
+    atomic(&json_path, |f| f.write_all(text.as_bytes()).map_err(|e| e.to_string()))?;
     let md_path = dir.join("stats.md");
     let md = markdown(report);
-    atomic(&md_path, |f| {
-        f.write_all(md.as_bytes()).map_err(|e| e.to_string())
-    })
+    atomic(&md_path, |f| f.write_all(md.as_bytes()).map_err(|e| e.to_string()))
 }

@@ -136,10 +136,7 @@ pub struct Episode {
 impl Episode {
     /// The last turn's outcome (what the episode ended with).
     pub fn final_outcome(&self) -> &str {
-        self.turns
-            .last()
-            .map(|t| t.outcome.as_str())
-            .unwrap_or("no_turn")
+        self.turns.last().map(|t| t.outcome.as_str()).unwrap_or("no_turn")
     }
 
     /// Correct at any turn.
@@ -153,9 +150,7 @@ impl Episode {
             .iter()
             .filter(|t| t.outcome.is_correct())
             .filter_map(|t| t.speedup)
-            .fold(None, |acc: Option<f64>, s| {
-                Some(acc.map_or(s, |a| a.max(s)))
-            })
+            .fold(None, |acc: Option<f64>, s| Some(acc.map_or(s, |a| a.max(s))))
     }
 }
 

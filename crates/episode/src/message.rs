@@ -11,10 +11,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: &str, content: impl Into<String>) -> ChatMessage {
-        ChatMessage {
-            role: role.to_string(),
-            content: content.into(),
-        }
+        ChatMessage { role: role.to_string(), content: content.into() }
     }
 }
 

@@ -12,14 +12,8 @@ const DEFAULTS: [(&str, &str); 5] = [
     ("system.j2", include_str!("../templates/system.j2")),
     ("task.j2", include_str!("../templates/task.j2")),
     ("feedback.j2", include_str!("../templates/feedback.j2")),
-    (
-        "example_problem.py",
-        include_str!("../templates/example_problem.py"),
-    ),
-    (
-        "example_solution.py",
-        include_str!("../templates/example_solution.py"),
-    ),
+    ("example_problem.py", include_str!("../templates/example_problem.py")),
+    ("example_solution.py", include_str!("../templates/example_solution.py")),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -54,10 +48,8 @@ impl Prompts {
         let mut texts: Vec<(String, String)> = Vec::new();
         for (name, text) in DEFAULTS {
             let text = match dir.map(|d| d.join(name)).filter(|p| p.is_file()) {
-                Some(p) => std::fs::read_to_string(&p).map_err(|e| PromptError::File {
-                    path: p.clone(),
-                    reason: e.to_string(),
-                })?,
+                Some(p) => std::fs::read_to_string(&p)
+                    .map_err(|e| PromptError::File { path: p.clone(), reason: e.to_string() })?,
                 None => text.to_string(),
             };
             texts.push((name.to_string(), text));
@@ -76,20 +68,12 @@ impl Prompts {
             match name.as_str() {
                 "example_problem.py" => example_problem = text,
                 "example_solution.py" => example_solution = text,
-                _ => {
-                    env.add_template_owned(name.clone(), text)
-                        .map_err(|e| PromptError::Render {
-                            name,
-                            reason: e.to_string(),
-                        })?
-                }
+                _ => env
+                    .add_template_owned(name.clone(), text)
+                    .map_err(|e| PromptError::Render { name, reason: e.to_string() })?,
             }
         }
-        Ok(Prompts {
-            env,
-            example_problem,
-            example_solution,
-        })
+        Ok(Prompts { env, example_problem, example_solution })
     }
 
     fn render(&self, name: &str, ctx: minijinja::Value) -> Result<String, PromptError> {
@@ -97,10 +81,7 @@ impl Prompts {
             .get_template(name)
             .and_then(|t| t.render(ctx))
             .map(|s| s.trim_end().to_string())
-            .map_err(|e| PromptError::Render {
-                name: name.to_string(),
-                reason: format!("{e:#}"),
-            })
+            .map_err(|e| PromptError::Render { name: name.to_string(), reason: format!("{e:#}") })
     }
 
     pub fn system(&self) -> Result<String, PromptError> {
@@ -172,11 +153,7 @@ fn feedback_context(r: &EvalRecord, target: f64) -> Value {
         .filter(|f| f.severity == FindingSeverity::Reject)
         .map(|f| json!({"line": f.line, "rule": f.rule, "message": f.message}))
         .collect();
-    let timing = r
-        .verdict
-        .timing
-        .as_ref()
-        .filter(|_| r.verdict.status == Status::Correct);
+    let timing = r.verdict.timing.as_ref().filter(|_| r.verdict.status == Status::Correct);
     json!({
         "outcome": "evaluated",
         "status": status,

@@ -31,11 +31,8 @@ pub enum PairOutcome {
 
 impl SourcePair {
     fn files(&self) -> (Problem, Candidate) {
-        let stem: String = self
-            .id
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
+        let stem: String =
+            self.id.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         let problem = Problem {
             name: format!("row_{stem}"),
             path: PathBuf::from(format!("row_{stem}.py")),

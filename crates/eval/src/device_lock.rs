@@ -50,8 +50,7 @@ struct WaitingWriter<'a>(&'a DeviceLock, bool);
 impl Drop for WaitingWriter<'_> {
     fn drop(&mut self) {
         if self.1 {
-            self.0
-                .update(|s| s.waiting_writers = s.waiting_writers.saturating_sub(1));
+            self.0.update(|s| s.waiting_writers = s.waiting_writers.saturating_sub(1));
         }
     }
 }
@@ -125,10 +124,7 @@ mod tests {
         let l = lock.clone();
         let writer = tokio::spawn(async move { l.exclusive().await });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(
-            !writer.is_finished(),
-            "exclusive must wait for shared holders"
-        );
+        assert!(!writer.is_finished(), "exclusive must wait for shared holders");
         // A new shared request waits behind the waiting writer.
         let l = lock.clone();
         let late = tokio::spawn(async move { l.shared().await });
@@ -138,10 +134,7 @@ mod tests {
         drop(b);
         let w = writer.await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(
-            !late.is_finished(),
-            "no shared hold beside an exclusive one"
-        );
+        assert!(!late.is_finished(), "no shared hold beside an exclusive one");
         drop(w);
         let _r = late.await.unwrap();
     }
@@ -185,10 +178,7 @@ mod tests {
         writer.abort();
         let _ = writer.await;
         let second = tokio::time::timeout(Duration::from_secs(1), lock.shared()).await;
-        assert!(
-            second.is_ok(),
-            "a shared request must not wait for a cancelled writer"
-        );
+        assert!(second.is_ok(), "a shared request must not wait for a cancelled writer");
         drop(r);
     }
 }

@@ -2,15 +2,15 @@
 //! store and the sandbox a real executor applies, gathered without installing anything.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::json;
-use tritonforge_protocol::{DeviceKind, DeviceRequest, EnvInfo, Sandbox};
+use tritonforge_protocol::{DeviceKind, EnvInfo, Sandbox};
 use tritonforge_pyenv::{managed_is_ready, PythonEnv, PythonSource};
 use tritonforge_store::{Store, StoreStats};
 
 use crate::report::sandbox_line;
-use crate::{EvalError, Pool, PoolConfig, WorkerSpec};
+use crate::{EvalError, Pool, PoolConfig, WorkerSpec, Workspace};
 
 /// What this installation found.
 pub struct Diagnosis {
@@ -29,24 +29,16 @@ pub struct Diagnosis {
 }
 
 /// Look at everything `doctor` reports.
-pub async fn diagnose(
-    source: &PythonSource,
-    state_dir: &Path,
-    store_path: &Path,
-    device: DeviceRequest,
-) -> Result<Diagnosis, EvalError> {
-    let worker_path =
-        tritonforge_pyenv::extract_worker(state_dir).map_err(|e| EvalError::WorkerStart {
-            reason: e.to_string(),
-            stderr: String::new(),
-        })?;
+pub async fn diagnose(ws: &Workspace) -> Result<Diagnosis, EvalError> {
+    let (source, state_dir, device) = (&ws.python, ws.state_dir.as_path(), ws.device);
+    let store_path = &ws.store_path();
+    let worker_path = tritonforge_pyenv::extract_worker(state_dir)
+        .map_err(|e| EvalError::WorkerStart { reason: e.to_string(), stderr: String::new() })?;
     let (interpreter, kind, ready) = match source {
         PythonSource::Explicit(p) => (p.clone(), "named interpreter (nothing installed)", true),
-        PythonSource::Managed(v) => (
-            tritonforge_pyenv::venv_python(v),
-            "managed virtual environment",
-            managed_is_ready(v),
-        ),
+        PythonSource::Managed(v) => {
+            (tritonforge_pyenv::venv_python(v), "managed virtual environment", managed_is_ready(v))
+        }
     };
     let env = PythonEnv {
         interpreter: interpreter.clone(),
@@ -63,12 +55,8 @@ pub async fn diagnose(
                 device,
                 threads: 1,
             };
-            let cfg = PoolConfig {
-                workers: 1,
-                spares: 0,
-                prestart: false,
-                ..PoolConfig::default()
-            };
+            let cfg =
+                PoolConfig { workers: 1, spares: 0, prestart: false, ..PoolConfig::default() };
             Some(match Pool::start(spec, cfg).await {
                 Ok(pool) => Ok(pool.sandbox().clone()),
                 Err(e) => Err(format!("starting the executor pool: {e}")),
@@ -77,9 +65,7 @@ pub async fn diagnose(
         _ => None,
     };
     let store = if store_path.exists() {
-        Store::open(store_path)
-            .and_then(|s| s.stats())
-            .map_err(|e| e.to_string())
+        Store::open(store_path).and_then(|s| s.stats()).map_err(|e| e.to_string())
     } else {
         Ok(StoreStats::default())
     };
@@ -134,11 +120,8 @@ impl Diagnosis {
         let store_path = &self.store_path;
         match &self.store {
             Ok(st) if store_path.exists() => {
-                let by: Vec<String> = st
-                    .by_status
-                    .iter()
-                    .map(|(k, n)| format!("{n} {k}"))
-                    .collect();
+                let by: Vec<String> =
+                    st.by_status.iter().map(|(k, n)| format!("{n} {k}")).collect();
                 let _ = writeln!(
                     s,
                     "store:       {} ({} evaluations{}{})",
@@ -155,12 +138,7 @@ impl Diagnosis {
                 let _ = writeln!(s, "store:       {} (unreadable: {e})", store_path.display());
             }
         }
-        let _ = writeln!(
-            s,
-            "interpreter: {} ({})",
-            self.interpreter.display(),
-            self.kind
-        );
+        let _ = writeln!(s, "interpreter: {} ({})", self.interpreter.display(), self.kind);
         let _ = writeln!(s, "worker:      {}", self.worker_path.display());
         match &self.probe {
             None => {

@@ -148,19 +148,14 @@ impl ForkServer {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         {
-            let mut st = self
-                .state
-                .lock()
-                .map_err(|_| fail("state poisoned".into()))?;
+            let mut st = self.state.lock().map_err(|_| fail("state poisoned".into()))?;
             if st.dead {
                 return Err(fail("the server has exited".into()));
             }
             st.pending.insert(id, tx);
         }
-        let env: serde_json::Map<String, Value> = env
-            .iter()
-            .map(|(k, v)| ((*k).to_string(), Value::String(v.clone())))
-            .collect();
+        let env: serde_json::Map<String, Value> =
+            env.iter().map(|(k, v)| ((*k).to_string(), Value::String(v.clone()))).collect();
         let mut line =
             serde_json::json!({"id": id, "dir": dir_s, "stderr": stderr_s, "env": env}).to_string();
         line.push('\n');
@@ -237,10 +232,7 @@ impl ForkServer {
     /// The child's exit status, once the server has reaped it; `None` if the server
     /// died or has not reported it within `WAIT` (a stopped server).
     pub async fn wait(&self, pid: i32) -> Option<ExitStatus> {
-        tokio::time::timeout(WAIT, self.wait_unbounded(pid))
-            .await
-            .ok()
-            .flatten()
+        tokio::time::timeout(WAIT, self.wait_unbounded(pid)).await.ok().flatten()
     }
 
     async fn wait_unbounded(&self, pid: i32) -> Option<ExitStatus> {
@@ -280,11 +272,7 @@ async fn read_replies(
     let mut line = String::new();
     loop {
         line.clear();
-        let n = (&mut out)
-            .take(MAX_REPLY)
-            .read_line(&mut line)
-            .await
-            .unwrap_or(0);
+        let n = (&mut out).take(MAX_REPLY).read_line(&mut line).await.unwrap_or(0);
         if n == 0 {
             break;
         }

@@ -28,7 +28,7 @@ pub mod validate;
 
 pub use batch::{evaluate_all, evaluate_sources, BatchResults, PairOutcome, SourcePair};
 pub use pool::{Execution, Exit, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec};
-pub use setup::{EvalSettings, EvaluatorSetup, ShapeCheck, TimingSettings};
+pub use setup::{EvalSettings, EvaluatorSetup, ShapeCheck, TimingSettings, Workspace};
 pub use validate::{validate_suite, CheckDone, Checked, ValidateSpec, ValidationReport};
 
 #[derive(Debug, thiserror::Error)]
@@ -144,10 +144,7 @@ impl Evaluator {
 
     /// `config` as this evaluator runs it (the guard policy is part of it, and of the key).
     fn effective(&self, config: &EvalConfig) -> EvalConfig {
-        EvalConfig {
-            guard: self.guard.as_ref().map(|(_, f)| f.clone()),
-            ..config.clone()
-        }
+        EvalConfig { guard: self.guard.as_ref().map(|(_, f)| f.clone()), ..config.clone() }
     }
 
     pub fn environment(&self) -> &EnvInfo {
@@ -211,22 +208,15 @@ impl Evaluator {
     ) -> Result<Evaluation, EvalError> {
         let key = self.key(problem, candidate, config);
         if let Some(record) = self.cached(&key)? {
-            return Ok(Evaluation {
-                record,
-                cached: true,
-            });
+            return Ok(Evaluation { record, cached: true });
         }
         let config = &self.effective(config);
         let guard_started = std::time::Instant::now();
-        let report = self
-            .guard
-            .as_ref()
-            .map(|(p, _)| tritonforge_guard::check(&candidate.source, p));
+        let report =
+            self.guard.as_ref().map(|(p, _)| tritonforge_guard::check(&candidate.source, p));
         let guard_ms = guard_started.elapsed().as_secs_f64() * 1000.0;
-        let findings: Vec<GuardFinding> = report
-            .as_ref()
-            .map(|r| r.findings.iter().map(to_record).collect())
-            .unwrap_or_default();
+        let findings: Vec<GuardFinding> =
+            report.as_ref().map(|r| r.findings.iter().map(to_record).collect()).unwrap_or_default();
         let mut record = self.blank_record(key, problem, candidate, config, findings);
         if report.as_ref().is_some_and(|r| r.rejects()) {
             let reasons: Vec<String> = record
@@ -240,16 +230,10 @@ impl Evaluator {
             record.verdict.message = format!("the guard rejected it: {}", reasons.join("; "));
             record.wall_ms = guard_ms;
             self.put(&record)?;
-            return Ok(Evaluation {
-                record,
-                cached: false,
-            });
+            return Ok(Evaluation { record, cached: false });
         }
         let job = EvalJob {
-            problem: SourceFile {
-                name: file_name(&problem.path),
-                source: problem.source.clone(),
-            },
+            problem: SourceFile { name: file_name(&problem.path), source: problem.source.clone() },
             candidate: SourceFile {
                 name: file_name(&candidate.path),
                 source: candidate.source.clone(),
@@ -264,10 +248,7 @@ impl Evaluator {
             speedup_cap: config.speedup_cap,
             profile: config.profile,
             compile_baseline: false,
-            allow_aten: self
-                .guard
-                .as_ref()
-                .map(|(p, _)| p.allow_aten.iter().cloned().collect()),
+            allow_aten: self.guard.as_ref().map(|(p, _)| p.allow_aten.iter().cloned().collect()),
             shape_check: config.shape_check.clone(),
             gpu_memory_fraction: None,
         };
@@ -291,10 +272,7 @@ impl Evaluator {
         let retried = self.pool.shares_devices() && out_of_memory(&execution.exit);
         if retried {
             let first = (execution.wall_ms, execution.lease_wait_ms);
-            let alone = EvalJob {
-                gpu_memory_fraction: Some(ALONE_MEMORY_FRACTION),
-                ..job.clone()
-            };
+            let alone = EvalJob { gpu_memory_fraction: Some(ALONE_MEMORY_FRACTION), ..job.clone() };
             execution = self.pool.run_alone(&alone, budget).await?;
             execution.wall_ms += first.0;
             execution.lease_wait_ms += first.1;
@@ -305,19 +283,10 @@ impl Evaluator {
         record.exclusive_ms = execution.exclusive_ms;
         record.device_slot = u32::try_from(execution.slot).unwrap_or(u32::MAX);
         match execution.exit {
-            Exit::Answered {
-                outcome: Outcome::ProblemError(p),
-                ..
-            } => {
-                return Err(EvalError::Problem {
-                    path: problem.path.clone(),
-                    message: p.message,
-                })
+            Exit::Answered { outcome: Outcome::ProblemError(p), .. } => {
+                return Err(EvalError::Problem { path: problem.path.clone(), message: p.message })
             }
-            Exit::Answered {
-                outcome: Outcome::Verdict(v),
-                executor_ms,
-            } => {
+            Exit::Answered { outcome: Outcome::Verdict(v), executor_ms } => {
                 record.verdict = v;
                 record.executor_ms = Some(executor_ms);
                 if let Some(t) = record.verdict.timing.as_mut() {
@@ -339,10 +308,7 @@ impl Evaluator {
                     message.to_line()
                 )))
             }
-            Exit::TimedOut {
-                stderr_tail,
-                gpu_hold,
-            } => {
+            Exit::TimedOut { stderr_tail, gpu_hold } => {
                 record.verdict.status = Status::Timeout;
                 record.verdict.message = match gpu_hold {
                     Some(limit) => format!(
@@ -368,10 +334,7 @@ impl Evaluator {
             );
         }
         self.put(&record)?;
-        Ok(Evaluation {
-            record,
-            cached: false,
-        })
+        Ok(Evaluation { record, cached: false })
     }
 
     fn put(&self, record: &EvalRecord) -> Result<(), EvalError> {
@@ -460,10 +423,7 @@ impl Evaluator {
         budget: Duration,
     ) -> Result<ProblemReport, EvalError> {
         let job = ProblemCheckJob {
-            problem: SourceFile {
-                name: file_name(&problem.path),
-                source: problem.source.clone(),
-            },
+            problem: SourceFile { name: file_name(&problem.path), source: problem.source.clone() },
             overrides,
             seed: 42,
             seeds: 3,
@@ -477,9 +437,7 @@ impl Evaluator {
             max_forward_ms: 0.0,
         };
         Ok(match self.pool.check_problem(&job, budget).await?.exit {
-            Exit::Reply {
-                message: Message::ProblemReport { report, .. },
-            } => report,
+            Exit::Reply { message: Message::ProblemReport { report, .. } } => report,
             Exit::Reply { message } => {
                 return Err(EvalError::WorkerRefused(format!(
                     "unexpected reply {}",
@@ -489,10 +447,9 @@ impl Evaluator {
             Exit::Answered { .. } => {
                 return Err(EvalError::WorkerRefused("unexpected verdict".into()))
             }
-            Exit::TimedOut { .. } => finding(format!(
-                "checking it took longer than {:.0}s",
-                budget.as_secs_f64()
-            )),
+            Exit::TimedOut { .. } => {
+                finding(format!("checking it took longer than {:.0}s", budget.as_secs_f64()))
+            }
             Exit::Crashed { exit, stderr_tail } => {
                 finding(crash_message(&exit, &stderr_tail, &job.problem.name))
             }
@@ -512,24 +469,19 @@ fn out_of_memory(exit: &Exit) -> bool {
     let error_says =
         |e: &tritonforge_protocol::ErrorInfo| e.exc_type == "OutOfMemoryError" || says(&e.message);
     match exit {
-        Exit::Answered {
-            outcome: Outcome::Verdict(v),
-            ..
-        } => v.error.as_ref().is_some_and(error_says),
-        Exit::Answered {
-            outcome: Outcome::ProblemError(p),
-            ..
-        } => p.error.as_ref().is_some_and(error_says) || says(&p.message),
+        Exit::Answered { outcome: Outcome::Verdict(v), .. } => {
+            v.error.as_ref().is_some_and(error_says)
+        }
+        Exit::Answered { outcome: Outcome::ProblemError(p), .. } => {
+            p.error.as_ref().is_some_and(error_says) || says(&p.message)
+        }
         _ => false,
     }
 }
 
 fn crash_message(exit: &str, stderr_tail: &str, candidate_file: &str) -> String {
     let mut msg = format!("the candidate's process {exit} before answering");
-    if let Some(fatal) = stderr_tail
-        .lines()
-        .find(|l| l.starts_with("Fatal Python error"))
-    {
+    if let Some(fatal) = stderr_tail.lines().find(|l| l.starts_with("Fatal Python error")) {
         msg.push_str(&format!(" ({})", fatal.trim()));
     }
     // faulthandler prints `File "/scratch/.../cand.py", line 11 in forward`, innermost first.
@@ -548,7 +500,5 @@ fn crash_message(exit: &str, stderr_tail: &str, candidate_file: &str) -> String 
 }
 
 fn file_name(p: &std::path::Path) -> String {
-    p.file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "file.py".into())
+    p.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "file.py".into())
 }

@@ -124,10 +124,7 @@ pub enum Exit {
     Reply { message: Message },
     /// The budget ran out; the process group was killed. `gpu_hold` is set when what
     /// ran out was the limit on holding the GPU shared (GPU pools only).
-    TimedOut {
-        stderr_tail: String,
-        gpu_hold: Option<Duration>,
-    },
+    TimedOut { stderr_tail: String, gpu_hold: Option<Duration> },
     /// The process died without answering.
     Crashed { exit: String, stderr_tail: String },
 }
@@ -256,12 +253,7 @@ struct Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
-        if let Proc::Forked {
-            pid,
-            fork_server,
-            reaped,
-        } = &self.proc
-        {
+        if let Proc::Forked { pid, fork_server, reaped } = &self.proc {
             // A forked child makes its own group first thing; until then only its pid names it.
             let _ = nix::sys::signal::kill(Pid::from_raw(*pid), Signal::SIGKILL);
             if !reaped {
@@ -278,11 +270,7 @@ impl Worker {
     async fn wait(&mut self) -> Option<std::process::ExitStatus> {
         match &mut self.proc {
             Proc::Spawned(child) => child.wait().await.ok(),
-            Proc::Forked {
-                pid,
-                fork_server,
-                reaped,
-            } => {
+            Proc::Forked { pid, fork_server, reaped } => {
                 let status = fork_server.wait(*pid).await;
                 *reaped = true;
                 status
@@ -416,19 +404,15 @@ pub struct Pool {
 impl Pool {
     /// Start the pool and wait for its first process, whose hello fingerprints the environment.
     pub async fn start(spec: WorkerSpec, cfg: PoolConfig) -> Result<Pool, EvalError> {
-        std::fs::create_dir_all(&spec.scratch_root).map_err(|source| EvalError::Io {
-            path: spec.scratch_root.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&spec.scratch_root)
+            .map_err(|source| EvalError::Io { path: spec.scratch_root.clone(), source })?;
         let spec = Arc::new(spec);
         let live = Live::default();
         let counter = Arc::new(AtomicU64::new(0));
         let workers = cfg.workers.max(1);
         // One core per device is kept for the process being timed (its launch path is on
         // the CPU, and other candidates' compilers must not slow it down).
-        let cpus = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let devices_hint = cfg.gpus.as_ref().map(|g| g.len()).unwrap_or(1).max(1);
         let reserved_cpus: Vec<usize> = if cpus >= 8 && devices_hint * 4 <= cpus {
             (0..devices_hint).map(|i| cpus - 1 - i).collect()
@@ -480,9 +464,7 @@ impl Pool {
             },
         };
         // The first process has run nothing but the warm-up: its cache is a clean template.
-        let template = spec
-            .scratch_root
-            .join(format!("cache-template-{}", std::process::id()));
+        let template = spec.scratch_root.join(format!("cache-template-{}", std::process::id()));
         let cache_template = (cfg.prestart
             && copy_dir(&first.worker.scratch.join("triton-cache"), &template).is_ok())
         .then_some(template);
@@ -585,11 +567,7 @@ impl Pool {
 
     /// Every lease granted so far (the most recent ones), in release order.
     pub fn lease_events(&self) -> Vec<LeaseEvent> {
-        self.leases
-            .0
-            .lock()
-            .map(|l| l.iter().cloned().collect())
-            .unwrap_or_default()
+        self.leases.0.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// Whether candidates share a device while they run (`ShareMode::Pool`), so that one
@@ -616,19 +594,13 @@ impl Pool {
         alone: bool,
     ) -> Result<Execution, EvalError> {
         let job = job.clone();
-        let mut exec = self
-            .run_message(move |id| Message::Evaluate { id, job }, budget, alone)
-            .await?;
+        let mut exec =
+            self.run_message(move |id| Message::Evaluate { id, job }, budget, alone).await?;
         if let Exit::Reply { message } = exec.exit {
             exec.exit = match message {
-                Message::Result {
-                    outcome,
-                    elapsed_ms,
-                    ..
-                } => Exit::Answered {
-                    outcome,
-                    executor_ms: elapsed_ms,
-                },
+                Message::Result { outcome, elapsed_ms, .. } => {
+                    Exit::Answered { outcome, executor_ms: elapsed_ms }
+                }
                 other => {
                     return Err(EvalError::WorkerRefused(format!(
                         "expected a result, got {}",
@@ -647,8 +619,7 @@ impl Pool {
         budget: Duration,
     ) -> Result<Execution, EvalError> {
         let job = job.clone();
-        self.run_message(move |id| Message::CheckProblem { id, job }, budget, false)
-            .await
+        self.run_message(move |id| Message::CheckProblem { id, job }, budget, false).await
     }
 
     /// The device with the fewest jobs in flight.
@@ -702,11 +673,7 @@ impl Pool {
         budget: Duration,
         alone: bool,
     ) -> Result<Execution, EvalError> {
-        let _permit = slot
-            .running
-            .acquire()
-            .await
-            .map_err(|_| EvalError::PoolClosed)?;
+        let _permit = slot.running.acquire().await.map_err(|_| EvalError::PoolClosed)?;
         let id = format!("job-{}", self.counter.fetch_add(1, Ordering::Relaxed));
         let exclusive = alone || self.cfg.mode == ShareMode::Exclusive;
         let started = Instant::now();
@@ -716,9 +683,7 @@ impl Pool {
         // process is taken until its answer; naive start-up happens inside that hold, as
         // it would there.
         let mut held = if exclusive {
-            let h = self
-                .acquire(slot, LeaseKind::Exclusive, &id, &exclusive_ns)
-                .await;
+            let h = self.acquire(slot, LeaseKind::Exclusive, &id, &exclusive_ns).await;
             waited += started.elapsed();
             Some(h)
         } else {
@@ -749,9 +714,9 @@ impl Pool {
         };
         loop {
             let hold_deadline = match (hold_limit, shared_since) {
-                (Some(limit), Some(since)) => Some(tokio::time::Instant::from_std(
-                    since + limit.saturating_sub(shared_used),
-                )),
+                (Some(limit), Some(since)) => {
+                    Some(tokio::time::Instant::from_std(since + limit.saturating_sub(shared_used)))
+                }
                 _ => None,
             };
             let until = hold_deadline.map_or(deadline, |h| h.min(deadline));
@@ -763,10 +728,7 @@ impl Pool {
                     drop(held);
                     let gpu_hold = hold_deadline.filter(|h| *h < deadline).and(hold_limit);
                     return Ok(done(
-                        Exit::TimedOut {
-                            stderr_tail: worker.stderr_tail(),
-                            gpu_hold,
-                        },
+                        Exit::TimedOut { stderr_tail: worker.stderr_tail(), gpu_hold },
                         waited,
                     ));
                 }
@@ -800,10 +762,7 @@ impl Pool {
                     if kind == LeaseKind::Shared {
                         shared_since = Some(Instant::now());
                     }
-                    let grant = Message::LeaseGrant {
-                        id: id.clone(),
-                        kind,
-                    };
+                    let grant = Message::LeaseGrant { id: id.clone(), kind };
                     if let Some(stdin) = worker.stdin.as_mut() {
                         let _ = write_line(stdin, &grant.to_line()).await;
                     }
@@ -842,10 +801,7 @@ impl Pool {
                     };
                     drop(held);
                     return Ok(done(
-                        Exit::Crashed {
-                            exit,
-                            stderr_tail: worker.stderr_tail(),
-                        },
+                        Exit::Crashed { exit, stderr_tail: worker.stderr_tail() },
                         waited,
                     ));
                 }
@@ -937,15 +893,9 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
 /// A fresh scratch directory for one process, and where its stderr goes.
 fn new_scratch(launch: &Launch, prefix: &str) -> Result<(PathBuf, PathBuf), EvalError> {
     let n = launch.counter.fetch_add(1, Ordering::Relaxed);
-    let scratch = launch
-        .spec
-        .scratch_root
-        .join(format!("{prefix}{}-{}", std::process::id(), n));
+    let scratch = launch.spec.scratch_root.join(format!("{prefix}{}-{}", std::process::id(), n));
     let tmp = scratch.join("tmp");
-    std::fs::create_dir_all(&tmp).map_err(|source| EvalError::Io {
-        path: tmp.clone(),
-        source,
-    })?;
+    std::fs::create_dir_all(&tmp).map_err(|source| EvalError::Io { path: tmp.clone(), source })?;
     if let Some(template) = &launch.cache_template {
         // Best effort: without it the warm-up compiles its kernel itself.
         let _ = copy_dir(template, &scratch.join("triton-cache"));
@@ -976,14 +926,8 @@ fn worker_env(launch: &Launch, scratch: &std::path::Path) -> Vec<(&'static str, 
         ("PYTHONHASHSEED", "0".to_string()),
         ("TRITONFORGE_DEVICE", device.to_string()),
         ("TRITONFORGE_THREADS", spec.threads.to_string()),
-        (
-            "TRITONFORGE_WARMUP",
-            if launch.warm_up { "1" } else { "0" }.to_string(),
-        ),
-        (
-            "TRITONFORGE_SANDBOX",
-            if launch.landlock { "1" } else { "0" }.to_string(),
-        ),
+        ("TRITONFORGE_WARMUP", if launch.warm_up { "1" } else { "0" }.to_string()),
+        ("TRITONFORGE_SANDBOX", if launch.landlock { "1" } else { "0" }.to_string()),
         ("TRITON_CACHE_DIR", path(scratch.join("triton-cache"))),
         ("CUDA_CACHE_PATH", path(scratch.join("cuda-cache"))),
         ("TMPDIR", path(scratch.join("tmp"))),
@@ -1075,21 +1019,11 @@ async fn fork_worker(launch: &Launch, fork_server: &Arc<ForkServer>) -> Result<R
     let env: Vec<(String, String)> = serve_command(launch, &scratch)
         .environment()
         .into_iter()
-        .map(|(k, v)| {
-            (
-                k.to_string_lossy().into_owned(),
-                v.to_string_lossy().into_owned(),
-            )
-        })
+        .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();
     let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     let forked = match fork_server
-        .fork(
-            &scratch,
-            &stderr,
-            &env,
-            FORK_ANSWER.min(launch.startup_timeout),
-        )
+        .fork(&scratch, &stderr, &env, FORK_ANSWER.min(launch.startup_timeout))
         .await
     {
         Ok(f) => f,
@@ -1100,11 +1034,7 @@ async fn fork_worker(launch: &Launch, fork_server: &Arc<ForkServer>) -> Result<R
     };
     launch.live.add(forked.pid);
     let worker = Worker {
-        proc: Proc::Forked {
-            pid: forked.pid,
-            fork_server: fork_server.clone(),
-            reaped: false,
-        },
+        proc: Proc::Forked { pid: forked.pid, fork_server: fork_server.clone(), reaped: false },
         pgid: forked.pid,
         stdin: Some(Box::new(forked.stdin)),
         stdout: BufReader::new(Box::new(forked.stdout)),
@@ -1125,10 +1055,8 @@ enum First {
 async fn spawn(launch: &Launch, as_fork_server: bool) -> Result<First, EvalError> {
     let spec = &launch.spec;
     let (scratch, stderr_path) = new_scratch(launch, if as_fork_server { "z" } else { "w" })?;
-    let stderr = std::fs::File::create(&stderr_path).map_err(|source| EvalError::Io {
-        path: stderr_path.clone(),
-        source,
-    })?;
+    let stderr = std::fs::File::create(&stderr_path)
+        .map_err(|source| EvalError::Io { path: stderr_path.clone(), source })?;
     let mut cmd = Command::from(serve_command(launch, &scratch).command());
     cmd.current_dir(&scratch)
         .env_remove("TRITON_INTERPRET")
@@ -1137,11 +1065,8 @@ async fn spawn(launch: &Launch, as_fork_server: bool) -> Result<First, EvalError
         .kill_on_drop(true);
     // A fork server's stdin must carry file descriptors: a socket, not a pipe.
     let ctl = if as_fork_server {
-        let (ours, theirs) =
-            std::os::unix::net::UnixStream::pair().map_err(|source| EvalError::Io {
-                path: scratch.clone(),
-                source,
-            })?;
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+            .map_err(|source| EvalError::Io { path: scratch.clone(), source })?;
         cmd.env("TRITONFORGE_FORK_SERVER", "1")
             .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
         ours.set_nonblocking(true).map_err(EvalError::WorkerIo)?;
@@ -1178,9 +1103,7 @@ async fn spawn(launch: &Launch, as_fork_server: bool) -> Result<First, EvalError
             .and_then(|v| v["fork_server"].as_i64());
         if let (Ok(Ok(n)), Some(_)) = (&first, fork_server_pid) {
             if *n > 0 {
-                return Ok(First::ForkServer(ForkServer::new(
-                    child, pid, ctl, stdout, scratch,
-                )));
+                return Ok(First::ForkServer(ForkServer::new(child, pid, ctl, stdout, scratch)));
             }
         }
         let reader: Box<dyn AsyncRead + Send + Unpin> = Box::new(stdout);
@@ -1188,9 +1111,7 @@ async fn spawn(launch: &Launch, as_fork_server: bool) -> Result<First, EvalError
             proc: Proc::Spawned(child),
             pgid: pid,
             stdin: Some(Box::new(ctl)),
-            stdout: BufReader::new(Box::new(
-                std::io::Cursor::new(line.into_bytes()).chain(reader),
-            )),
+            stdout: BufReader::new(Box::new(std::io::Cursor::new(line.into_bytes()).chain(reader))),
             scratch,
             live: launch.live.clone(),
         };
@@ -1210,17 +1131,12 @@ async fn spawn(launch: &Launch, as_fork_server: bool) -> Result<First, EvalError
         scratch,
         live: launch.live.clone(),
     };
-    await_hello(worker, launch.startup_timeout)
-        .await
-        .map(|r| First::Worker(Box::new(r)))
+    await_hello(worker, launch.startup_timeout).await.map(|r| First::Worker(Box::new(r)))
 }
 
 fn no_hello(timeout: Duration, worker: &Worker) -> EvalError {
     EvalError::WorkerStart {
-        reason: format!(
-            "no hello within {}s (torch import hung?)",
-            timeout.as_secs()
-        ),
+        reason: format!("no hello within {}s (torch import hung?)", timeout.as_secs()),
         stderr: worker.stderr_tail(),
     }
 }
@@ -1242,18 +1158,11 @@ async fn await_hello(mut worker: Worker, timeout: Duration) -> Result<Ready, Eva
         Err(HelloError::Timeout(_)) => return Err(no_hello(timeout, &worker)),
     };
     match first {
-        Message::Hello {
-            env,
-            worker_version,
-            sandbox,
-            pid,
-            ..
-        } if i64::from(pid) == i64::from(worker.pgid) => Ok(Ready {
-            worker,
-            env,
-            worker_version,
-            sandbox,
-        }),
+        Message::Hello { env, worker_version, sandbox, pid, .. }
+            if i64::from(pid) == i64::from(worker.pgid) =>
+        {
+            Ok(Ready { worker, env, worker_version, sandbox })
+        }
         // The process we started (or were told was forked) must be the one speaking.
         Message::Hello { pid, .. } => Err(EvalError::WorkerStart {
             reason: format!("hello from pid {pid}, expected {}", worker.pgid),

@@ -46,39 +46,23 @@ fn fmt_err(x: Option<f64>) -> String {
 
 /// The largest max-abs-error any trial reported.
 fn worst_trial_err(r: &tritonforge_protocol::EvalRecord) -> Option<f64> {
-    r.verdict
-        .trials
-        .iter()
-        .filter_map(|t| t.max_abs_err)
-        .reduce(f64::max)
+    r.verdict.trials.iter().filter_map(|t| t.max_abs_err).reduce(f64::max)
 }
 
 pub fn verdict_text(ev: &Evaluation) -> String {
     let r = &ev.record;
     let mut s = String::new();
     let passed = r.verdict.trials.iter().filter(|t| t.passed).count();
-    let _ = writeln!(
-        s,
-        "verdict:   {} (decided at stage {})",
-        r.verdict.status, r.verdict.stage
-    );
-    let variant = r
-        .config
-        .variant
-        .as_deref()
-        .map(|v| format!(" (variant {v})"))
-        .unwrap_or_default();
+    let _ = writeln!(s, "verdict:   {} (decided at stage {})", r.verdict.status, r.verdict.stage);
+    let variant =
+        r.config.variant.as_deref().map(|v| format!(" (variant {v})")).unwrap_or_default();
     let _ = writeln!(s, "problem:   {}{variant}", r.problem.path);
     let _ = writeln!(s, "candidate: {}", r.candidate.path);
     let _ = writeln!(s, "message:   {}", r.verdict.message);
     if let Some(e) = &r.verdict.error {
         let _ = writeln!(s, "error:     {}: {}", e.exc_type, first_line(&e.message));
         for f in &e.frames {
-            let _ = writeln!(
-                s,
-                "  at {}:{} in {}: {}",
-                f.file, f.line, f.function, f.code
-            );
+            let _ = writeln!(s, "  at {}:{} in {}: {}", f.file, f.line, f.function, f.code);
         }
     }
     if let Some(m) = &r.verdict.mismatch {
@@ -106,23 +90,14 @@ pub fn verdict_text(ev: &Evaluation) -> String {
         fmt_err(worst_trial_err(r))
     );
     if let Some(p) = &r.verdict.provenance {
-        let kernels: Vec<String> = p
-            .kernels
-            .iter()
-            .map(|k| format!("{} x{}", k.name, k.launches))
-            .collect();
-        let share = p
-            .gpu_share
-            .map(|x| format!(", {:.0}% of GPU time", x * 100.0))
-            .unwrap_or_default();
+        let kernels: Vec<String> =
+            p.kernels.iter().map(|k| format!("{} x{}", k.name, k.launches)).collect();
+        let share =
+            p.gpu_share.map(|x| format!(", {:.0}% of GPU time", x * 100.0)).unwrap_or_default();
         let _ = writeln!(
             s,
             "kernels:   {} ({} of {} calls launched one{share})",
-            if kernels.is_empty() {
-                "none".to_string()
-            } else {
-                kernels.join(", ")
-            },
+            if kernels.is_empty() { "none".to_string() } else { kernels.join(", ") },
             p.calls - p.calls_without_launch,
             p.calls
         );
@@ -172,14 +147,7 @@ pub fn verdict_text(ev: &Evaluation) -> String {
     }
     if let Some(tail) = &r.stderr_tail {
         let _ = writeln!(s, "stderr (last lines):");
-        for line in tail
-            .lines()
-            .rev()
-            .take(12)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-        {
+        for line in tail.lines().rev().take(12).collect::<Vec<_>>().into_iter().rev() {
             let _ = writeln!(s, "  | {line}");
         }
     }
@@ -341,11 +309,7 @@ pub fn sandbox_line(s: &tritonforge_protocol::Sandbox) -> String {
         None => parts.push("no landlock".to_string()),
     }
     let yes_no = |b: bool, yes: &str, no: &str| if b { yes.to_string() } else { no.to_string() };
-    parts.push(yes_no(
-        s.filesystem,
-        "writes confined to scratch",
-        "writes NOT confined",
-    ));
+    parts.push(yes_no(s.filesystem, "writes confined to scratch", "writes NOT confined"));
     parts.push(yes_no(s.network, "TCP denied", "network NOT restricted"));
     parts.push(yes_no(s.signals, "signals scoped", "signals NOT scoped"));
     if let Some(f) = s.gpu_memory_fraction {

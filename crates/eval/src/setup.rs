@@ -7,10 +7,63 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tritonforge_protocol::{DeviceKind, DeviceRequest, EvalConfig};
+use tritonforge_pyenv::{PyEnvError, PythonEnv, PythonSource};
 use tritonforge_store::Store;
-use tritonforge_suite::Problem;
+use tritonforge_suite::{Problem, Suite, SuiteError, SuiteSource};
 
 use crate::{EvalError, Evaluator, Pool, PoolConfig, WorkerSpec};
+
+/// Where a command works: the state directory (store, managed venv, scratch, extracted
+/// worker and suite), which Python runs workers, where candidates run, which suite. The
+/// CLI, and later the server and the RL loop, open everything through it.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    pub state_dir: PathBuf,
+    pub python: PythonSource,
+    pub device: DeviceRequest,
+    pub suite: SuiteSource,
+}
+
+impl Workspace {
+    pub fn store_path(&self) -> PathBuf {
+        self.state_dir.join("tritonforge.sqlite")
+    }
+
+    /// The interpreter, creating the managed venv on first use (`progress` hears each step).
+    pub fn python_env(&self, progress: &mut dyn FnMut(&str)) -> Result<PythonEnv, PyEnvError> {
+        tritonforge_pyenv::ensure(&self.python, &self.state_dir, progress)
+    }
+
+    /// The suite, writing out the built-in one on first use.
+    pub fn load_suite(&self) -> Result<Suite, SuiteError> {
+        Suite::load(&self.suite.root(&self.state_dir)?)
+    }
+
+    /// The evaluator of this workspace: executors of `env`, records in its store if `store`.
+    pub async fn open_evaluator(
+        &self,
+        env: &PythonEnv,
+        pool: PoolConfig,
+        guard: Option<tritonforge_guard::GuardRules>,
+        store: bool,
+    ) -> Result<Evaluator, EvalError> {
+        Evaluator::open(EvaluatorSetup {
+            worker: WorkerSpec {
+                python: env.interpreter.clone(),
+                worker_path: env.worker_path.clone(),
+                scratch_root: self.state_dir.join("scratch"),
+                device: self.device,
+                threads: 1,
+            },
+            pool,
+            store: store.then(|| self.store_path()),
+            guard,
+            refresh: false,
+            worker_fingerprint: tritonforge_pyenv::worker_hash(),
+        })
+        .await
+    }
+}
 
 /// Everything an evaluator is opened with.
 pub struct EvaluatorSetup {
@@ -154,12 +207,8 @@ mod tests {
             source: "N = 8\n".into(),
             meta: Default::default(),
         };
-        p.meta
-            .variants
-            .insert("small".into(), [("N".to_string(), 2.into())].into());
-        p.meta
-            .variants
-            .insert("heldout".into(), [("N".to_string(), 7.into())].into());
+        p.meta.variants.insert("small".into(), [("N".to_string(), 2.into())].into());
+        p.meta.variants.insert("heldout".into(), [("N".to_string(), 7.into())].into());
         p
     }
 
@@ -173,20 +222,9 @@ mod tests {
         assert_eq!(gpu.variant, None);
         assert_eq!(gpu.shape_check.unwrap()["N"], 7);
         assert_eq!(gpu.seed, EvalConfig::default().seed);
-        let off = EvalSettings {
-            shape_check: ShapeCheck::Off,
-            ..EvalSettings::default()
-        };
-        assert_eq!(
-            off.config(&problem(), DeviceKind::Cuda)
-                .unwrap()
-                .shape_check,
-            None
-        );
-        let bad = EvalSettings {
-            variant: Some("huge".into()),
-            ..EvalSettings::default()
-        };
+        let off = EvalSettings { shape_check: ShapeCheck::Off, ..EvalSettings::default() };
+        assert_eq!(off.config(&problem(), DeviceKind::Cuda).unwrap().shape_check, None);
+        let bad = EvalSettings { variant: Some("huge".into()), ..EvalSettings::default() };
         assert!(bad.config(&problem(), DeviceKind::Cpu).is_err());
     }
 }

@@ -68,10 +68,7 @@ impl ValidationReport {
             let _ = writeln!(s, "FAIL {f}");
         }
         for x in &r.slow {
-            let _ = writeln!(
-                s,
-                "SLOW {x} (wall-clock on this machine now; not a failure)"
-            );
+            let _ = writeln!(s, "SLOW {x} (wall-clock on this machine now; not a failure)");
         }
         let n = r.findings.len();
         let _ = writeln!(
@@ -97,11 +94,7 @@ pub async fn validate_suite(
 ) -> Result<ValidationReport, EvalError> {
     let cpu_mode = evaluator.device() == DeviceKind::Cpu;
     let variants = if spec.variants.is_empty() {
-        let default: &[&str] = if cpu_mode {
-            &["small"]
-        } else {
-            &["full", "heldout"]
-        };
+        let default: &[&str] = if cpu_mode { &["small"] } else { &["full", "heldout"] };
         default.iter().map(|v| v.to_string()).collect()
     } else {
         spec.variants.clone()
@@ -112,11 +105,7 @@ pub async fn validate_suite(
         ..ValidationReport::default()
     };
     let mut set: JoinSet<Outcome> = JoinSet::new();
-    for e in suite
-        .entries
-        .iter()
-        .filter(|e| spec.filter.keep(e) && e.problem_path.is_file())
-    {
+    for e in suite.entries.iter().filter(|e| spec.filter.keep(e) && e.problem_path.is_file()) {
         let problem = match Problem::load_with(&e.problem_path, Some(&suite.manifest)) {
             Ok(p) => p,
             Err(err) => {
@@ -172,14 +161,7 @@ pub async fn validate_suite(
         let (what, key, variant, f, s) =
             joined.map_err(|e| EvalError::TaskFailed(e.to_string()))?;
         done += 1;
-        progress(CheckDone {
-            done,
-            total,
-            what,
-            key,
-            variant,
-            ok: f.is_empty(),
-        });
+        progress(CheckDone { done, total, what, key, variant, ok: f.is_empty() });
         report.findings.extend(f);
         report.slow.extend(s);
     }

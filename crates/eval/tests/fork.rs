@@ -12,12 +12,7 @@ mod common;
 use common::{fixture, spec};
 
 async fn evaluator(state: &std::path::Path, fork: bool) -> Evaluator {
-    let cfg = PoolConfig {
-        workers: 1,
-        spares: 1,
-        fork,
-        ..PoolConfig::default()
-    };
+    let cfg = PoolConfig { workers: 1, spares: 1, fork, ..PoolConfig::default() };
     let pool = Pool::start(spec(state), cfg).await.expect("pool");
     Evaluator::new(pool, None, "test".into())
 }
@@ -25,19 +20,12 @@ async fn evaluator(state: &std::path::Path, fork: bool) -> Evaluator {
 async fn eval(ev: &Evaluator, candidate: &str) -> EvalRecord {
     let problem = Problem::load(&fixture("problems/relu_small.py")).unwrap();
     let candidate = Candidate::load(&fixture(&format!("candidates/{candidate}"))).unwrap();
-    let config = EvalConfig {
-        trials: 2,
-        budget_ms: 60_000,
-        ..EvalConfig::default()
-    };
-    tokio::time::timeout(
-        Duration::from_secs(120),
-        ev.evaluate(&problem, &candidate, &config),
-    )
-    .await
-    .expect("in time")
-    .expect("evaluation")
-    .record
+    let config = EvalConfig { trials: 2, budget_ms: 60_000, ..EvalConfig::default() };
+    tokio::time::timeout(Duration::from_secs(120), ev.evaluate(&problem, &candidate, &config))
+        .await
+        .expect("in time")
+        .expect("evaluation")
+        .record
 }
 
 /// Send the pool's fork server `signal` (as a candidate could, where signals are not
@@ -51,11 +39,7 @@ fn signal_server(ev: &Evaluator, signal: nix::sys::signal::Signal) -> i32 {
 /// The `FACTS ...` line `inspects_its_process.py` wrote before exiting with 17.
 fn facts(r: &EvalRecord) -> String {
     assert_eq!(r.verdict.stage, Stage::Process, "{r:#?}");
-    assert!(
-        r.verdict.message.contains("status 17"),
-        "{}",
-        r.verdict.message
-    );
+    assert!(r.verdict.message.contains("status 17"), "{}", r.verdict.message);
     let tail = r.stderr_tail.clone().unwrap_or_default();
     tail.lines()
         .find_map(|l| l.strip_prefix("FACTS ").map(str::to_owned))
@@ -80,10 +64,7 @@ async fn cpu_processes_are_forked_fresh_and_isolated() {
     // Its own session, so the host kills its whole group and nothing else.
     assert!(f.contains("own_session=True"), "{f}");
     // Its own scratch directory, not the server's.
-    assert!(
-        f.contains(&format!("cwd={}", state.path().join("scratch").display())),
-        "{f}"
-    );
+    assert!(f.contains(&format!("cwd={}", state.path().join("scratch").display())), "{f}");
     assert!(!f.contains("/z"), "{f}");
     if ev.pool().sandbox().signals {
         assert!(f.contains("signal_parent=denied"), "{f}");
@@ -94,11 +75,7 @@ async fn cpu_processes_are_forked_fresh_and_isolated() {
     }
     // Crashes are reported with the status the server reaped.
     let r = eval(&ev, "aborts.py").await;
-    assert!(
-        r.verdict.message.contains("SIGABRT"),
-        "{}",
-        r.verdict.message
-    );
+    assert!(r.verdict.message.contains("SIGABRT"), "{}", r.verdict.message);
     // The first process, three fresh ones, the inspector, the abort, and the spare
     // already waiting: all forked.
     assert!(ev.pool().forked() >= 6, "{}", ev.pool().forked());
@@ -120,10 +97,8 @@ async fn a_lost_fork_server_is_replaced_a_bounded_number_of_times() {
         let mut server = None;
         for _ in 0..if round == 3 { 50 } else { 1200 } {
             // A new server, and it has forked (it is set just before its first fork).
-            server = ev
-                .pool()
-                .fork_server()
-                .filter(|p| !seen.contains(p) && ev.pool().forked() > 0);
+            server =
+                ev.pool().fork_server().filter(|p| !seen.contains(p) && ev.pool().forked() > 0);
             if server.is_some() {
                 break;
             }
@@ -158,11 +133,7 @@ async fn a_stopped_fork_server_is_given_up_on() {
         let r = eval(&ev, "fresh_process.py").await;
         assert_eq!(r.verdict.status, Status::Correct, "{}", r.verdict.message);
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(60),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
     assert_ne!(
         ev.pool().fork_server(),
         Some(server),

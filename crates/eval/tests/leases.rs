@@ -13,20 +13,13 @@ use common::{fixture, spec};
 
 async fn evaluator(state: &std::path::Path, cfg: PoolConfig) -> Evaluator {
     // CPU mode times nothing; ask the workers to take their timing lease anyway.
-    let cfg = PoolConfig {
-        cpu_timing_lease: true,
-        ..cfg
-    };
+    let cfg = PoolConfig { cpu_timing_lease: true, ..cfg };
     let pool = Pool::start(spec(state), cfg).await.expect("pool");
     Evaluator::new(pool, None, "test".into())
 }
 
 fn config(budget_ms: u64) -> EvalConfig {
-    EvalConfig {
-        trials: 3,
-        budget_ms,
-        ..EvalConfig::default()
-    }
+    EvalConfig { trials: 3, budget_ms, ..EvalConfig::default() }
 }
 
 fn pair(candidate: &str) -> (Problem, Candidate) {
@@ -41,15 +34,10 @@ async fn eval_all(ev: &Evaluator, names: &[&str], budget_ms: u64) -> Vec<EvalRec
         let (p, c) = pair(n);
         async move { ev.evaluate(&p, &c, &config(budget_ms)).await }
     });
-    let out = tokio::time::timeout(
-        Duration::from_secs(300),
-        futures_join_all(futures.collect()),
-    )
-    .await
-    .expect("the batch finished (no lease was leaked)");
-    out.into_iter()
-        .map(|r| r.expect("evaluation").record)
-        .collect()
+    let out = tokio::time::timeout(Duration::from_secs(300), futures_join_all(futures.collect()))
+        .await
+        .expect("the batch finished (no lease was leaked)");
+    out.into_iter().map(|r| r.expect("evaluation").record).collect()
 }
 
 /// `join_all` without a futures dependency: spawn-free, polls each in turn on one task.
@@ -78,11 +66,7 @@ async fn futures_join_all<F: std::future::Future>(fs: Vec<F>) -> Vec<F::Output> 
 
 /// Exclusive holds granted so far (timing leases, exclusive mode, runs alone).
 fn exclusive_holds(ev: &Evaluator) -> usize {
-    ev.pool()
-        .lease_events()
-        .iter()
-        .filter(|e| e.kind == LeaseKind::Exclusive)
-        .count()
+    ev.pool().lease_events().iter().filter(|e| e.kind == LeaseKind::Exclusive).count()
 }
 
 fn overlaps(a: &LeaseEvent, b: &LeaseEvent) -> bool {
@@ -92,41 +76,23 @@ fn overlaps(a: &LeaseEvent, b: &LeaseEvent) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn correctness_overlaps_but_a_timing_lease_holds_the_device_alone() {
     let state = tempfile::tempdir().unwrap();
-    let ev = evaluator(
-        state.path(),
-        PoolConfig {
-            workers: 3,
-            spares: 3,
-            ..PoolConfig::default()
-        },
-    )
-    .await;
-    let records = eval_all(
-        &ev,
-        &["sleepy_relu.py", "sleepy_relu.py", "sleepy_relu.py"],
-        60_000,
-    )
-    .await;
+    let ev = evaluator(state.path(), PoolConfig { workers: 3, spares: 3, ..PoolConfig::default() })
+        .await;
+    let records =
+        eval_all(&ev, &["sleepy_relu.py", "sleepy_relu.py", "sleepy_relu.py"], 60_000).await;
     for r in &records {
         assert_eq!(r.verdict.status, Status::Correct, "{}", r.verdict.message);
     }
     let events = ev.pool().lease_events();
-    let shared: Vec<_> = events
-        .iter()
-        .filter(|e| e.kind == LeaseKind::Shared)
-        .collect();
-    let exclusive: Vec<_> = events
-        .iter()
-        .filter(|e| e.kind == LeaseKind::Exclusive)
-        .collect();
+    let shared: Vec<_> = events.iter().filter(|e| e.kind == LeaseKind::Shared).collect();
+    let exclusive: Vec<_> = events.iter().filter(|e| e.kind == LeaseKind::Exclusive).collect();
     // Every job asked for its timing lease (CPU mode then reports timing unavailable).
     assert_eq!(exclusive.len(), 3, "{events:#?}");
     // Correctness of different candidates ran side by side (each sleeps ~0.9 s in total).
-    let concurrent = shared.iter().enumerate().any(|(i, a)| {
-        shared[i + 1..]
-            .iter()
-            .any(|b| a.job != b.job && overlaps(a, b))
-    });
+    let concurrent = shared
+        .iter()
+        .enumerate()
+        .any(|(i, a)| shared[i + 1..].iter().any(|b| a.job != b.job && overlaps(a, b)));
     assert!(concurrent, "shared leases never overlapped: {events:#?}");
     // While one candidate was timed, nothing else held the device.
     for x in &exclusive {
@@ -143,12 +109,7 @@ async fn exclusive_mode_runs_one_at_a_time_and_waiting_is_not_charged_to_the_bud
     let state = tempfile::tempdir().unwrap();
     let ev = evaluator(
         state.path(),
-        PoolConfig {
-            workers: 2,
-            spares: 2,
-            mode: ShareMode::Exclusive,
-            ..PoolConfig::default()
-        },
+        PoolConfig { workers: 2, spares: 2, mode: ShareMode::Exclusive, ..PoolConfig::default() },
     )
     .await;
     // Each candidate needs ~1 s of its own; the budget (2.5 s) is less than both together,
@@ -173,29 +134,13 @@ async fn exclusive_mode_runs_one_at_a_time_and_waiting_is_not_charged_to_the_bud
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_and_hung_workers_release_their_leases_and_are_replaced() {
     let state = tempfile::tempdir().unwrap();
-    let ev = evaluator(
-        state.path(),
-        PoolConfig {
-            workers: 1,
-            spares: 1,
-            ..PoolConfig::default()
-        },
-    )
-    .await;
+    let ev = evaluator(state.path(), PoolConfig { workers: 1, spares: 1, ..PoolConfig::default() })
+        .await;
     // One at a time through a single slot: if a dead worker kept its lease, the next
     // job's timing lease would wait forever (the batch has a deadline).
-    let records = eval_all(
-        &ev,
-        &[
-            "aborts.py",
-            "hangs.py",
-            "relu_ok.py",
-            "raises.py",
-            "relu_ok.py",
-        ],
-        4_000,
-    )
-    .await;
+    let records =
+        eval_all(&ev, &["aborts.py", "hangs.py", "relu_ok.py", "raises.py", "relu_ok.py"], 4_000)
+            .await;
     let statuses: Vec<Status> = records.iter().map(|r| r.verdict.status).collect();
     assert_eq!(
         statuses,
@@ -207,17 +152,10 @@ async fn dead_and_hung_workers_release_their_leases_and_are_replaced() {
             Status::Correct
         ],
         "{:#?}",
-        records
-            .iter()
-            .map(|r| &r.verdict.message)
-            .collect::<Vec<_>>()
+        records.iter().map(|r| &r.verdict.message).collect::<Vec<_>>()
     );
     assert_eq!(records[0].verdict.stage, Stage::Process);
-    assert!(
-        records[0].verdict.message.contains("SIGABRT"),
-        "{}",
-        records[0].verdict.message
-    );
+    assert!(records[0].verdict.message.contains("SIGABRT"), "{}", records[0].verdict.message);
     // Every hold taken was given back: each released at or after it was acquired,
     // and both correct jobs got their timing lease.
     let events = ev.pool().lease_events();
@@ -240,26 +178,12 @@ async fn the_naive_mode_starts_each_process_on_demand_and_still_gets_it_right() 
     )
     .await;
     let records = eval_all(&ev, &["relu_ok.py", "wrong_values.py"], 60_000).await;
-    assert_eq!(
-        records[0].verdict.status,
-        Status::Correct,
-        "{}",
-        records[0].verdict.message
-    );
-    assert_eq!(
-        records[1].verdict.status,
-        Status::Incorrect,
-        "{}",
-        records[1].verdict.message
-    );
+    assert_eq!(records[0].verdict.status, Status::Correct, "{}", records[0].verdict.message);
+    assert_eq!(records[1].verdict.status, Status::Incorrect, "{}", records[1].verdict.message);
     // The start-up is on the critical path here: wall time well above the executor's own.
     for r in &records {
         let executor = r.executor_ms.unwrap_or(0.0);
-        assert!(
-            r.wall_ms > executor + 500.0,
-            "wall {} vs executor {executor}",
-            r.wall_ms
-        );
+        assert!(r.wall_ms > executor + 500.0, "wall {} vs executor {executor}", r.wall_ms);
     }
 }
 
@@ -269,90 +193,35 @@ async fn the_naive_mode_starts_each_process_on_demand_and_still_gets_it_right() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_memory_while_sharing_is_evaluated_again_alone() {
     let state = tempfile::tempdir().unwrap();
-    let ev = evaluator(
-        state.path(),
-        PoolConfig {
-            workers: 2,
-            spares: 2,
-            ..PoolConfig::default()
-        },
-    )
-    .await;
+    let ev = evaluator(state.path(), PoolConfig { workers: 2, spares: 2, ..PoolConfig::default() })
+        .await;
     let raised = &eval_all(&ev, &["raises.py"], 60_000).await[0];
-    assert_eq!(
-        raised.verdict.status,
-        Status::RuntimeError,
-        "{}",
-        raised.verdict.message
-    );
-    assert!(
-        !raised.verdict.message.contains("alone"),
-        "{}",
-        raised.verdict.message
-    );
+    assert_eq!(raised.verdict.status, Status::RuntimeError, "{}", raised.verdict.message);
+    assert!(!raised.verdict.message.contains("alone"), "{}", raised.verdict.message);
     assert_eq!(exclusive_holds(&ev), 0, "a plain error is not retried");
 
     let oom = &eval_all(&ev, &["runs_out_of_memory.py"], 60_000).await[0];
-    assert_eq!(
-        oom.verdict.status,
-        Status::RuntimeError,
-        "{}",
-        oom.verdict.message
-    );
-    assert!(
-        oom.verdict.message.contains("evaluated again alone"),
-        "{}",
-        oom.verdict.message
-    );
-    assert!(
-        oom.verdict.message.contains("OutOfMemoryError"),
-        "{}",
-        oom.verdict.message
-    );
+    assert_eq!(oom.verdict.status, Status::RuntimeError, "{}", oom.verdict.message);
+    assert!(oom.verdict.message.contains("evaluated again alone"), "{}", oom.verdict.message);
+    assert!(oom.verdict.message.contains("OutOfMemoryError"), "{}", oom.verdict.message);
     assert_eq!(exclusive_holds(&ev), 1, "{:#?}", ev.pool().lease_events());
 
     // A reference that runs out of memory after the candidate ran is the candidate's
     // failure (it may have caused it), named as the reference's, and retried alone too.
     let problem = Problem::load(&fixture("problems/reference_out_of_memory.py")).unwrap();
     let relu = Candidate::load(&fixture("candidates/relu_ok.py")).unwrap();
-    let r = ev
-        .evaluate(&problem, &relu, &config(60_000))
-        .await
-        .unwrap()
-        .record;
-    assert_eq!(
-        r.verdict.status,
-        Status::RuntimeError,
-        "{}",
-        r.verdict.message
-    );
-    assert!(
-        r.verdict.message.contains("the reference failed"),
-        "{}",
-        r.verdict.message
-    );
-    assert!(
-        r.verdict.message.contains("evaluated again alone"),
-        "{}",
-        r.verdict.message
-    );
+    let r = ev.evaluate(&problem, &relu, &config(60_000)).await.unwrap().record;
+    assert_eq!(r.verdict.status, Status::RuntimeError, "{}", r.verdict.message);
+    assert!(r.verdict.message.contains("the reference failed"), "{}", r.verdict.message);
+    assert!(r.verdict.message.contains("evaluated again alone"), "{}", r.verdict.message);
     assert_eq!(exclusive_holds(&ev), 2, "{:#?}", ev.pool().lease_events());
 
     // In exclusive mode every run already holds its device alone: no second run.
     let state = tempfile::tempdir().unwrap();
-    let alone = evaluator(
-        state.path(),
-        PoolConfig {
-            mode: ShareMode::Exclusive,
-            ..PoolConfig::default()
-        },
-    )
-    .await;
+    let alone =
+        evaluator(state.path(), PoolConfig { mode: ShareMode::Exclusive, ..PoolConfig::default() })
+            .await;
     let once = &eval_all(&alone, &["runs_out_of_memory.py"], 60_000).await[0];
-    assert!(
-        !once.verdict.message.contains("alone"),
-        "{}",
-        once.verdict.message
-    );
+    assert!(!once.verdict.message.contains("alone"), "{}", once.verdict.message);
     assert_eq!(exclusive_holds(&alone), 1, "one run, one hold");
 }

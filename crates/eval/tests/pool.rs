@@ -69,16 +69,11 @@ async fn a_worker_that_never_says_hello_times_out_at_start_up() {
     let dir = tempfile::tempdir().unwrap();
     let spec = fake_worker(dir.path(), "import time\ntime.sleep(60)\n");
     let started = std::time::Instant::now();
-    let err = Pool::start(
-        spec,
-        PoolConfig {
-            startup_timeout: Duration::from_millis(800),
-            ..cfg()
-        },
-    )
-    .await
-    .err()
-    .expect("must fail");
+    let err =
+        Pool::start(spec, PoolConfig { startup_timeout: Duration::from_millis(800), ..cfg() })
+            .await
+            .err()
+            .expect("must fail");
     assert!(err.to_string().contains("no hello"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }

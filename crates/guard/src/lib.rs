@@ -174,10 +174,8 @@ fn default_allowed_aten() -> BTreeSet<String> {
 impl GuardRules {
     /// Parse a policy file's text; `path` names it in errors.
     pub fn from_toml(text: &str, path: &str) -> Result<GuardRules, GuardError> {
-        let policy: GuardRules = toml::from_str(text).map_err(|e| GuardError::Rules {
-            path: path.to_string(),
-            message: e.to_string(),
-        })?;
+        let policy: GuardRules = toml::from_str(text)
+            .map_err(|e| GuardError::Rules { path: path.to_string(), message: e.to_string() })?;
         for id in policy.rules.keys() {
             if !RULES.iter().any(|r| r.id == id) {
                 return Err(GuardError::Rules {
@@ -258,22 +256,13 @@ pub fn check(source: &str, policy: &GuardRules) -> Report {
         }
     };
     let facts = Facts::collect(&module.body);
-    let mut out = Out {
-        source,
-        policy,
-        findings: Vec::new(),
-    };
+    let mut out = Out { source, policy, findings: Vec::new() };
     rules::run(&facts, &module.body, &mut out);
-    out.findings
-        .sort_by(|a, b| (a.line, &a.rule, a.column).cmp(&(b.line, &b.rule, b.column)));
+    out.findings.sort_by(|a, b| (a.line, &a.rule, a.column).cmp(&(b.line, &b.rule, b.column)));
     // One finding per rule and line (`os.environ.get` is also `os.environ`).
-    out.findings
-        .dedup_by(|b, a| a.line == b.line && a.rule == b.rule);
+    out.findings.dedup_by(|b, a| a.line == b.line && a.rule == b.rule);
     out.findings.sort_by_key(|f| (f.line, f.column));
-    Report {
-        findings: out.findings,
-        parse_error: None,
-    }
+    Report { findings: out.findings, parse_error: None }
 }
 
 /// Where findings go; applies the policy's severities.
@@ -290,13 +279,7 @@ impl Out<'_> {
             return;
         }
         let (line, column) = line_col(self.source, at);
-        self.findings.push(Finding {
-            rule: rule.id.to_string(),
-            severity,
-            line,
-            column,
-            message,
-        });
+        self.findings.push(Finding { rule: rule.id.to_string(), severity, line, column, message });
     }
 
     pub(crate) fn allowed_torch(&self, name: &str) -> bool {
@@ -308,16 +291,8 @@ fn line_col(source: &str, at: TextSize) -> (u32, u32) {
     let at = usize::from(at).min(source.len());
     let before = source.get(..at).unwrap_or("");
     let line = before.matches('\n').count() + 1;
-    let col = before
-        .rsplit('\n')
-        .next()
-        .map(|l| l.chars().count())
-        .unwrap_or(0)
-        + 1;
-    (
-        u32::try_from(line).unwrap_or(u32::MAX),
-        u32::try_from(col).unwrap_or(u32::MAX),
-    )
+    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    (u32::try_from(line).unwrap_or(u32::MAX), u32::try_from(col).unwrap_or(u32::MAX))
 }
 
 /// What the rules need to know about the module, gathered once.
@@ -354,10 +329,7 @@ impl<'a> Facts<'a> {
         for stmt in body {
             match stmt {
                 Stmt::FunctionDef(f) => {
-                    if f.decorator_list
-                        .iter()
-                        .any(|d| facts.is_triton_decorator(&d.expression))
-                    {
+                    if f.decorator_list.iter().any(|d| facts.is_triton_decorator(&d.expression)) {
                         facts.kernels.insert(f.name.id.to_string());
                     }
                     facts.functions.insert(f.name.id.to_string(), f);
@@ -448,12 +420,9 @@ impl<'a> Facts<'a> {
     /// The dotted name an expression refers to, with import aliases resolved.
     pub fn dotted(&self, e: &Expr) -> Option<String> {
         match e {
-            Expr::Name(n) => Some(
-                self.aliases
-                    .get(n.id.as_str())
-                    .cloned()
-                    .unwrap_or_else(|| n.id.to_string()),
-            ),
+            Expr::Name(n) => {
+                Some(self.aliases.get(n.id.as_str()).cloned().unwrap_or_else(|| n.id.to_string()))
+            }
             Expr::Attribute(a) => Some(format!("{}.{}", self.dotted(&a.value)?, a.attr.id)),
             _ => None,
         }
@@ -528,11 +497,7 @@ fn collect_imports(body: &[Stmt], aliases: &mut HashMap<String, String>) {
                 }
             }
             Stmt::ImportFrom(i) => {
-                let module = i
-                    .module
-                    .as_ref()
-                    .map(|m| m.id.to_string())
-                    .unwrap_or_default();
+                let module = i.module.as_ref().map(|m| m.id.to_string()).unwrap_or_default();
                 for a in &i.names {
                     let local = a.asname.as_ref().unwrap_or(&a.name).id.to_string();
                     aliases.insert(local, format!("{module}.{}", a.name.id));
@@ -606,21 +571,16 @@ mod tests {
         let r = check(&src, &GuardRules::default());
         assert_eq!(r.findings.len(), 1, "{:?}", r.findings);
         let f = &r.findings[0];
-        assert_eq!(
-            (f.rule.as_str(), f.line, f.column),
-            ("torch-compute-in-forward", 14, 16)
-        );
+        assert_eq!((f.rule.as_str(), f.line, f.column), ("torch-compute-in-forward", 14, 16));
         assert!(r.rejects());
     }
 
     #[test]
     fn a_policy_changes_severities_and_unknown_rules_are_named() {
         let src = HONEST.replace("return y", "return torch.relu(y)");
-        let p = GuardRules::from_toml(
-            "[rules]\n\"torch-compute-in-forward\" = \"warn\"\n",
-            "p.toml",
-        )
-        .unwrap();
+        let p =
+            GuardRules::from_toml("[rules]\n\"torch-compute-in-forward\" = \"warn\"\n", "p.toml")
+                .unwrap();
         let r = check(&src, &p);
         assert_eq!(r.findings[0].severity, Severity::Warn);
         assert!(!r.rejects());

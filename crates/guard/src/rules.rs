@@ -204,24 +204,14 @@ pub(crate) fn run(facts: &Facts, body: &[Stmt], out: &mut Out) {
         out.report(&NO_KERNEL, start(model_new), "no `@triton.jit` kernel is defined; the work must be done by Triton kernels of your own".into());
     }
     for base in model_new.bases() {
-        if facts
-            .dotted(base)
-            .is_some_and(|d| d == "Model" || d.ends_with(".Model"))
-        {
+        if facts.dotted(base).is_some_and(|d| d == "Model" || d.ends_with(".Model")) {
             out.report(&REFERENCE_MODEL, start(base), "`ModelNew` subclasses the reference `Model`; subclass `nn.Module` and compute the result with your own kernels".into());
         }
     }
     if facts.reachable.is_empty() {
-        out.report(
-            &NOT_LAUNCHED,
-            start(model_new),
-            "`ModelNew` has no `forward` method".into(),
-        );
+        out.report(&NOT_LAUNCHED, start(model_new), "`ModelNew` has no `forward` method".into());
     } else if !facts.kernels.is_empty() {
-        let mut launches = Launches {
-            facts,
-            found: false,
-        };
+        let mut launches = Launches { facts, found: false };
         for f in &facts.reachable {
             launches.visit_body(&f.body);
         }
@@ -232,11 +222,7 @@ pub(crate) fn run(facts: &Facts, body: &[Stmt], out: &mut Out) {
                 names.join(", ")));
         }
     }
-    Whole {
-        facts,
-        out: &mut *out,
-    }
-    .visit_body(body);
+    Whole { facts, out: &mut *out }.visit_body(body);
     let mut fwd = Forward { facts, out };
     for f in &facts.reachable {
         fwd.visit_body(&f.body);
@@ -411,11 +397,7 @@ impl Whole<'_, '_, '_> {
             );
         }
         if matches!(top, "pathlib" | "shutil" | "tempfile" | "pickle") {
-            self.out.report(
-                &FILES,
-                at,
-                format!("`{module}` touches files; a kernel needs none"),
-            );
+            self.out.report(&FILES, at, format!("`{module}` touches files; a kernel needs none"));
         }
     }
 
@@ -436,11 +418,7 @@ impl Whole<'_, '_, '_> {
             "os.posix_spawn",
         ];
         if os_process.contains(&d) {
-            self.out.report(
-                &PROCESS,
-                at,
-                format!("`{d}` starts or signals processes; remove it"),
-            );
+            self.out.report(&PROCESS, at, format!("`{d}` starts or signals processes; remove it"));
         }
         let files = [
             "os.environ",
@@ -464,8 +442,7 @@ impl Whole<'_, '_, '_> {
         ];
         // `d` is one of them or a member of one (no allocation per attribute visited).
         let under = |f: &str| {
-            d.strip_prefix(f)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+            d.strip_prefix(f).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
         };
         if files.iter().any(|f| under(f)) {
             self.out.report(
@@ -537,10 +514,7 @@ impl Whole<'_, '_, '_> {
         };
         if let Some(root) = root {
             if self.facts.is_module_path(root) {
-                let what = self
-                    .facts
-                    .dotted(target)
-                    .unwrap_or_else(|| "a module attribute".into());
+                let what = self.facts.dotted(target).unwrap_or_else(|| "a module attribute".into());
                 self.out.report(&MONKEY_PATCH, start(target), format!("assigning `{what}` patches a library the evaluator also uses; leave modules as they are"));
             }
         }
@@ -673,11 +647,7 @@ impl Forward<'_, '_, '_> {
 
     fn call(&mut self, c: &ast::ExprCall) {
         let at = start(c);
-        if self
-            .facts
-            .dotted(&c.func)
-            .is_some_and(|d| d == "Model" || d.ends_with(".Model"))
-        {
+        if self.facts.dotted(&c.func).is_some_and(|d| d == "Model" || d.ends_with(".Model")) {
             self.out.report(
                 &REFERENCE_MODEL,
                 at,

@@ -41,29 +41,15 @@ pub enum ProtocolError {
 /// inherent functions; the `Serialize`/`Deserialize` impls below wrap them in the
 /// envelope, so every encoding of a message carries the version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(
-    remote = "Self",
-    tag = "type",
-    rename_all = "snake_case",
-    deny_unknown_fields
-)]
+#[serde(remote = "Self", tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 #[allow(clippy::large_enum_variant)] // a few per evaluation; boxing buys nothing
 pub enum Message {
     /// Worker → host, once, when torch and triton are imported and the device is up.
-    Hello {
-        worker_version: String,
-        pid: u32,
-        env: EnvInfo,
-        sandbox: Sandbox,
-    },
+    Hello { worker_version: String, pid: u32, env: EnvInfo, sandbox: Sandbox },
     /// Host → worker: the one job this process will ever run.
     Evaluate { id: String, job: EvalJob },
     /// Worker → host: the answer to `evaluate`.
-    Result {
-        id: String,
-        outcome: Outcome,
-        elapsed_ms: f64,
-    },
+    Result { id: String, outcome: Outcome, elapsed_ms: f64 },
     /// Either way: a message could not be understood.
     Error { id: Option<String>, message: String },
     /// Host → worker: exit without running anything.
@@ -71,11 +57,7 @@ pub enum Message {
     /// Host → worker: validate a problem (the one job of this process).
     CheckProblem { id: String, job: ProblemCheckJob },
     /// Worker → host: the answer to `check_problem`.
-    ProblemReport {
-        id: String,
-        report: ProblemReport,
-        elapsed_ms: f64,
-    },
+    ProblemReport { id: String, report: ProblemReport, elapsed_ms: f64 },
     /// Worker → host: block until the job holds its GPU this way (any other hold is dropped first).
     LeaseRequest { id: String, kind: LeaseKind },
     /// Host → worker: the hold asked for is granted.
@@ -85,11 +67,7 @@ pub enum Message {
     /// Host → policy worker: answer this chat.
     Generate { id: String, job: GenerateJob },
     /// Policy worker → host: the completion, with exact token ids.
-    Generation {
-        id: String,
-        result: Generated,
-        elapsed_ms: f64,
-    },
+    Generation { id: String, result: Generated, elapsed_ms: f64 },
     /// Host → policy worker: load the model for training, with its optimizer and schedule.
     TrainSetup { id: String, setup: TrainSetup },
     /// Policy worker → host: ready to train; what it trains.
@@ -139,16 +117,12 @@ impl Message {
     /// Parse one line, checking the version before the shape so a mismatch is named as such.
     pub fn from_line(line: &str) -> Result<Message, ProtocolError> {
         let trimmed = line.trim_end();
-        let malformed = |source| ProtocolError::Malformed {
-            line: truncate(trimmed, 300),
-            source,
-        };
+        let malformed = |source| ProtocolError::Malformed { line: truncate(trimmed, 300), source };
         let value: Value = serde_json::from_str(trimmed).map_err(malformed)?;
         open(value).map_err(|e| match e {
-            Opening::Version(found) => ProtocolError::VersionMismatch {
-                expected: PROTOCOL_VERSION,
-                found,
-            },
+            Opening::Version(found) => {
+                ProtocolError::VersionMismatch { expected: PROTOCOL_VERSION, found }
+            }
             Opening::Body(source) => malformed(source),
         })
     }
@@ -201,11 +175,7 @@ struct Sealed<'a> {
 
 impl Serialize for Message {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        Sealed {
-            body: Body(self),
-            protocol: PROTOCOL_VERSION,
-        }
-        .serialize(serializer)
+        Sealed { body: Body(self), protocol: PROTOCOL_VERSION }.serialize(serializer)
     }
 }
 
@@ -242,10 +212,7 @@ mod tests {
     #[test]
     fn the_version_is_written_once_at_the_top_level() {
         let value = serde_json::to_value(Message::Shutdown {}).unwrap();
-        assert_eq!(
-            value,
-            serde_json::json!({"type": "shutdown", "protocol": PROTOCOL_VERSION})
-        );
+        assert_eq!(value, serde_json::json!({"type": "shutdown", "protocol": PROTOCOL_VERSION}));
         let line = Message::LeaseRelease { id: "j".into() }.to_line();
         assert!(line.starts_with(r#"{"type":"lease_release""#), "{line}");
         assert_eq!(line.matches("\"protocol\"").count(), 1, "{line}");
@@ -274,10 +241,7 @@ mod tests {
         let err = Message::from_line(r#"{"type":"teleport","protocol":9}"#).unwrap_err();
         assert!(matches!(
             err,
-            ProtocolError::VersionMismatch {
-                expected: PROTOCOL_VERSION,
-                found: 9
-            }
+            ProtocolError::VersionMismatch { expected: PROTOCOL_VERSION, found: 9 }
         ));
         let err =
             serde_json::from_str::<Message>(r#"{"type":"shutdown","protocol":3}"#).unwrap_err();
@@ -287,10 +251,7 @@ mod tests {
     #[test]
     fn unknown_fields_stay_refused_at_every_level() {
         let line = format!(r#"{{"type":"shutdown","protocol":{PROTOCOL_VERSION},"x":1}}"#);
-        assert!(matches!(
-            Message::from_line(&line),
-            Err(ProtocolError::Malformed { .. })
-        ));
+        assert!(matches!(Message::from_line(&line), Err(ProtocolError::Malformed { .. })));
     }
 
     #[test]

@@ -31,19 +31,12 @@ pub fn sample_messages() -> Vec<Message> {
     };
     let job = EvalJob {
         problem: SourceFile {
-            name: "relu.py".into(),
-            source: "import torch\n# ünïcode\n".into(),
+            name: "relu.py".into(), source: "import torch\n# ünïcode\n".into()
         },
-        candidate: SourceFile {
-            name: "relu.py".into(),
-            source: "class ModelNew: pass\n".into(),
-        },
+        candidate: SourceFile { name: "relu.py".into(), source: "class ModelNew: pass\n".into() },
         trials: 5,
         seed: 42,
-        tolerance: Some(Tolerance {
-            atol: 1e-4,
-            rtol: 0.5,
-        }),
+        tolerance: Some(Tolerance { atol: 1e-4, rtol: 0.5 }),
         overrides: BTreeMap::from([
             ("N".to_string(), serde_json::json!(64)),
             ("EPS".to_string(), serde_json::json!(1e-5)),
@@ -109,10 +102,7 @@ pub fn sample_messages() -> Vec<Message> {
             speedup: 2.5,
             speedup_low: 2.4,
             speedup_high: 2.6,
-            flags: vec![
-                TimingFlag::ImplausibleSpeedup,
-                TimingFlag::ClockDisagreement,
-            ],
+            flags: vec![TimingFlag::ImplausibleSpeedup, TimingFlag::ClockDisagreement],
             checked_outputs: 3,
             harness_ms: 0.012,
             compiled: Some(TimingStats {
@@ -123,15 +113,9 @@ pub fn sample_messages() -> Vec<Message> {
             }),
         }),
         timing_note: None,
-        tolerance: Some(Tolerance {
-            atol: 1e-4,
-            rtol: 1e-4,
-        }),
+        tolerance: Some(Tolerance { atol: 1e-4, rtol: 1e-4 }),
         provenance: Some(Provenance {
-            kernels: vec![KernelLaunches {
-                name: "relu_kernel".into(),
-                launches: 12,
-            }],
+            kernels: vec![KernelLaunches { name: "relu_kernel".into(), launches: 12 }],
             calls: 12,
             calls_without_launch: 0,
             gpu_share: Some(0.97),
@@ -170,10 +154,7 @@ pub fn sample_messages() -> Vec<Message> {
                 notes: vec!["landlock unavailable".into()],
             },
         },
-        Message::Evaluate {
-            id: "job-1".into(),
-            job: job.clone(),
-        },
+        Message::Evaluate { id: "job-1".into(), job: job.clone() },
         Message::Evaluate {
             id: "job-2".into(),
             job: EvalJob {
@@ -215,22 +196,13 @@ pub fn sample_messages() -> Vec<Message> {
             }),
             elapsed_ms: 1.0,
         },
-        Message::Error {
-            id: None,
-            message: "not JSON".into(),
-        },
-        Message::Error {
-            id: Some("job-9".into()),
-            message: "bad".into(),
-        },
+        Message::Error { id: None, message: "not JSON".into() },
+        Message::Error { id: Some("job-9".into()), message: "bad".into() },
         Message::Shutdown {},
         Message::CheckProblem {
             id: "check-1".into(),
             job: ProblemCheckJob {
-                problem: SourceFile {
-                    name: "relu.py".into(),
-                    source: "N = 4\n".into(),
-                },
+                problem: SourceFile { name: "relu.py".into(), source: "N = 4\n".into() },
                 overrides: BTreeMap::from([("N".to_string(), serde_json::json!(8))]),
                 seed: 7,
                 seeds: 3,
@@ -261,27 +233,15 @@ pub fn sample_messages() -> Vec<Message> {
             },
             elapsed_ms: 30.0,
         },
-        Message::LeaseRequest {
-            id: "job-1".into(),
-            kind: LeaseKind::Exclusive,
-        },
-        Message::LeaseGrant {
-            id: "job-1".into(),
-            kind: LeaseKind::Shared,
-        },
+        Message::LeaseRequest { id: "job-1".into(), kind: LeaseKind::Exclusive },
+        Message::LeaseGrant { id: "job-1".into(), kind: LeaseKind::Shared },
         Message::LeaseRelease { id: "job-1".into() },
         Message::Generate {
             id: "gen-1".into(),
             job: GenerateJob {
                 messages: vec![
-                    ChatTurn {
-                        role: "system".into(),
-                        content: "You write Triton kernels.".into(),
-                    },
-                    ChatTurn {
-                        role: "user".into(),
-                        content: "relu, please".into(),
-                    },
+                    ChatTurn { role: "system".into(), content: "You write Triton kernels.".into() },
+                    ChatTurn { role: "user".into(), content: "relu, please".into() },
                 ],
                 temperature: 0.7,
                 top_p: 0.95,
@@ -374,10 +334,7 @@ pub fn sample_messages() -> Vec<Message> {
                 }],
             },
         },
-        Message::EvalLoss {
-            id: "eval-1".into(),
-            batch: TrainBatch { micro: vec![] },
-        },
+        Message::EvalLoss { id: "eval-1".into(), batch: TrainBatch { micro: vec![] } },
         Message::StepDone {
             id: "step-1".into(),
             stats: StepStats {
@@ -412,10 +369,6 @@ pub fn sample_messages() -> Vec<Message> {
                 trainer_state: true,
             },
         },
-        Message::Checkpointed {
-            id: "save-1".into(),
-            dir: "out/checkpoint-000001".into(),
-            step: 1,
-        },
+        Message::Checkpointed { id: "save-1".into(), dir: "out/checkpoint-000001".into(), step: 1 },
     ]
 }

@@ -144,16 +144,8 @@ mod tests {
         EvalRecord {
             schema: RECORD_SCHEMA,
             key: "k".into(),
-            problem: SourceRef {
-                name: "relu".into(),
-                path: "relu.py".into(),
-                sha256: "aa".into(),
-            },
-            candidate: SourceRef {
-                name: "relu".into(),
-                path: "c.py".into(),
-                sha256: "bb".into(),
-            },
+            problem: SourceRef { name: "relu".into(), path: "relu.py".into(), sha256: "aa".into() },
+            candidate: SourceRef { name: "relu".into(), path: "c.py".into(), sha256: "bb".into() },
             config: EvalConfig::default(),
             verdict: Verdict {
                 status: Status::Rejected,
@@ -203,12 +195,7 @@ mod tests {
     #[test]
     fn the_embedded_verdict_keeps_the_stored_shape() {
         let value = serde_json::to_value(record()).unwrap();
-        let keys: Vec<&str> = value
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
+        let keys: Vec<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
         for k in [
             "status",
             "stage",

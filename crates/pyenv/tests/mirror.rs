@@ -19,17 +19,14 @@ fn python() -> String {
 }
 
 fn roundtrip(lines: &[String]) -> Vec<String> {
-    let mut child = WorkerCommand::new(
-        &PathBuf::from(python()),
-        &python_dir(),
-        WorkerMode::Roundtrip,
-    )
-    .command()
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit())
-    .spawn()
-    .expect("python3 must be installed to run the protocol mirror test");
+    let mut child =
+        WorkerCommand::new(&PathBuf::from(python()), &python_dir(), WorkerMode::Roundtrip)
+            .command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 must be installed to run the protocol mirror test");
     {
         let mut stdin = child.stdin.take().expect("stdin");
         for l in lines {
@@ -37,16 +34,8 @@ fn roundtrip(lines: &[String]) -> Vec<String> {
         }
     }
     let out = child.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "roundtrip exited with {:?}",
-        out.status
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf8")
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    assert!(out.status.success(), "roundtrip exited with {:?}", out.status);
+    String::from_utf8(out.stdout).expect("utf8").lines().map(str::to_owned).collect()
 }
 
 #[test]
@@ -54,12 +43,7 @@ fn every_message_type_round_trips_through_python() {
     let samples = sample_messages();
     let mut seen: Vec<String> = samples
         .iter()
-        .map(|m| {
-            serde_json::to_value(m).unwrap()["type"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
+        .map(|m| serde_json::to_value(m).unwrap()["type"].as_str().unwrap().to_string())
         .collect();
     seen.sort();
     seen.dedup();
@@ -102,11 +86,7 @@ fn python_refuses_drifted_messages() {
     ];
     let back = roundtrip(&lines);
     assert_eq!(back.len(), lines.len());
-    assert!(
-        back[0].contains("unknown field") && back[0].contains("extra_field"),
-        "{}",
-        back[0]
-    );
+    assert!(back[0].contains("unknown field") && back[0].contains("extra_field"), "{}", back[0]);
     assert!(back[1].contains("missing field 'trials'"), "{}", back[1]);
     assert!(back[2].contains("protocol version mismatch"), "{}", back[2]);
     assert!(back[3].contains("almost_correct"), "{}", back[3]);
@@ -118,19 +98,10 @@ fn python_refuses_drifted_messages() {
 fn rust_refuses_drifted_messages() {
     let mut v = serde_json::to_value(&sample_messages()[0]).unwrap();
     v["env"]["extra_field"] = serde_json::json!(1);
-    assert!(matches!(
-        Message::from_line(&v.to_string()),
-        Err(ProtocolError::Malformed { .. })
-    ));
+    assert!(matches!(Message::from_line(&v.to_string()), Err(ProtocolError::Malformed { .. })));
     let mut v = serde_json::to_value(&sample_messages()[9]).unwrap();
     v["protocol"] = serde_json::json!(7);
     let err = Message::from_line(&v.to_string()).unwrap_err();
-    assert!(matches!(
-        err,
-        ProtocolError::VersionMismatch {
-            expected: PROTOCOL_VERSION,
-            found: 7
-        }
-    ));
+    assert!(matches!(err, ProtocolError::VersionMismatch { expected: PROTOCOL_VERSION, found: 7 }));
     assert!(err.to_string().contains("version 7"));
 }

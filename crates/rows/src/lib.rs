@@ -29,10 +29,7 @@ pub struct Unreadable {
 
 impl Unreadable {
     fn new(reason: &str, place: &str) -> Unreadable {
-        Unreadable {
-            place: place.to_string(),
-            reason: reason.to_string(),
-        }
+        Unreadable { place: place.to_string(), reason: reason.to_string() }
     }
 }
 
@@ -51,13 +48,8 @@ pub fn read(path: &Path) -> Result<(Vec<Placed>, Vec<Unreadable>), RowsError> {
     let name = path.display().to_string();
     let mut rows = Vec::new();
     let mut bad = Vec::new();
-    let is_parquet = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
-    let fail = |reason: String| RowsError {
-        path: path.to_path_buf(),
-        reason,
-    };
+    let is_parquet = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
+    let fail = |reason: String| RowsError { path: path.to_path_buf(), reason };
     let io = |e: std::io::Error| fail(e.to_string());
     if is_parquet {
         let file = std::fs::File::open(path).map_err(io)?;
@@ -92,11 +84,7 @@ pub fn read(path: &Path) -> Result<(Vec<Placed>, Vec<Unreadable>), RowsError> {
                 continue;
             };
             // A byte-order mark some editors write at the start of a file.
-            let text = if line_no == 1 {
-                text.trim_start_matches('\u{feff}')
-            } else {
-                text
-            };
+            let text = if line_no == 1 { text.trim_start_matches('\u{feff}') } else { text };
             if text.trim().is_empty() {
                 continue;
             }
@@ -149,11 +137,7 @@ mod tests {
     fn bad_lines_are_counted_with_their_place() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a.jsonl");
-        std::fs::write(
-            &p,
-            b"\xef\xbb\xbf{\"a\":1}\n\n[1]\n{oops\n\xff\n{\"b\":2}\n",
-        )
-        .unwrap();
+        std::fs::write(&p, b"\xef\xbb\xbf{\"a\":1}\n\n[1]\n{oops\n\xff\n{\"b\":2}\n").unwrap();
         let (rows, bad) = read(&p).unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].0, format!("{}:1", p.display()));

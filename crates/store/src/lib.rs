@@ -24,11 +24,7 @@ pub enum StoreError {
         source: serde_json::Error,
     },
     #[error("store {path}: schema version {found} is newer than this tritonforge ({supported})")]
-    TooNew {
-        path: PathBuf,
-        found: i64,
-        supported: i64,
-    },
+    TooNew { path: PathBuf, found: i64, supported: i64 },
     #[error("store {path}: cannot create its directory: {source}")]
     Dir {
         path: PathBuf,
@@ -54,24 +50,16 @@ pub struct StoreStats {
 impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|source| StoreError::Dir {
-                path: parent.to_owned(),
-                source,
-            })?;
+            std::fs::create_dir_all(parent)
+                .map_err(|source| StoreError::Dir { path: parent.to_owned(), source })?;
         }
-        let sql = |source| StoreError::Sqlite {
-            path: path.to_owned(),
-            source,
-        };
+        let sql = |source| StoreError::Sqlite { path: path.to_owned(), source };
         let conn = Connection::open(path).map_err(sql)?;
         conn.busy_timeout(Duration::from_secs(30)).map_err(sql)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(sql)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(sql)?;
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(sql)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql)?;
+        let version: i64 =
+            conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(sql)?;
         if version > SCHEMA_VERSION {
             return Err(StoreError::TooNew {
                 path: path.to_owned(),
@@ -148,10 +136,7 @@ impl Store {
             )
             .map_err(sql)?;
         }
-        Ok(Store {
-            conn,
-            path: path.to_owned(),
-        })
+        Ok(Store { conn, path: path.to_owned() })
     }
 
     pub fn path(&self) -> &Path {
@@ -159,10 +144,7 @@ impl Store {
     }
 
     fn sql(&self) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
-        |source| StoreError::Sqlite {
-            path: self.path.clone(),
-            source,
-        }
+        |source| StoreError::Sqlite { path: self.path.clone(), source }
     }
 
     /// Store one episode (JSON), replacing an earlier one with the same id.
@@ -214,9 +196,7 @@ impl Store {
             )
             .map_err(self.sql())?;
         let rows = stmt
-            .query_map([run], |r| {
-                Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?))
-            })
+            .query_map([run], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?)))
             .map_err(self.sql())?;
         let mut out = Vec::new();
         for row in rows {
@@ -231,9 +211,7 @@ impl Store {
             .conn
             .prepare("SELECT id, episode FROM episodes WHERE run = ?1 ORDER BY id")
             .map_err(self.sql())?;
-        let rows = stmt
-            .query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(self.sql())?;
+        let rows = stmt.query_map([run], |r| Ok((r.get(0)?, r.get(1)?))).map_err(self.sql())?;
         let mut out = Vec::new();
         for row in rows {
             out.push(row.map_err(self.sql())?);
@@ -247,9 +225,7 @@ impl Store {
             .conn
             .prepare("SELECT run, episode FROM episodes ORDER BY id")
             .map_err(self.sql())?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(self.sql())?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(self.sql())?;
         let mut out = Vec::new();
         for row in rows {
             out.push(row.map_err(self.sql())?);
@@ -261,11 +237,7 @@ impl Store {
     pub fn get(&self, key: &str) -> Result<Option<EvalRecord>, StoreError> {
         let text: Option<String> = self
             .conn
-            .query_row(
-                "SELECT record FROM evaluations WHERE key = ?1",
-                params![key],
-                |r| r.get(0),
-            )
+            .query_row("SELECT record FROM evaluations WHERE key = ?1", params![key], |r| r.get(0))
             .optional()
             .map_err(self.sql())?;
         text.map(|t| {
@@ -308,11 +280,7 @@ impl Store {
     pub fn get_baseline(&self, key: &str) -> Result<Option<TimingStats>, StoreError> {
         let text: Option<String> = self
             .conn
-            .query_row(
-                "SELECT stats FROM baselines WHERE key = ?1",
-                params![key],
-                |r| r.get(0),
-            )
+            .query_row("SELECT stats FROM baselines WHERE key = ?1", params![key], |r| r.get(0))
             .optional()
             .map_err(self.sql())?;
         text.map(|t| {
@@ -383,18 +351,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sqlite");
         let store = Store::open(&path).unwrap();
-        store
-            .put_episode("r1/relu/0", "r1", "relu", 0, "{\"a\":1}")
-            .unwrap();
-        store
-            .put_episode("r1/relu/1", "r1", "relu", 1, "{\"a\":2}")
-            .unwrap();
-        store
-            .put_episode("r2/relu/0", "r2", "relu", 0, "{\"a\":3}")
-            .unwrap();
-        store
-            .put_episode("r1/relu/0", "r1", "relu", 0, "{\"a\":4}")
-            .unwrap();
+        store.put_episode("r1/relu/0", "r1", "relu", 0, "{\"a\":1}").unwrap();
+        store.put_episode("r1/relu/1", "r1", "relu", 1, "{\"a\":2}").unwrap();
+        store.put_episode("r2/relu/0", "r2", "relu", 0, "{\"a\":3}").unwrap();
+        store.put_episode("r1/relu/0", "r1", "relu", 0, "{\"a\":4}").unwrap();
         drop(store);
         let store = Store::open(&path).unwrap();
         let got = store.episodes("r1").unwrap();
@@ -468,12 +428,8 @@ mod tests {
     fn baselines_are_stored_by_key_and_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sqlite");
-        let stats = TimingStats {
-            median_ms: 0.5,
-            iqr_ms: 0.01,
-            samples: 100,
-            host_median_ms: 0.55,
-        };
+        let stats =
+            TimingStats { median_ms: 0.5, iqr_ms: 0.01, samples: 100, host_median_ms: 0.55 };
         {
             let s = Store::open(&path).unwrap();
             assert_eq!(s.get_baseline("k1").unwrap(), None);
@@ -495,20 +451,12 @@ mod tests {
             store.put(&record("k2", Status::Incorrect)).unwrap();
         }
         let store = Store::open(&path).unwrap();
-        assert_eq!(
-            store.get("k1").unwrap().unwrap(),
-            record("k1", Status::Correct)
-        );
+        assert_eq!(store.get("k1").unwrap().unwrap(), record("k1", Status::Correct));
         let stats = store.stats().unwrap();
         assert_eq!(stats.evaluations, 2);
-        assert_eq!(
-            stats.by_status,
-            vec![("correct".into(), 1), ("incorrect".into(), 1)]
-        );
-        let mode: String = store
-            .conn
-            .pragma_query_value(None, "journal_mode", |r| r.get(0))
-            .unwrap();
+        assert_eq!(stats.by_status, vec![("correct".into(), 1), ("incorrect".into(), 1)]);
+        let mode: String =
+            store.conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
         assert_eq!(mode, "wal");
     }
 
@@ -536,9 +484,6 @@ mod tests {
             let c = Connection::open(&path).unwrap();
             c.pragma_update(None, "user_version", 99).unwrap();
         }
-        assert!(matches!(
-            Store::open(&path),
-            Err(StoreError::TooNew { found: 99, .. })
-        ));
+        assert!(matches!(Store::open(&path), Err(StoreError::TooNew { found: 99, .. })));
     }
 }

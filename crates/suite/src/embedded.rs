@@ -28,9 +28,7 @@ impl SuiteSource {
     /// `--suite DIR`, else `TRITONFORGE_SUITE`, else the built-in suite.
     pub fn resolve(flag: Option<PathBuf>) -> SuiteSource {
         flag.or_else(|| {
-            std::env::var_os(SUITE_ENV_VAR)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
+            std::env::var_os(SUITE_ENV_VAR).filter(|v| !v.is_empty()).map(PathBuf::from)
         })
         .map_or(SuiteSource::BuiltIn, SuiteSource::Dir)
     }
@@ -57,10 +55,7 @@ pub fn suite_hash() -> String {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SuiteError + '_ {
-    move |source| SuiteError::Io {
-        path: path.to_owned(),
-        source,
-    }
+    move |source| SuiteError::Io { path: path.to_owned(), source }
 }
 
 /// Write the built-in suite under `<state>/suite/<hash>/` (once) and return that root.
@@ -107,11 +102,7 @@ mod tests {
         assert_eq!(extract(state.path()).unwrap(), root, "extracted once");
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench");
         for (name, text) in SUITE_FILES {
-            assert_eq!(
-                &fs::read_to_string(repo.join(name)).unwrap(),
-                text,
-                "{name}"
-            );
+            assert_eq!(&fs::read_to_string(repo.join(name)).unwrap(), text, "{name}");
         }
         let suite = crate::Suite::load(&root).unwrap();
         assert!(suite.entries.len() > 10);
@@ -121,10 +112,7 @@ mod tests {
 
     #[test]
     fn a_flag_beats_the_environment_beats_the_built_in_suite() {
-        assert_eq!(
-            SuiteSource::resolve(Some("/s".into())),
-            SuiteSource::Dir("/s".into())
-        );
+        assert_eq!(SuiteSource::resolve(Some("/s".into())), SuiteSource::Dir("/s".into()));
         let expected = match std::env::var_os(SUITE_ENV_VAR).filter(|v| !v.is_empty()) {
             Some(v) => SuiteSource::Dir(v.into()),
             None => SuiteSource::BuiltIn,

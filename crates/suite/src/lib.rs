@@ -31,11 +31,7 @@ pub enum SuiteError {
     #[error("{path}: invalid manifest: {message}")]
     Manifest { path: PathBuf, message: String },
     #[error("{problem}: no shape variant named {wanted:?} (it has: {available})")]
-    UnknownVariant {
-        problem: String,
-        wanted: String,
-        available: String,
-    },
+    UnknownVariant { problem: String, wanted: String, available: String },
     #[error("{path}: not a directory of .py files")]
     NotADirectory { path: PathBuf },
 }
@@ -61,10 +57,7 @@ impl ProblemMeta {
     pub fn tolerance(&self) -> Option<Tolerance> {
         match (self.atol, self.rtol) {
             (None, None) => None,
-            (a, r) => Some(Tolerance {
-                atol: a.unwrap_or(1e-4),
-                rtol: r.unwrap_or(1e-4),
-            }),
+            (a, r) => Some(Tolerance { atol: a.unwrap_or(1e-4), rtol: r.unwrap_or(1e-4) }),
         }
     }
 }
@@ -91,10 +84,8 @@ pub struct Manifest {
 impl Manifest {
     pub fn load(path: &Path) -> Result<Manifest, SuiteError> {
         let text = read_text(path)?;
-        let parsed: ManifestFile = toml::from_str(&text).map_err(|e| SuiteError::Manifest {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
+        let parsed: ManifestFile = toml::from_str(&text)
+            .map_err(|e| SuiteError::Manifest { path: path.to_owned(), message: e.to_string() })?;
         Ok(Manifest {
             root: path.parent().map(Path::to_owned).unwrap_or_default(),
             path: path.to_owned(),
@@ -151,12 +142,7 @@ impl Problem {
         let meta = manifest
             .and_then(|m| m.key_for(path).and_then(|k| m.problems.get(&k).cloned()))
             .unwrap_or_default();
-        Ok(Problem {
-            name: stem(path),
-            path: path.to_owned(),
-            source,
-            meta,
-        })
+        Ok(Problem { name: stem(path), path: path.to_owned(), source, meta })
     }
 
     /// Choose the shape variant: an explicit name must exist; `None` means the CPU
@@ -213,41 +199,27 @@ pub struct Candidate {
 
 impl Candidate {
     pub fn load(path: &Path) -> Result<Candidate, SuiteError> {
-        Ok(Candidate {
-            name: stem(path),
-            path: path.to_owned(),
-            source: read_text(path)?,
-        })
+        Ok(Candidate { name: stem(path), path: path.to_owned(), source: read_text(path)? })
     }
 }
 
 fn stem(path: &Path) -> String {
-    path.file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default()
+    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 fn read_text(path: &Path) -> Result<String, SuiteError> {
-    let bytes = fs::read(path).map_err(|source| SuiteError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    String::from_utf8(bytes).map_err(|_| SuiteError::NotUtf8 {
-        path: path.to_owned(),
-    })
+    let bytes =
+        fs::read(path).map_err(|source| SuiteError::Io { path: path.to_owned(), source })?;
+    String::from_utf8(bytes).map_err(|_| SuiteError::NotUtf8 { path: path.to_owned() })
 }
 
 /// The `.py` files directly in `dir`, sorted, without `__init__.py`.
 pub fn python_files(dir: &Path) -> Result<Vec<PathBuf>, SuiteError> {
     if !dir.is_dir() {
-        return Err(SuiteError::NotADirectory {
-            path: dir.to_owned(),
-        });
+        return Err(SuiteError::NotADirectory { path: dir.to_owned() });
     }
-    let entries = fs::read_dir(dir).map_err(|source| SuiteError::Io {
-        path: dir.to_owned(),
-        source,
-    })?;
+    let entries =
+        fs::read_dir(dir).map_err(|source| SuiteError::Io { path: dir.to_owned(), source })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -284,10 +256,8 @@ pub fn pair_dirs(problems: &Path, candidates: &Path) -> Result<Pairing, SuiteErr
     }
     let prob_names: std::collections::BTreeSet<String> =
         pairing.pairs.iter().map(|(p, _)| stem(p)).collect();
-    pairing.unmatched_candidates = cands
-        .into_iter()
-        .filter(|c| !prob_names.contains(&stem(c)))
-        .collect();
+    pairing.unmatched_candidates =
+        cands.into_iter().filter(|c| !prob_names.contains(&stem(c))).collect();
     Ok(pairing)
 }
 
@@ -305,10 +275,7 @@ pub fn load_pairs(
     let mut errors = Vec::new();
     let mut pairs = Vec::new();
     for (p, c) in paths {
-        match (
-            Problem::load_with(&p, manifest.as_ref()),
-            Candidate::load(&c),
-        ) {
+        match (Problem::load_with(&p, manifest.as_ref()), Candidate::load(&c)) {
             (Ok(p), Ok(c)) => pairs.push((p, c)),
             (p, c) => {
                 errors.extend(p.err().map(|e| e.to_string()));
@@ -343,10 +310,7 @@ mod tests {
         assert_eq!(pairing.pairs, vec![(p.join("b.py"), c.join("b.py"))]);
         assert_eq!(pairing.unmatched_problems, vec![p.join("a.py")]);
         assert_eq!(pairing.unmatched_candidates, vec![c.join("z.py")]);
-        assert!(matches!(
-            pair_dirs(&p.join("a.py"), &c),
-            Err(SuiteError::NotADirectory { .. })
-        ));
+        assert!(matches!(pair_dirs(&p.join("a.py"), &c), Err(SuiteError::NotADirectory { .. })));
     }
 
     #[test]
@@ -363,21 +327,12 @@ mod tests {
         fs::write(&path, "N = 1024\n").unwrap();
         let p = Problem::load(&path).unwrap();
         assert_eq!(p.meta.level, Some(1));
-        assert_eq!(
-            p.meta.tolerance(),
-            Some(Tolerance {
-                atol: 1e-4,
-                rtol: 0.01
-            })
-        );
+        assert_eq!(p.meta.tolerance(), Some(Tolerance { atol: 1e-4, rtol: 0.01 }));
         let (name, o) = p.variant(None, true).unwrap();
         assert_eq!(name.as_deref(), Some("small"));
         assert_eq!(o["N"], serde_json::json!(8));
         assert_eq!(p.variant(None, false).unwrap().0, None);
-        assert_eq!(
-            p.variant(Some("heldout"), false).unwrap().1["N"],
-            serde_json::json!(37)
-        );
+        assert_eq!(p.variant(Some("heldout"), false).unwrap().1["N"], serde_json::json!(37));
         let err = p.variant(Some("huge"), false).unwrap_err().to_string();
         assert!(err.contains("huge") && err.contains("heldout"), "{err}");
     }
@@ -387,22 +342,15 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         fs::write(d.path().join(MANIFEST_FILE), "[problems.x]\nlevle = 1\n").unwrap();
         fs::write(d.path().join("x.py"), "").unwrap();
-        let err = Problem::load(&d.path().join("x.py"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("manifest.toml") && err.contains("levle"),
-            "{err}"
-        );
+        let err = Problem::load(&d.path().join("x.py")).unwrap_err().to_string();
+        assert!(err.contains("manifest.toml") && err.contains("levle"), "{err}");
     }
 
     #[test]
     fn non_utf8_problem_is_named() {
         let d = tempfile::tempdir().unwrap();
         fs::write(d.path().join("x.py"), [0xff, 0xfe, 0x00]).unwrap();
-        let err = Problem::load(&d.path().join("x.py"))
-            .unwrap_err()
-            .to_string();
+        let err = Problem::load(&d.path().join("x.py")).unwrap_err().to_string();
         assert!(err.contains("x.py") && err.contains("UTF-8"), "{err}");
     }
 }
@@ -468,26 +416,18 @@ impl Suite {
                 }
             }
         }
-        Ok(Suite {
-            root: root.to_owned(),
-            manifest,
-            entries,
-            unlisted,
-        })
+        Ok(Suite { root: root.to_owned(), manifest, entries, unlisted })
     }
 
     /// Find by id (`L1-001`), key (`level1/relu`) or bare name (`relu`, when unique).
     pub fn find(&self, what: &str) -> Option<&SuiteEntry> {
-        self.entries
-            .iter()
-            .find(|e| e.id() == what || e.key == what)
-            .or_else(|| {
-                let mut named = self.entries.iter().filter(|e| e.name() == what);
-                match (named.next(), named.next()) {
-                    (Some(e), None) => Some(e),
-                    _ => None,
-                }
-            })
+        self.entries.iter().find(|e| e.id() == what || e.key == what).or_else(|| {
+            let mut named = self.entries.iter().filter(|e| e.name() == what);
+            match (named.next(), named.next()) {
+                (Some(e), None) => Some(e),
+                _ => None,
+            }
+        })
     }
 
     /// Static checks that the manifest and the files agree; one sentence per finding.
@@ -495,17 +435,13 @@ impl Suite {
         let mut findings = Vec::new();
         let manifest = self.manifest.path.display();
         for f in &self.unlisted {
-            findings.push(format!(
-                "{}: problem file has no entry in {manifest}",
-                f.display()
-            ));
+            findings.push(format!("{}: problem file has no entry in {manifest}", f.display()));
         }
         for (set, keys) in &self.manifest.sets {
             for k in keys {
                 if !self.entries.iter().any(|e| &e.key == k) {
-                    findings.push(format!(
-                        "{manifest}: set `{set}` names {k}, which is not a problem"
-                    ));
+                    findings
+                        .push(format!("{manifest}: set `{set}` names {k}, which is not a problem"));
                 }
             }
         }
@@ -547,9 +483,9 @@ impl Suite {
             }
             match e.meta.split.as_deref() {
                 Some(s) if SPLITS.contains(&s) => {}
-                other => findings.push(format!(
-                    "{k}: split must be train or heldout, not {other:?}"
-                )),
+                other => {
+                    findings.push(format!("{k}: split must be train or heldout, not {other:?}"))
+                }
             }
             for required in ["small", "heldout"] {
                 if !e.meta.variants.contains_key(required) {
@@ -659,10 +595,7 @@ split = "train"
         ] {
             assert!(f.contains(needle), "missing {needle:?} in:\n{f}");
         }
-        assert!(
-            !f.contains("level1/a: level-1 problem has no reference"),
-            "{f}"
-        );
+        assert!(!f.contains("level1/a: level-1 problem has no reference"), "{f}");
         assert_eq!(suite.find("L1-001").unwrap().key, "level1/a");
         assert_eq!(suite.find("a").unwrap().key, "level1/a");
         assert!(suite.find("nope").is_none());

@@ -27,11 +27,7 @@ pub fn list_table(rows: &[&SuiteEntry]) -> String {
             e.meta.family.as_deref().unwrap_or("?"),
             split,
             variants.join(","),
-            if e.solution_path.is_some() {
-                "yes"
-            } else {
-                "-"
-            }
+            if e.solution_path.is_some() { "yes" } else { "-" }
         );
     }
     let counts: Vec<String> = by_split.iter().map(|(k, n)| format!("{n} {k}")).collect();

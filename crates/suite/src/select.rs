@@ -14,14 +14,8 @@ pub struct Filter {
 impl Filter {
     pub fn keep(&self, e: &SuiteEntry) -> bool {
         self.level.is_none_or(|l| e.meta.level == Some(l))
-            && self
-                .family
-                .as_deref()
-                .is_none_or(|f| e.meta.family.as_deref() == Some(f))
-            && self
-                .split
-                .as_deref()
-                .is_none_or(|s| e.meta.split.as_deref() == Some(s))
+            && self.family.as_deref().is_none_or(|f| e.meta.family.as_deref() == Some(f))
+            && self.split.as_deref().is_none_or(|s| e.meta.split.as_deref() == Some(s))
     }
 
     fn is_empty(&self) -> bool {
@@ -48,11 +42,7 @@ pub struct Selection {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {
     #[error("no set {name:?} in {manifest} (sets: {known})")]
-    UnknownSet {
-        name: String,
-        manifest: String,
-        known: String,
-    },
+    UnknownSet { name: String, manifest: String, known: String },
     #[error("no problem {wanted:?} in {suite}")]
     UnknownProblem { wanted: String, suite: String },
     #[error("no problem matches the filters")]
@@ -69,12 +59,8 @@ impl Selection {
 
     /// The chosen entries, in suite order.
     pub fn select(&self, suite: &Suite) -> Result<Vec<SuiteEntry>, SelectionError> {
-        let mut entries: Vec<SuiteEntry> = suite
-            .entries
-            .iter()
-            .filter(|e| self.filter.keep(e))
-            .cloned()
-            .collect();
+        let mut entries: Vec<SuiteEntry> =
+            suite.entries.iter().filter(|e| self.filter.keep(e)).cloned().collect();
         if let Some(name) = self.effective_set() {
             let Some(keys) = suite.manifest.sets.get(&name) else {
                 let known: Vec<&str> = suite.manifest.sets.keys().map(String::as_str).collect();
@@ -124,10 +110,7 @@ mod tests {
         let s = suite();
         let picked = Selection::default().select(&s).unwrap();
         assert_eq!(picked.len(), s.manifest.sets[DEFAULT_SET].len());
-        let one = Selection {
-            limit: Some(1),
-            ..Selection::default()
-        };
+        let one = Selection { limit: Some(1), ..Selection::default() };
         assert_eq!(one.select(&s).unwrap().len(), 1);
     }
 
@@ -135,31 +118,16 @@ mod tests {
     fn filters_names_and_errors() {
         let s = suite();
         let lvl2 = Selection {
-            filter: Filter {
-                level: Some(2),
-                ..Filter::default()
-            },
+            filter: Filter { level: Some(2), ..Filter::default() },
             ..Selection::default()
         };
         let got = lvl2.select(&s).unwrap();
         assert!(got.iter().all(|e| e.meta.level == Some(2)) && !got.is_empty());
-        let named = Selection {
-            problems: vec!["relu".into()],
-            ..Selection::default()
-        };
+        let named = Selection { problems: vec!["relu".into()], ..Selection::default() };
         assert_eq!(named.select(&s).unwrap()[0].key, "level1/relu");
-        let bad = Selection {
-            problems: vec!["no-such".into()],
-            ..Selection::default()
-        };
-        assert!(matches!(
-            bad.select(&s),
-            Err(SelectionError::UnknownProblem { .. })
-        ));
-        let bad_set = Selection {
-            set: Some("nope".into()),
-            ..Selection::default()
-        };
+        let bad = Selection { problems: vec!["no-such".into()], ..Selection::default() };
+        assert!(matches!(bad.select(&s), Err(SelectionError::UnknownProblem { .. })));
+        let bad_set = Selection { set: Some("nope".into()), ..Selection::default() };
         let err = bad_set.select(&s).unwrap_err().to_string();
         assert!(err.contains("nope") && err.contains("quick"), "{err}");
     }

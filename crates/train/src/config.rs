@@ -219,25 +219,14 @@ fn default_lora_dropout() -> f64 {
     0.05
 }
 fn default_targets() -> Vec<String> {
-    [
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    ]
-    .map(String::from)
-    .to_vec()
+    ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        .map(String::from)
+        .to_vec()
 }
 
 impl SftConfig {
     pub fn load(path: &Path) -> Result<SftConfig, TrainError> {
-        let bad = |reason: String| TrainError::Config {
-            path: path.to_path_buf(),
-            reason,
-        };
+        let bad = |reason: String| TrainError::Config { path: path.to_path_buf(), reason };
         let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
         let mut cfg: SftConfig = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
         // Relative paths are relative to the config file.
@@ -262,10 +251,7 @@ impl SftConfig {
             }
         }
         if cfg.model != "smollm2" && !Path::new(&cfg.model).exists() {
-            return Err(bad(format!(
-                "model {}: no such file or directory",
-                cfg.model
-            )));
+            return Err(bad(format!("model {}: no such file or directory", cfg.model)));
         }
         cfg.check().map_err(bad)?;
         Ok(cfg)
@@ -275,7 +261,7 @@ impl SftConfig {
         let t = &self.train;
         if t.seq_len < 2 || t.micro_batch == 0 || t.grad_accum == 0 {
             return Err(
-                "train.seq_len must be at least 2, micro_batch and grad_accum at least 1".into(),
+                "train.seq_len must be at least 2, micro_batch and grad_accum at least 1".into()
             );
         }
         if t.group_by_length && t.packing {
@@ -294,10 +280,7 @@ impl SftConfig {
             return Err("train.grad_clip and train.weight_decay must not be negative".into());
         }
         if !["auto", "mixed", "bf16", "fp32"].contains(&t.dtype.as_str()) {
-            return Err(format!(
-                "train.dtype {:?}: auto, mixed, bf16 or fp32",
-                t.dtype
-            ));
+            return Err(format!("train.dtype {:?}: auto, mixed, bf16 or fp32", t.dtype));
         }
         if !["auto", "varlen", "sdpa", "flex_attention", "eager"].contains(&t.attention.as_str()) {
             return Err(format!(

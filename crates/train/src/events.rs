@@ -13,15 +13,7 @@ impl Event {
     pub fn to_json(&self) -> String {
         let e = self;
         let v = match e {
-            Event::Prepared {
-                run,
-                train,
-                validation,
-                skipped,
-                samples,
-                steps,
-                start,
-            } => {
+            Event::Prepared { run, train, validation, skipped, samples, steps, start } => {
                 serde_json::json!({"event": "prepared", "run": run, "train": train, "validation": validation,
             "skipped": skipped, "samples": samples, "steps": steps, "start": start})
             }
@@ -84,11 +76,7 @@ pub struct MetricsLog {
 
 impl MetricsLog {
     pub fn open(store: Store, path: &Path, run: String) -> MetricsLog {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .ok();
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path).ok();
         MetricsLog { store, file, run }
     }
 

@@ -83,10 +83,7 @@ pub fn tokenize(
     }
     let (_, ids) = tok.encode_chat(messages, false).map_err(template)?;
     if ids.len() > limit {
-        return Err(SkipError::TooLong {
-            tokens: ids.len(),
-            limit,
-        });
+        return Err(SkipError::TooLong { tokens: ids.len(), limit });
     }
     let mut mask = vec![0u8; ids.len()];
     for &i in &turns {
@@ -130,11 +127,8 @@ mod tests {
             "bye",
             "now",
         ];
-        let vocab: serde_json::Map<String, Value> = words
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (w.to_string(), json!(i)))
-            .collect();
+        let vocab: serde_json::Map<String, Value> =
+            words.iter().enumerate().map(|(i, w)| (w.to_string(), json!(i))).collect();
         let special = |id: usize, content: &str| {
             json!({"id": id, "content": content, "single_word": false, "lstrip": false,
                    "rstrip": false, "normalized": false, "special": true})
@@ -180,13 +174,8 @@ mod tests {
             ex.ids,
             vec![0, 3, 6, 7, 1, 0, 4, 8, 9, 1, 0, 5, 10, 1, 0, 4, 11, 1, 0, 5, 12, 13, 1]
         );
-        let ones: Vec<usize> = ex
-            .mask
-            .iter()
-            .enumerate()
-            .filter(|(_, &m)| m == 1)
-            .map(|(i, _)| i)
-            .collect();
+        let ones: Vec<usize> =
+            ex.mask.iter().enumerate().filter(|(_, &m)| m == 1).map(|(i, _)| i).collect();
         assert_eq!(ones, vec![12, 13, 20, 21, 22]);
     }
 
@@ -197,17 +186,9 @@ mod tests {
         let no_answer = [msg("system", "be brief"), msg("user", "hi")];
         assert_eq!(tokenize(&tok, &no_answer, 100), Err(SkipError::NoAssistant));
         let chat = [msg("user", "hi"), msg("assistant", "hello")];
-        assert_eq!(
-            tokenize(&tok, &chat, 5),
-            Err(SkipError::TooLong {
-                tokens: 8,
-                limit: 5
-            })
-        );
+        assert_eq!(tokenize(&tok, &chat, 5), Err(SkipError::TooLong { tokens: 8, limit: 5 }));
         assert!(messages_of(json!({"messages": "[]"}).as_object().unwrap()).is_none());
-        assert!(
-            messages_of(json!({"messages": [{"role": "user"}]}).as_object().unwrap()).is_none()
-        );
+        assert!(messages_of(json!({"messages": [{"role": "user"}]}).as_object().unwrap()).is_none());
         let as_text = json!({"messages": serde_json::to_string(&chat).unwrap()});
         assert_eq!(messages_of(as_text.as_object().unwrap()).unwrap().len(), 2);
     }
@@ -233,9 +214,6 @@ mod tests {
             msg("user", "again"),
             msg("assistant", "bye"),
         ];
-        assert_eq!(
-            tokenize(&tok, &chat, 100),
-            Err(SkipError::TemplateMismatch(1))
-        );
+        assert_eq!(tokenize(&tok, &chat, 100), Err(SkipError::TemplateMismatch(1)));
     }
 }

@@ -64,10 +64,8 @@ pub struct Split {
 
 /// Reads and tokenises one file of conversations.
 pub fn load_split(path: &Path, tok: &ChatTokenizer, seq_len: usize) -> Result<Split, TrainError> {
-    let (rows, bad) = tritonforge_rows::read(path).map_err(|e| TrainError::Data {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let (rows, bad) = tritonforge_rows::read(path)
+        .map_err(|e| TrainError::Data { path: path.to_path_buf(), reason: e.to_string() })?;
     let mut split = Split::default();
     for b in bad {
         *split.skipped.entry(b.reason.clone()).or_default() += 1;
@@ -83,10 +81,7 @@ pub fn load_split(path: &Path, tok: &ChatTokenizer, seq_len: usize) -> Result<Sp
         match result {
             Ok(ex) => split.examples.push(ex),
             Err(e) => {
-                *split
-                    .skipped
-                    .entry(examples::skip_reason(&e).to_string())
-                    .or_default() += 1;
+                *split.skipped.entry(examples::skip_reason(&e).to_string()).or_default() += 1;
                 if split.samples.len() < 5 {
                     split.samples.push(format!("{place}: {e}"));
                 }
@@ -157,12 +152,8 @@ pub struct RunState {
 
 pub const STATE_FILE: &str = "state.json";
 /// Tokenizer files copied into every checkpoint (those that exist).
-const TOKENIZER_FILES: [&str; 4] = [
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-];
+const TOKENIZER_FILES: [&str; 4] =
+    ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"];
 
 /// How a run is asked for.
 pub struct RunOptions {
@@ -174,19 +165,14 @@ pub struct RunOptions {
 }
 
 fn out_err(path: &Path, e: impl std::fmt::Display) -> TrainError {
-    TrainError::Output {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    }
+    TrainError::Output { path: path.to_path_buf(), reason: e.to_string() }
 }
 
 fn write_atomic(path: &Path, text: &str) -> Result<(), TrainError> {
     use std::io::Write as _;
     let tmp = path.with_extension("partial");
     let mut f = std::fs::File::create(&tmp).map_err(|e| out_err(&tmp, e))?;
-    f.write_all(text.as_bytes())
-        .and_then(|_| f.sync_all())
-        .map_err(|e| out_err(&tmp, e))?;
+    f.write_all(text.as_bytes()).and_then(|_| f.sync_all()).map_err(|e| out_err(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| out_err(path, e))
 }
 
@@ -217,9 +203,7 @@ fn checkpoint_step(name: &str) -> Option<u64> {
 fn read_state(dir: &Path) -> Result<Option<RunState>, TrainError> {
     let path = dir.join(STATE_FILE);
     match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| out_err(&path, e)),
+        Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| out_err(&path, e)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(out_err(&path, e)),
     }
@@ -231,16 +215,8 @@ pub fn peak_flops(gpu: Option<&str>, configured_tflops: Option<f64>) -> Option<f
         return Some(t * 1e12);
     }
     let name = gpu?;
-    let table = [
-        ("H200", 989.0),
-        ("H100", 989.0),
-        ("A100", 312.0),
-        ("L40S", 362.0),
-    ];
-    table
-        .iter()
-        .find(|(k, _)| name.contains(k))
-        .map(|(_, t)| t * 1e12)
+    let table = [("H200", 989.0), ("H100", 989.0), ("A100", 312.0), ("L40S", 362.0)];
+    table.iter().find(|(k, _)| name.contains(k)).map(|(_, t)| t * 1e12)
 }
 
 /// Training FLOPs of one batch: the matrix multiplies of every token through the body
@@ -251,11 +227,7 @@ pub fn batch_flops(info: &TrainInfo, tokens: u64, loss_tokens: u64, docs: &[usiz
     let head = info.head_parameters as f64;
     let body = (info.parameters as f64 - head).max(0.0);
     let trainable_body = (info.trainable as f64).min(body);
-    let head_factor = if info.trainable >= info.parameters {
-        6.0
-    } else {
-        4.0
-    };
+    let head_factor = if info.trainable >= info.parameters { 6.0 } else { 4.0 };
     let attention: f64 = docs.iter().map(|&n| (n as f64) * (n as f64)).sum::<f64>()
         * 6.0
         * f64::from(info.layers)
@@ -274,12 +246,10 @@ pub fn batch_flops(info: &TrainInfo, tokens: u64, loss_tokens: u64, docs: &[usiz
 fn closed<T: std::str::FromStr<Err = tritonforge_protocol::UnknownName>>(
     value: &str,
 ) -> Result<T, TrainError> {
-    value
-        .parse()
-        .map_err(|e: tritonforge_protocol::UnknownName| TrainError::Config {
-            path: PathBuf::from("[train]"),
-            reason: e.to_string(),
-        })
+    value.parse().map_err(|e: tritonforge_protocol::UnknownName| TrainError::Config {
+        path: PathBuf::from("[train]"),
+        reason: e.to_string(),
+    })
 }
 
 pub fn run(
@@ -357,10 +327,7 @@ pub fn run(
     let lens: Vec<usize> = train.examples.iter().map(|e| e.ids.len()).collect();
     let plan = pack::plan(&lens, t);
     let total = plan.steps.len() as u64;
-    let pad = tok
-        .token_id("<|endoftext|>")
-        .or_else(|| tok.token_id("<pad>"))
-        .unwrap_or(0);
+    let pad = tok.token_id("<|endoftext|>").or_else(|| tok.token_id("<pad>")).unwrap_or(0);
 
     let mut state = RunState {
         run: run_id,
@@ -379,9 +346,7 @@ pub fn run(
     let mut policy = start_policy()?;
     let info = policy.setup(TrainSetup {
         model: cfg.model.clone(),
-        resume: resume_from
-            .as_ref()
-            .map(|d| out.join(d).display().to_string()),
+        resume: resume_from.as_ref().map(|d| out.join(d).display().to_string()),
         lora: cfg.lora.enabled.then(|| LoraSetup {
             rank: cfg.lora.rank,
             alpha: cfg.lora.alpha,
@@ -678,6 +643,53 @@ fn save(
     Ok(())
 }
 
+/// The tokenizer directory: configured, the model's own, or exported from the model
+/// into the output directory (a GGUF file carries its tokenizer inside).
+pub fn tokenizer_dir(
+    cfg: &SftConfig,
+    py: &tritonforge_pyenv::PythonEnv,
+) -> Result<PathBuf, TrainError> {
+    tokenizer_dir_or(cfg, py).map_err(TrainError::Tokenizer)
+}
+
+fn tokenizer_dir_or(cfg: &SftConfig, py: &tritonforge_pyenv::PythonEnv) -> Result<PathBuf, String> {
+    if let Some(t) = &cfg.tokenizer {
+        return if t.join("tokenizer.json").is_file() {
+            Ok(t.clone())
+        } else {
+            Err(format!("tokenizer {}: no tokenizer.json there", t.display()))
+        };
+    }
+    let model = Path::new(&cfg.model);
+    if model.join("tokenizer.json").is_file() {
+        return Ok(model.to_path_buf());
+    }
+    if model.is_dir() {
+        return Err(format!(
+            "model {}: no tokenizer.json in the directory; set `tokenizer = DIR` in the config",
+            model.display()
+        ));
+    }
+    let out = cfg.output.dir.join("tokenizer");
+    if out.join("tokenizer.json").is_file() {
+        return Ok(out);
+    }
+    let status = py
+        .worker(tritonforge_pyenv::WorkerMode::Tokenizer {
+            model: cfg.model.clone(),
+            out: out.clone(),
+        })
+        .command()
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("running {}: {e}", py.interpreter.display()))?;
+    if status.success() {
+        Ok(out)
+    } else {
+        Err(format!("could not export the tokenizer of {}", cfg.model))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -712,10 +724,7 @@ mod tests {
             6.0 * 900.0 * 50.0 + 6.0 * 100.0 * 10.0 + attention
         );
         // The common formula: every parameter at every token.
-        assert_eq!(
-            batch_flops(&full, 50, 50, &[20, 30]),
-            6.0 * 1000.0 * 50.0 + attention
-        );
+        assert_eq!(batch_flops(&full, 50, 50, &[20, 30]), 6.0 * 1000.0 * 50.0 + attention);
         // LoRA: frozen weights skip their own gradient (4 instead of 6).
         let lora = info(1000, 10);
         assert_eq!(

@@ -88,9 +88,7 @@ pub fn align(t: &crate::config::TrainCfg) -> usize {
 /// The width a micro-batch whose longest row is `longest` is padded to: a multiple of
 /// `align`, but never past `seq_len` unless the row itself is longer.
 pub fn padded_width(longest: usize, align: usize, seq_len: usize) -> usize {
-    longest
-        .next_multiple_of(align.max(1))
-        .min(seq_len.max(longest))
+    longest.next_multiple_of(align.max(1)).min(seq_len.max(longest))
 }
 
 /// Micro-batches of one conversation per row, conversations of like length together, each
@@ -120,9 +118,7 @@ pub fn by_length(
         let mut batches: Vec<Vec<RowPlan>> = Vec::new();
         let mut width = 0;
         for i in window {
-            let fits = batches
-                .last()
-                .is_some_and(|b| (b.len() + 1) * width <= budget);
+            let fits = batches.last().is_some_and(|b| (b.len() + 1) * width <= budget);
             if fits {
                 if let Some(b) = batches.last_mut() {
                     b.push(vec![i]);
@@ -156,19 +152,13 @@ pub fn micro_batches(
     if t.group_by_length {
         return by_length(lens, order, t.seq_len, t.micro_batch * t.seq_len, state);
     }
-    rows(lens, order, t.seq_len, t.packing)
-        .chunks(t.micro_batch)
-        .map(<[RowPlan]>::to_vec)
-        .collect()
+    rows(lens, order, t.seq_len, t.packing).chunks(t.micro_batch).map(<[RowPlan]>::to_vec).collect()
 }
 
 /// Steps of `grad_accum` micro-batches, epoch after epoch, until `steps` (when set) or
 /// `epochs` passes. An epoch's last step may be short.
 pub fn plan(lens: &[usize], t: &crate::config::TrainCfg) -> Plan {
-    let mut plan = Plan {
-        steps: Vec::new(),
-        epoch: Vec::new(),
-    };
+    let mut plan = Plan { steps: Vec::new(), epoch: Vec::new() };
     if lens.is_empty() {
         return plan;
     }
@@ -237,15 +227,7 @@ pub fn materialise(
             next_pos += 1;
         }
     }
-    (
-        MicroBatch {
-            input_ids: ids,
-            loss_mask: mask,
-            position_ids: pos,
-            lengths,
-        },
-        docs,
-    )
+    (MicroBatch { input_ids: ids, loss_mask: mask, position_ids: pos, lengths }, docs)
 }
 
 #[cfg(test)]
@@ -258,10 +240,7 @@ mod tests {
         let rows = rows(&lens, &[0, 1, 2, 3, 4, 5], 8, true);
         // 4 does not fit beside 0 and 1 (8 used) but does beside 2; 5 fits in no open row.
         assert_eq!(rows, vec![vec![0, 1], vec![2, 4], vec![3], vec![5]]);
-        assert_eq!(
-            super::rows(&lens, &[0, 1], 8, false),
-            vec![vec![0], vec![1]]
-        );
+        assert_eq!(super::rows(&lens, &[0, 1], 8, false), vec![vec![0], vec![1]]);
     }
 
     #[test]
@@ -295,9 +274,7 @@ mod tests {
     fn length_groups_keep_like_lengths_together_within_the_budget() {
         // Two lengths far apart, shuffled together: no micro-batch mixes them, each holds
         // as many rows as its padded width allows, and every example appears once.
-        let lens: Vec<usize> = (0..40)
-            .map(|i| if i % 2 == 0 { 100 } else { 900 })
-            .collect();
+        let lens: Vec<usize> = (0..40).map(|i| if i % 2 == 0 { 100 } else { 900 }).collect();
         let order = shuffled(lens.len(), 1, 0);
         let budget = 1024 * 2;
         let mut state = 9u64;
@@ -319,23 +296,14 @@ mod tests {
         // The micro-batches are shuffled, not sorted longest first.
         assert!(mbs.windows(2).any(|w| lens[w[0][0][0]] < lens[w[1][0][0]]));
         // A row longer than the budget still gets a micro-batch of its own.
-        assert_eq!(
-            by_length(&[5000], &[0], 1024, budget, None),
-            vec![vec![vec![0]]]
-        );
+        assert_eq!(by_length(&[5000], &[0], 1024, budget, None), vec![vec![vec![0]]]);
     }
 
     #[test]
     fn length_grouped_rows_are_padded_to_the_alignment() {
         let ex = vec![
-            Example {
-                ids: vec![1; 70],
-                mask: vec![1; 70],
-            },
-            Example {
-                ids: vec![2; 65],
-                mask: vec![1; 65],
-            },
+            Example { ids: vec![1; 70], mask: vec![1; 70] },
+            Example { ids: vec![2; 65], mask: vec![1; 65] },
         ];
         let (mb, docs) = materialise(&ex, &[vec![0], vec![1]], 0, LENGTH_ALIGN, 4096);
         assert!(mb.input_ids.iter().all(|r| r.len() == 128));
@@ -346,44 +314,21 @@ mod tests {
         assert!(capped.input_ids.iter().all(|r| r.len() == 100));
         assert_eq!(mb.lengths, vec![70, 65]);
         assert_eq!(docs, vec![70, 65]);
-        assert_eq!(
-            mb.loss_mask[1][64..].iter().sum::<u8>(),
-            1,
-            "padding never a target"
-        );
+        assert_eq!(mb.loss_mask[1][64..].iter().sum::<u8>(), 1, "padding never a target");
     }
 
     #[test]
     fn packed_rows_restart_positions_and_mask_each_first_token() {
         let ex = vec![
-            Example {
-                ids: vec![10, 11, 12],
-                mask: vec![0, 1, 1],
-            },
-            Example {
-                ids: vec![20, 21],
-                mask: vec![1, 1],
-            },
-            Example {
-                ids: vec![30],
-                mask: vec![0],
-            },
+            Example { ids: vec![10, 11, 12], mask: vec![0, 1, 1] },
+            Example { ids: vec![20, 21], mask: vec![1, 1] },
+            Example { ids: vec![30], mask: vec![0] },
         ];
         let (mb, docs) = materialise(&ex, &[vec![0, 1], vec![2]], 0, 1, 8);
-        assert_eq!(
-            mb.input_ids,
-            vec![vec![10, 11, 12, 20, 21], vec![30, 0, 0, 0, 0]]
-        );
+        assert_eq!(mb.input_ids, vec![vec![10, 11, 12, 20, 21], vec![30, 0, 0, 0, 0]]);
         assert_eq!(mb.loss_mask, vec![vec![0, 1, 1, 0, 1], vec![0, 0, 0, 0, 0]]);
-        assert_eq!(
-            mb.position_ids,
-            vec![vec![0, 1, 2, 0, 1], vec![0, 1, 2, 3, 4]]
-        );
-        assert_eq!(
-            mb.lengths,
-            vec![5, 1],
-            "real tokens per row, padding left out"
-        );
+        assert_eq!(mb.position_ids, vec![vec![0, 1, 2, 0, 1], vec![0, 1, 2, 3, 4]]);
+        assert_eq!(mb.lengths, vec![5, 1], "real tokens per row, padding left out");
         assert_eq!(docs, vec![3, 2, 1]);
     }
 }

@@ -49,11 +49,7 @@ impl WorkerPolicy {
         let launch = WorkerCommand::new(
             &spec.python,
             &spec.worker_path,
-            WorkerMode::Policy {
-                model: model.to_string(),
-                device: spec.device,
-                train: true,
-            },
+            WorkerMode::Policy { model: model.to_string(), device: spec.device, train: true },
         )
         .inherit_pythonpath()
         .torchrun(spec.procs, &spec.torchrun)
@@ -70,9 +66,7 @@ impl WorkerPolicy {
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            return Err(TrainError::Worker(
-                "the worker's pipes were not set up".into(),
-            ));
+            return Err(TrainError::Worker("the worker's pipes were not set up".into()));
         };
         let tail = StderrTail::new(TAIL_SHOWN);
         tail.drain_blocking(stderr, Some(spec.log.clone()));

@@ -8,10 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 /// The managed environment every test shares (the README's main command creates the same one).
@@ -52,10 +49,7 @@ pub fn text(b: &[u8]) -> String {
 pub fn serve_on_loopback(app: axum::Router) -> std::net::SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap()).unwrap();
@@ -68,9 +62,7 @@ pub fn serve_on_loopback(app: axum::Router) -> std::net::SocketAddr {
 /// Every episode in a state directory's store, by id.
 pub fn episodes(state: &Path) -> Vec<serde_json::Value> {
     let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
-    let mut stmt = db
-        .prepare("SELECT episode FROM episodes ORDER BY id")
-        .unwrap();
+    let mut stmt = db.prepare("SELECT episode FROM episodes ORDER BY id").unwrap();
     let rows = stmt
         .query_map([], |r| r.get::<_, String>(0))
         .unwrap()

@@ -8,10 +8,7 @@ use tritonforge_eval::WorkerSpec;
 use tritonforge_pyenv::PythonSource;
 
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 pub fn fixture(rel: &str) -> PathBuf {
