@@ -12,7 +12,7 @@ use tritonforge_suite::{Candidate, Problem};
 
 use crate::backend::{Backend, ChatMessage, Sampling};
 use crate::extract::extract_code;
-use crate::prompts::{Outcome, PromptError, Prompts, Target};
+use crate::prompts::{Attempt, PromptError, Prompts, Target};
 use crate::reward::RewardConfig;
 
 pub use tritonforge_episode::{Episode, NotExtracted, Turn, TurnOutcome};
@@ -72,7 +72,7 @@ pub async fn run_episode(
         let sent = messages.clone();
         let (turn, feedback, done) = match extract_code(&completion.text) {
             Err(e) => {
-                let fb = prompts.feedback(&Outcome::NoCode(e.outcome()), cfg.target_speedup)?;
+                let fb = prompts.feedback(&Attempt::NoCode(e.outcome()), cfg.target_speedup)?;
                 let turn = Turn {
                     turn: t,
                     messages: sent,
@@ -101,7 +101,7 @@ pub async fn run_episode(
                         break;
                     }
                 };
-                let fb = prompts.feedback(&Outcome::Evaluated(&record), cfg.target_speedup)?;
+                let fb = prompts.feedback(&Attempt::Evaluated(&record), cfg.target_speedup)?;
                 let speedup = record.verdict.timing.as_ref().map(|x| x.speedup);
                 let correct = record.verdict.status == Status::Correct;
                 let done = correct && speedup.is_none_or(|s| s >= cfg.target_speedup);

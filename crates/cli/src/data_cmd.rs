@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Subcommand;
-use tritonforge_data::{synth, write, Config, Report, Verdict, Verifier, VerifyItem};
+use tritonforge_data::{
+    synth, write, BuildReport, Config, NotEvaluated, RowStatus, RowVerdict, Verifier, VerifyItem,
+};
 use tritonforge_eval::{
     evaluate_sources, EvalSettings, Evaluator, PairOutcome, SourcePair, TimingSettings,
 };
@@ -72,7 +74,7 @@ pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
         }
         DataCmd::Stats { dir, json } => {
             let path = dir.join("stats.json");
-            let report: Report = std::fs::read_to_string(&path)
+            let report: BuildReport = std::fs::read_to_string(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
                 .map_err(|e| {
@@ -161,7 +163,7 @@ impl Verifier for EvalVerifier {
         &self,
         items: &[VerifyItem],
         progress: &(dyn Fn(usize) + Sync),
-    ) -> Result<Vec<Verdict>, String> {
+    ) -> Result<Vec<RowVerdict>, String> {
         let pairs: Vec<SourcePair> = items
             .iter()
             .map(|i| SourcePair {
@@ -177,16 +179,16 @@ impl Verifier for EvalVerifier {
         Ok(outcomes
             .into_iter()
             .map(|o| match o {
-                PairOutcome::Evaluated(ev) => Verdict {
-                    status: ev.record.verdict.status.to_string(),
+                PairOutcome::Evaluated(ev) => RowVerdict {
+                    status: RowStatus::Evaluated(ev.record.verdict.status),
                     message: ev.record.verdict.message.clone(),
                     key: ev.record.key.clone(),
                     cached: ev.cached,
                     speedup: ev.record.verdict.timing.as_ref().map(|t| t.speedup),
                 },
                 // The row's PyTorch side is broken: the row goes, the build goes on.
-                PairOutcome::ProblemError(message) => Verdict {
-                    status: "problem_error".into(),
+                PairOutcome::ProblemError(message) => RowVerdict {
+                    status: RowStatus::NotEvaluated(NotEvaluated::ProblemError),
                     message,
                     key: String::new(),
                     cached: false,

@@ -77,46 +77,7 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
     if !args.json {
         eprintln!("{}", report::env_line(evaluator.environment()));
     }
-    let evaluator = Arc::new(evaluator);
-    if single {
-        one(evaluator, pairs, &settings, args.json).await
-    } else {
-        batch(evaluator, pairs, &settings, args.json).await
-    }
-}
-
-async fn one(
-    evaluator: Arc<Evaluator>,
-    pairs: Vec<Pair>,
-    settings: &EvalSettings,
-    json: bool,
-) -> anyhow::Result<u8> {
-    let (problem, candidate) = pairs.into_iter().next().context("one pair")?;
-    let config = settings.config(&problem, evaluator.device()).map_err(usage)?;
-    let result = tokio::select! {
-        r = evaluator.evaluate(&problem, &candidate, &config) => r,
-        _ = tokio::signal::ctrl_c() => {
-            evaluator.pool().kill_all();
-            eprintln!("interrupted");
-            return Ok(exit::INTERRUPTED);
-        }
-    };
-    match result {
-        Ok(ev) => {
-            if json {
-                println!("{}", report::json_line(&ev));
-            } else {
-                print!("{}", report::verdict_text(&ev));
-            }
-            Ok(if ev.record.verdict.status == Status::Correct {
-                exit::CORRECT
-            } else {
-                exit::VERDICT
-            })
-        }
-        Err(e @ EvalError::Problem { .. }) => Err(usage(e)),
-        Err(e) => Err(e.into()),
-    }
+    batch(Arc::new(evaluator), pairs, &settings, args.json, single).await
 }
 
 fn load_pairs(args: &EvalArgs) -> Result<Vec<Pair>, String> {
@@ -137,28 +98,29 @@ fn load_pairs(args: &EvalArgs) -> Result<Vec<Pair>, String> {
     tritonforge_suite::load_pairs(paths).map_err(|e| e.join("\nerror: "))
 }
 
+/// Evaluate every pair; one pair prints its verdict, several a progress line each and a table.
 async fn batch(
     evaluator: Arc<Evaluator>,
     pairs: Vec<Pair>,
     settings: &EvalSettings,
     json: bool,
+    single: bool,
 ) -> anyhow::Result<u8> {
     let total = pairs.len();
     let started = Instant::now();
-    let bar =
-        progress::bar(Some(total as u64), "{bar:30} {pos}/{len} {elapsed_precise} {msg}", json);
-    let mut done = 0usize;
+    let bar = progress::bar(
+        Some(total as u64),
+        "{bar:30} {pos}/{len} {elapsed_precise} {msg}",
+        json || single,
+    );
     let mut on_done = |_: usize, result: &Result<Evaluation, EvalError>| {
-        done += 1;
         if let (true, Ok(ev)) = (json, result) {
             println!("{}", report::json_line(ev));
         }
         let line = Row::from_result(result).progress_line();
-        progress::line(
-            &bar,
-            json,
-            if bar.is_hidden() { format!("[{done}/{total}] {line}") } else { line },
-        );
+        let done = bar.position() + 1;
+        let line = if bar.is_hidden() { format!("[{done}/{total}] {line}") } else { line };
+        progress::line(&bar, json || single, line);
         bar.inc(1);
         ControlFlow::Continue(())
     };
@@ -167,14 +129,33 @@ async fn batch(
         _ = tokio::signal::ctrl_c() => None,
     };
     bar.finish_and_clear();
-    let Some(results) = results else {
+    let Some(mut results) = results else {
         evaluator.pool().kill_all();
-        eprintln!(
-            "interrupted: {} of {total} evaluations finished and are stored; run the same command again to finish the rest (finished ones are cache hits)",
-            bar.position()
-        );
+        match single {
+            true => eprintln!("interrupted"),
+            false => eprintln!(
+                "interrupted: {} of {total} evaluations finished and are stored; run the same command again to finish the rest (finished ones are cache hits)",
+                bar.position()
+            ),
+        }
         return Ok(exit::INTERRUPTED);
     };
+    if single {
+        return match results.pop().flatten().context("one evaluation")? {
+            Ok(ev) => {
+                if !json {
+                    print!("{}", report::verdict_text(&ev));
+                }
+                Ok(if ev.record.verdict.status == Status::Correct {
+                    exit::CORRECT
+                } else {
+                    exit::VERDICT
+                })
+            }
+            Err(e @ (EvalError::Problem { .. } | EvalError::Suite(_))) => Err(usage(e)),
+            Err(e) => Err(e.into()),
+        };
+    }
     let rows: Vec<Row> = results.iter().flatten().map(Row::from_result).collect();
     if !json {
         print!("{}", report::table(&rows));

@@ -22,6 +22,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tritonforge_episode::{ChatMessage, Prompts, Target};
+use tritonforge_protocol::Status;
 
 pub use config::Config;
 use config::{Input, ThinkingMode};
@@ -48,11 +49,36 @@ pub struct VerifyItem {
     pub answer: String,
 }
 
+/// What the evaluator made of one pair: a verdict's status, or a broken problem.
+/// Written as the bare names (`correct`, ..., `problem_error`) rows have always carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RowStatus {
+    Evaluated(Status),
+    NotEvaluated(NotEvaluated),
+}
+
+/// Why a pair has no verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotEvaluated {
+    /// The row's PyTorch side does not import, build or run: the row goes, the build goes on.
+    ProblemError,
+}
+
+impl RowStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowStatus::Evaluated(s) => s.as_str(),
+            RowStatus::NotEvaluated(NotEvaluated::ProblemError) => "problem_error",
+        }
+    }
+}
+
 /// The evaluator's verdict on one pair, as much of it as the set records.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Verdict {
-    /// `correct`, `incorrect`, `compile_error`, ... (the evaluation record's status).
-    pub status: String,
+pub struct RowVerdict {
+    pub status: RowStatus,
     pub message: String,
     /// The evaluation record's key in the store.
     pub key: String,
@@ -72,7 +98,7 @@ pub trait Verifier: Sync {
         &self,
         items: &[VerifyItem],
         progress: &(dyn Fn(usize) + Sync),
-    ) -> Result<Vec<Verdict>, String>;
+    ) -> Result<Vec<RowVerdict>, String>;
 }
 
 /// One training example on its way through the stages.
@@ -164,7 +190,7 @@ pub struct StageStats {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Report {
+pub struct BuildReport {
     pub stages: Vec<StageStats>,
     pub train: usize,
     pub validation: usize,
@@ -279,7 +305,7 @@ pub fn build(
     cfg: &Config,
     progress: &(dyn Fn(&str) + Sync),
     verifier: Option<&dyn Verifier>,
-) -> Result<(Report, Vec<Bad>), DataError> {
+) -> Result<(BuildReport, Vec<Bad>), DataError> {
     if cfg.verify.enabled && verifier.is_none() {
         return Err(DataError::Setup("verify is on but no evaluator was supplied".into()));
     }
@@ -490,7 +516,7 @@ pub fn build(
         ..StageStats::default()
     });
     let seconds = started.elapsed().as_secs_f64();
-    let report = Report {
+    let report = BuildReport {
         token_histogram: histogram(train.iter().chain(&validation)),
         stages,
         train: train.len(),
@@ -534,12 +560,12 @@ fn verify(
     let mut kept = Vec::with_capacity(rows.len());
     for (mut r, v) in rows.into_iter().zip(verdicts) {
         let record = serde_json::to_value(&v).unwrap_or(Value::Null);
-        if v.status == "correct" {
+        if v.status == RowStatus::Evaluated(Status::Correct) {
             r.verified = true;
             r.meta.insert("verdict".into(), record);
             kept.push(r);
         } else {
-            let mut b = Bad::of("verify", &v.status, &r);
+            let mut b = Bad::of("verify", v.status.as_str(), &r);
             b.detail = Some(v.message.chars().take(500).collect());
             stage.drop(b);
         }

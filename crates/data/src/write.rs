@@ -15,7 +15,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use serde_json::json;
 
-use crate::{Bad, Config, DataError, Report, Row};
+use crate::{Bad, BuildReport, Config, DataError, Row};
 
 fn out_err(path: &Path, e: impl std::fmt::Display) -> DataError {
     DataError::Output { path: path.to_path_buf(), reason: e.to_string() }
@@ -156,7 +156,7 @@ pub fn write_all(
 }
 
 /// The report as Markdown: a row per stage, the drop reasons, the length histogram.
-pub fn markdown(report: &Report) -> String {
+pub fn markdown(report: &BuildReport) -> String {
     let mut out = String::from("# SFT data build\n\n| stage | rows in | rows out | dropped | seconds | note |\n| --- | ---: | ---: | ---: | ---: | --- |\n");
     for s in &report.stages {
         let dropped: usize = s.dropped.values().sum();
@@ -195,7 +195,7 @@ pub fn markdown(report: &Report) -> String {
     out
 }
 
-pub fn write_stats(cfg: &Config, report: &Report) -> Result<(), DataError> {
+pub fn write_stats(cfg: &Config, report: &BuildReport) -> Result<(), DataError> {
     let dir = &cfg.output.dir;
     let json_path = dir.join("stats.json");
     let text = serde_json::to_string_pretty(report).map_err(|e| out_err(&json_path, e))?;

@@ -15,4 +15,4 @@ pub mod prompts;
 
 pub use episode::{Episode, NotExtracted, Turn, TurnOutcome};
 pub use message::{ChatMessage, Completion};
-pub use prompts::{Outcome, PromptError, Prompts, Target};
+pub use prompts::{Attempt, PromptError, Prompts, Target};

@@ -111,12 +111,12 @@ impl Prompts {
     /// The next user message after a turn: what happened and what to do next.
     pub fn feedback(
         &self,
-        outcome: &Outcome<'_>,
+        outcome: &Attempt<'_>,
         target_speedup: f64,
     ) -> Result<String, PromptError> {
         let ctx = match outcome {
-            Outcome::NoCode(kind) => minijinja::Value::from_serialize(json!({"outcome": kind})),
-            Outcome::Evaluated(r) => {
+            Attempt::NoCode(kind) => minijinja::Value::from_serialize(json!({"outcome": kind})),
+            Attempt::Evaluated(r) => {
                 minijinja::Value::from_serialize(feedback_context(r, target_speedup))
             }
         };
@@ -125,7 +125,7 @@ impl Prompts {
 }
 
 /// What a turn produced, for feedback.
-pub enum Outcome<'a> {
+pub enum Attempt<'a> {
     /// Extraction failed: `no_code` or `no_model_new`.
     NoCode(&'a str),
     Evaluated(&'a EvalRecord),
