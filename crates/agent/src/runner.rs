@@ -77,6 +77,17 @@ pub enum EndpointApi {
     Sglang,
 }
 
+impl std::str::FromStr for EndpointApi {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "openai" => Ok(EndpointApi::OpenAi),
+            "sglang" => Ok(EndpointApi::Sglang),
+            other => Err(format!("{other:?}: the API is openai or sglang")),
+        }
+    }
+}
+
 /// A policy model behind an HTTP endpoint, as a user names it.
 #[derive(Debug, Clone)]
 pub struct Endpoint {

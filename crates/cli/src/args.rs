@@ -146,14 +146,7 @@ impl GuardOpts {
 
 /// Read a guard rules file (or the strict default), naming the file on error.
 pub fn load_rules(path: Option<&Path>) -> anyhow::Result<tritonforge_guard::GuardRules> {
-    match path {
-        None => Ok(tritonforge_guard::GuardRules::default()),
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).map_err(|e| usage(format!("{}: {e}", p.display())))?;
-            tritonforge_guard::GuardRules::from_toml(&text, &p.display().to_string()).or_usage()
-        }
-    }
+    tritonforge_guard::GuardRules::load(path).or_usage()
 }
 
 /// How the executor pool runs candidates.
@@ -296,18 +289,10 @@ pub struct EvalFlags {
 impl EvalFlags {
     /// The settings, or a usage error naming the bad flag.
     pub fn settings(&self) -> anyhow::Result<EvalSettings> {
-        let t = &self.timing;
-        if self.trials == 0
-            || !(self.budget > 0.0 && self.budget.is_finite())
-            || t.timing_budget_ms == 0
-            || t.speedup_cap.is_nan()
-            || t.speedup_cap <= 1.0
-        {
-            return Err(usage(
-                "--trials, --budget and --timing-budget-ms must be positive; --speedup-cap above 1",
-            ));
+        if !(self.budget > 0.0 && self.budget.is_finite()) {
+            return Err(usage("--budget must be positive"));
         }
-        Ok(EvalSettings {
+        let settings = EvalSettings {
             trials: self.trials,
             variant: self.variant.clone(),
             shape_check: match (&self.shape_check, self.no_shape_check) {
@@ -316,9 +301,11 @@ impl EvalFlags {
                 (None, false) => ShapeCheck::Default,
             },
             budget: Duration::from_secs_f64(self.budget),
-            timing: t.into(),
+            timing: (&self.timing).into(),
             ..EvalSettings::default()
-        })
+        };
+        settings.check().map_err(usage)?;
+        Ok(settings)
     }
 }
 

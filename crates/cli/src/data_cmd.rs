@@ -4,9 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Subcommand;
-use tritonforge_data::{
-    synth, write, BuildReport, Config, NotEvaluated, RowStatus, RowVerdict, Verifier, VerifyItem,
-};
+use tritonforge_data::{synth, write, Config, NotEvaluated, RowStatus, RowVerdict, Verifier};
 use tritonforge_eval::{
     evaluate_sources, EvalSettings, Evaluator, PairOutcome, SourcePair, TimingSettings,
 };
@@ -65,32 +63,16 @@ pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
             } else {
                 None
             };
-            let made = synth::rows(rows, seed, defects, heldout.as_deref());
-            std::fs::create_dir_all(&out)?;
-            synth::write_jsonl(&out.join("kernelbook.jsonl"), &made, defects)?;
-            synth::write_parquet(&out.join("kernelbook.parquet"), &made)?;
-            eprintln!("wrote {} rows to {}", made.len(), out.display());
+            let n = synth::write_set(&out, rows, seed, defects, heldout.as_deref())?;
+            eprintln!("wrote {n} rows to {}", out.display());
             Ok(0)
         }
         DataCmd::Stats { dir, json } => {
-            let path = dir.join("stats.json");
-            let report: BuildReport = std::fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-                .map_err(|e| {
-                    usage(format!(
-                        "{}: {e} (is it a `data build` output directory?)",
-                        path.display()
-                    ))
-                })?;
-            print!(
-                "{}",
-                if json {
-                    serde_json::to_string(&report)? + "\n"
-                } else {
-                    write::markdown(&report)
-                }
-            );
+            let report = write::read_stats(&dir).or_usage()?;
+            match json {
+                true => println!("{}", serde_json::to_string(&report)?),
+                false => print!("{}", write::markdown(&report)),
+            }
             Ok(0)
         }
     }
@@ -161,20 +143,12 @@ impl EvalVerifier {
 impl Verifier for EvalVerifier {
     fn verify(
         &self,
-        items: &[VerifyItem],
+        pairs: &[SourcePair],
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<RowVerdict>, String> {
-        let pairs: Vec<SourcePair> = items
-            .iter()
-            .map(|i| SourcePair {
-                id: i.id.clone(),
-                problem: i.problem.clone(),
-                candidate: i.answer.clone(),
-            })
-            .collect();
         let outcomes = self
             .handle
-            .block_on(evaluate_sources(&self.evaluator, &pairs, &self.settings, progress))
+            .block_on(evaluate_sources(&self.evaluator, pairs, &self.settings, progress))
             .map_err(|e| e.to_string())?;
         Ok(outcomes
             .into_iter()

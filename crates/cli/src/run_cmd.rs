@@ -21,12 +21,6 @@ use crate::args::{EvalFlags, FilterArgs, Global, GuardOpts, PoolArgs};
 use crate::exit::{self, usage, OrUsage};
 use crate::progress;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Api {
-    Openai,
-    Sglang,
-}
-
 #[derive(Args)]
 pub struct RunArgs {
     /// OpenAI-compatible endpoint (SGLang, vLLM, llama.cpp server, hosted APIs), e.g.
@@ -41,8 +35,8 @@ pub struct RunArgs {
     /// The endpoint's API: `openai` (chat completions under --base-url, e.g. `.../v1`) or
     /// `sglang` (SGLang's native /generate under the server root, token ids in and out;
     /// needs --tokenizer).
-    #[arg(long, value_enum, default_value_t = Api::Openai)]
-    api: Api,
+    #[arg(long, default_value = "openai")]
+    api: EndpointApi,
     /// Directory with the served model's tokenizer.json and chat template (--api sglang),
     /// e.g. one written by `tritonforge tokenizer export`.
     #[arg(long)]
@@ -170,10 +164,7 @@ impl RunArgs {
             concurrency: self.concurrency,
             ..HttpConfig::new(base_url)
         };
-        let api = match self.api {
-            Api::Openai => EndpointApi::OpenAi,
-            Api::Sglang => EndpointApi::Sglang,
-        };
+        let api = self.api;
         let (model, stream, tokenizer) = (self.model.clone(), self.stream, self.tokenizer.clone());
         BackendSpec::endpoint(Endpoint { api, http, model, stream, tokenizer }).map_err(usage)
     }

@@ -52,15 +52,7 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
                 print!("{}", tritonforge_suite::render::list_table(&rows));
             }
             for e in rows.iter().filter(|_| json) {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "id": e.id(), "key": e.key, "name": e.name(), "level": e.meta.level,
-                        "family": e.meta.family, "split": e.meta.split,
-                        "variants": e.meta.variants, "path": e.problem_path,
-                        "solution": e.solution_path,
-                    })
-                );
+                println!("{}", tritonforge_suite::render::json(e));
             }
             Ok(exit::CORRECT)
         }

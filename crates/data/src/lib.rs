@@ -41,13 +41,7 @@ pub enum DataError {
     Verify(String),
 }
 
-/// One pair for the evaluator: the row's PyTorch module and its Triton answer.
-#[derive(Debug, Clone)]
-pub struct VerifyItem {
-    pub id: String,
-    pub problem: String,
-    pub answer: String,
-}
+pub use tritonforge_suite::SourcePair;
 
 /// What the evaluator made of one pair: a verdict's status, or a broken problem.
 /// Written as the bare names (`correct`, ..., `problem_error`) rows have always carried.
@@ -96,7 +90,7 @@ pub trait Verifier: Sync {
     /// a candidate): the build stops rather than drop rows for the tool's fault.
     fn verify(
         &self,
-        items: &[VerifyItem],
+        items: &[SourcePair],
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<RowVerdict>, String>;
 }
@@ -436,15 +430,13 @@ pub fn build(
     progress("quality");
     let mut stage = Stage::start("quality", rows.len(), &mut bad);
     let rows = if cfg.quality.enabled {
-        let policy = match &cfg.quality.rules {
-            Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|e| DataError::Config { path: p.clone(), reason: e.to_string() })?;
-                tritonforge_guard::GuardRules::from_toml(&text, &p.display().to_string())
-                    .map_err(|e| DataError::Config { path: p.clone(), reason: e.to_string() })?
-            }
-            None => tritonforge_guard::GuardRules::default(),
-        };
+        let policy =
+            tritonforge_guard::GuardRules::load(cfg.quality.rules.as_deref()).map_err(|e| {
+                DataError::Config {
+                    path: cfg.quality.rules.clone().unwrap_or_default(),
+                    reason: e.to_string(),
+                }
+            })?;
         let use_guard = cfg.quality.guard;
         let rows = filter_rows(&mut stage, rows, |r| {
             let p = tritonforge_guard::check(&r.problem, &policy);
@@ -538,12 +530,12 @@ fn verify(
     stages: &mut Vec<StageStats>,
 ) -> Result<Vec<Row>, DataError> {
     let mut stage = Stage::start("verify", rows.len(), bad);
-    let items: Vec<VerifyItem> = rows
+    let items: Vec<SourcePair> = rows
         .iter()
-        .map(|r| VerifyItem {
+        .map(|r| SourcePair {
             id: r.id.clone(),
             problem: r.problem.clone(),
-            answer: r.answer.clone(),
+            candidate: r.answer.clone(),
         })
         .collect();
     let total = items.len();

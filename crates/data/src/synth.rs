@@ -288,3 +288,19 @@ pub fn write_parquet(path: &Path, rows: &[Value]) -> Result<(), DataError> {
     w.close().map_err(|e| err(e.to_string()))?;
     Ok(())
 }
+
+/// Write `n` synthetic rows as `kernelbook.jsonl` and `kernelbook.parquet` in `out`.
+pub fn write_set(
+    out: &Path,
+    n: usize,
+    seed: u64,
+    defects: bool,
+    heldout: Option<&str>,
+) -> Result<usize, DataError> {
+    let made = rows(n, seed, defects, heldout);
+    std::fs::create_dir_all(out)
+        .map_err(|e| DataError::Output { path: out.to_path_buf(), reason: e.to_string() })?;
+    write_jsonl(&out.join("kernelbook.jsonl"), &made, defects)?;
+    write_parquet(&out.join("kernelbook.parquet"), &made)?;
+    Ok(made.len())
+}

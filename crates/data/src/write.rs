@@ -204,3 +204,14 @@ pub fn write_stats(cfg: &Config, report: &BuildReport) -> Result<(), DataError> 
     let md = markdown(report);
     atomic(&md_path, |f| f.write_all(md.as_bytes()).map_err(|e| e.to_string()))
 }
+
+/// The stats of a finished build, read back from its output directory.
+pub fn read_stats(dir: &Path) -> Result<BuildReport, DataError> {
+    let path = dir.join("stats.json");
+    let bad = |reason: String| DataError::Input {
+        path: path.clone(),
+        reason: format!("{reason} (is it a `data build` output directory?)"),
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
+}

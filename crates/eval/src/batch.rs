@@ -4,22 +4,12 @@
 //! evaluator's and stops the batch.
 
 use std::ops::ControlFlow;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::task::JoinSet;
-use tritonforge_suite::{Candidate, Problem};
+use tritonforge_suite::{Candidate, Problem, SourcePair};
 
 use crate::{EvalError, EvalSettings, Evaluation, Evaluator};
-
-/// One pair: a problem module's source and a candidate's.
-#[derive(Debug, Clone)]
-pub struct SourcePair {
-    /// Names the files the executor writes; anything but ASCII letters and digits becomes `_`.
-    pub id: String,
-    pub problem: String,
-    pub candidate: String,
-}
 
 /// What became of one pair.
 #[derive(Debug, Clone)]
@@ -27,25 +17,6 @@ pub enum PairOutcome {
     Evaluated(Box<Evaluation>),
     /// The pair's problem is broken (it does not import, build or run).
     ProblemError(String),
-}
-
-impl SourcePair {
-    fn files(&self) -> (Problem, Candidate) {
-        let stem: String =
-            self.id.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-        let problem = Problem {
-            name: format!("row_{stem}"),
-            path: PathBuf::from(format!("row_{stem}.py")),
-            source: self.problem.clone(),
-            meta: Default::default(),
-        };
-        let candidate = Candidate {
-            name: format!("row_{stem}_answer"),
-            path: PathBuf::from(format!("row_{stem}_answer.py")),
-            source: self.candidate.clone(),
-        };
-        (problem, candidate)
-    }
 }
 
 /// A result for each pair of a batch, in the batch's order (`None`: stopped before it ended).

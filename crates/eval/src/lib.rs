@@ -26,9 +26,10 @@ pub mod report;
 pub mod setup;
 pub mod validate;
 
-pub use batch::{evaluate_all, evaluate_sources, BatchResults, PairOutcome, SourcePair};
+pub use batch::{evaluate_all, evaluate_sources, BatchResults, PairOutcome};
 pub use pool::{Execution, Exit, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec};
 pub use setup::{EvalSettings, EvaluatorSetup, ShapeCheck, TimingSettings, Workspace};
+pub use tritonforge_suite::SourcePair;
 pub use validate::{validate_suite, CheckDone, Checked, ValidateSpec, ValidationReport};
 
 #[derive(Debug, thiserror::Error)]

@@ -166,6 +166,23 @@ impl Default for EvalSettings {
 }
 
 impl EvalSettings {
+    /// Settings no evaluation can run with, named by their flags.
+    pub fn check(&self) -> Result<(), String> {
+        let t = &self.timing;
+        if self.trials == 0
+            || self.budget.is_zero()
+            || t.budget_ms == 0
+            || t.speedup_cap.is_nan()
+            || t.speedup_cap <= 1.0
+        {
+            return Err(
+                "--trials, --budget and --timing-budget-ms must be positive; --speedup-cap above 1"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// The evaluation config of `problem` on `device`: variant, shapes, tolerance, timing.
     pub fn config(&self, problem: &Problem, device: DeviceKind) -> Result<EvalConfig, EvalError> {
         let cpu_mode = device == DeviceKind::Cpu;

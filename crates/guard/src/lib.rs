@@ -172,6 +172,17 @@ fn default_allowed_aten() -> BTreeSet<String> {
 }
 
 impl GuardRules {
+    /// The rules of a TOML file, or the strict default without one; errors name the file.
+    pub fn load(path: Option<&std::path::Path>) -> Result<GuardRules, GuardError> {
+        let Some(p) = path else {
+            return Ok(GuardRules::default());
+        };
+        let name = p.display().to_string();
+        let text = std::fs::read_to_string(p)
+            .map_err(|e| GuardError::Rules { path: name.clone(), message: e.to_string() })?;
+        GuardRules::from_toml(&text, &name)
+    }
+
     /// Parse a policy file's text; `path` names it in errors.
     pub fn from_toml(text: &str, path: &str) -> Result<GuardRules, GuardError> {
         let policy: GuardRules = toml::from_str(text)

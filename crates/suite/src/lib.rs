@@ -290,6 +290,36 @@ pub fn load_pairs(
     }
 }
 
+/// A problem and a candidate given as source text rather than files (a row of a
+/// training set), evaluated like any pair.
+#[derive(Debug, Clone)]
+pub struct SourcePair {
+    /// Names the files the executor writes; anything but ASCII letters and digits becomes `_`.
+    pub id: String,
+    pub problem: String,
+    pub candidate: String,
+}
+
+impl SourcePair {
+    /// The pair as a problem and a candidate the evaluator takes, named after the id.
+    pub fn files(&self) -> (Problem, Candidate) {
+        let stem: String =
+            self.id.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let problem = Problem {
+            name: format!("row_{stem}"),
+            path: PathBuf::from(format!("row_{stem}.py")),
+            source: self.problem.clone(),
+            meta: Default::default(),
+        };
+        let candidate = Candidate {
+            name: format!("row_{stem}_answer"),
+            path: PathBuf::from(format!("row_{stem}_answer.py")),
+            source: self.candidate.clone(),
+        };
+        (problem, candidate)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

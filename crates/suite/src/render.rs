@@ -59,3 +59,13 @@ pub fn show(e: &SuiteEntry) -> String {
     s.push_str(&std::fs::read_to_string(&e.problem_path).unwrap_or_else(|e| format!("<{e}>\n")));
     s
 }
+
+/// One problem as a JSON object (`suite list --json` prints one per line).
+pub fn json(e: &SuiteEntry) -> serde_json::Value {
+    serde_json::json!({
+        "id": e.id(), "key": e.key, "name": e.name(), "level": e.meta.level,
+        "family": e.meta.family, "split": e.meta.split,
+        "variants": e.meta.variants, "path": e.problem_path,
+        "solution": e.solution_path,
+    })
+}
