@@ -211,7 +211,7 @@ impl EmbeddedBackend {
 
 impl Backend for EmbeddedBackend {
     fn describe(&self) -> String {
-        format!("{} ({})", self.name(), tritonforge_pyenv::launch::device_arg(self.cfg.device))
+        format!("{} ({})", self.name(), self.cfg.device.as_str())
     }
 
     fn complete<'a>(

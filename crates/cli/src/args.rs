@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use tritonforge_eval::{
     EvalSettings, Evaluator, PoolConfig, ShapeCheck, ShareMode, TimingSettings, Workspace,
 };
@@ -27,29 +27,12 @@ pub struct Global {
     #[arg(long, global = true, env = "TRITONFORGE_VENV")]
     pub venv: Option<PathBuf>,
     /// Where candidates run: auto (GPU when visible), cpu (Triton interpreter), cuda.
-    #[arg(long, global = true, value_enum, default_value_t = Device::Auto)]
-    pub device: Device,
+    #[arg(long, global = true, default_value = "auto")]
+    pub device: DeviceRequest,
     /// The suite's root directory (holding manifest.toml) [default: the suite built into
     /// this binary].
     #[arg(long, global = true, env = "TRITONFORGE_SUITE")]
     pub suite: Option<PathBuf>,
-}
-
-#[derive(Copy, Clone, PartialEq, Eq, ValueEnum)]
-pub enum Device {
-    Auto,
-    Cpu,
-    Cuda,
-}
-
-impl From<Device> for DeviceRequest {
-    fn from(d: Device) -> Self {
-        match d {
-            Device::Auto => DeviceRequest::Auto,
-            Device::Cpu => DeviceRequest::Cpu,
-            Device::Cuda => DeviceRequest::Cuda,
-        }
-    }
 }
 
 impl Global {
@@ -74,7 +57,7 @@ impl Global {
         Workspace {
             state_dir: self.state_dir.clone(),
             python: PythonSource::resolve(self.python.clone(), self.venv.clone(), &self.state_dir),
-            device: self.device.into(),
+            device: self.device,
             suite: SuiteSource::resolve(self.suite.clone()),
         }
     }

@@ -110,7 +110,7 @@ fn main() -> ExitCode {
 fn setup(global: &Global) -> anyhow::Result<u8> {
     let env = global.python_env()?;
     eprintln!("interpreter: {}", env.interpreter.display());
-    let info = tritonforge_pyenv::probe(&env, global.device.into())?;
+    let info = tritonforge_pyenv::probe(&env, global.device)?;
     eprintln!(
         "python {}, torch {}, triton {}, numpy {}",
         info.python, info.torch, info.triton, info.numpy

@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Subcommand;
-use tritonforge_protocol::DeviceKind;
+use tritonforge_protocol::{DeviceKind, DeviceRequest};
 use tritonforge_store::Store;
 use tritonforge_train::events::MetricsLog;
 use tritonforge_train::worker::{TrainerSpec, WorkerPolicy};
 use tritonforge_train::{Event, Policy, RunOptions, SftConfig, TrainError};
 
-use crate::args::{Device, Global};
+use crate::args::Global;
 use crate::exit::{self, usage, OrUsage};
 use crate::progress;
 
@@ -40,9 +40,9 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
     let cfg = SftConfig::load(&config).or_usage()?;
     let py = global.python_env()?;
     let device = match global.device {
-        Device::Cpu => DeviceKind::Cpu,
-        Device::Cuda => DeviceKind::Cuda,
-        Device::Auto => tritonforge_pyenv::probe(&py, global.device.into())?.device,
+        DeviceRequest::Cpu => DeviceKind::Cpu,
+        DeviceRequest::Cuda => DeviceKind::Cuda,
+        DeviceRequest::Auto => tritonforge_pyenv::probe(&py, global.device)?.device,
     };
     std::fs::create_dir_all(&cfg.output.dir)
         .with_context(|| format!("creating {}", cfg.output.dir.display()))?;

@@ -917,7 +917,7 @@ fn serve_command(launch: &Launch, scratch: &std::path::Path) -> WorkerCommand {
 /// The environment one process of `launch` gets beyond `PYTHONPATH` and what it inherits.
 fn worker_env(launch: &Launch, scratch: &std::path::Path) -> Vec<(&'static str, String)> {
     let spec = &launch.spec;
-    let device = worker_launch::device_request_arg(spec.device);
+    let device = spec.device.as_str();
     let path = |p: PathBuf| p.to_string_lossy().into_owned();
     let mut env = vec![
         ("PYTHONUNBUFFERED", "1".to_string()),

@@ -76,22 +76,25 @@ impl std::fmt::Display for Stage {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeviceKind {
-    Cpu,
-    Cuda,
+closed_set! {
+    /// Where a process runs: the Triton interpreter on the CPU, or a CUDA GPU.
+    pub enum DeviceKind("device") {
+        Cpu = "cpu",
+        Cuda = "cuda",
+    }
 }
 
-/// The host's wish for where candidates run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeviceRequest {
-    #[default]
-    Auto,
-    Cpu,
-    Cuda,
+closed_set! {
+    /// The host's wish for where candidates run (`auto`: a GPU when one is visible).
+    #[derive(Default)]
+    pub enum DeviceRequest("device") {
+        #[default]
+        Auto = "auto",
+        Cpu = "cpu",
+        Cuda = "cuda",
+    }
 }
+
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

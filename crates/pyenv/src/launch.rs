@@ -23,26 +23,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 use tritonforge_protocol::{DeviceKind, DeviceRequest, Message, ProtocolError};
-
 /// The worker package's module name.
 const MODULE: &str = "tritonforge_worker";
-
-/// The device name the worker reads (`cpu`, `cuda`): the protocol's own serde names.
-pub fn device_arg(device: DeviceKind) -> &'static str {
-    match device {
-        DeviceKind::Cpu => "cpu",
-        DeviceKind::Cuda => "cuda",
-    }
-}
-
-/// The device wish the worker reads (`auto`, `cpu`, `cuda`).
-pub fn device_request_arg(device: DeviceRequest) -> &'static str {
-    match device {
-        DeviceRequest::Auto => "auto",
-        DeviceRequest::Cpu => "cpu",
-        DeviceRequest::Cuda => "cuda",
-    }
-}
 
 /// What the worker is started to do; each mode has its arguments and environment.
 #[derive(Debug, Clone)]
@@ -66,7 +48,7 @@ impl WorkerMode {
             WorkerMode::Probe { .. } => a.push("probe".into()),
             WorkerMode::Serve => a.push("serve".into()),
             WorkerMode::Policy { model, device, train } => {
-                a.extend(["policy".into(), model.into(), device_arg(*device).into()]);
+                a.extend(["policy".into(), model.into(), device.as_str().into()]);
                 if *train {
                     a.push("--train".into());
                 }
@@ -89,7 +71,7 @@ impl WorkerMode {
         ];
         match self {
             WorkerMode::Probe { device } => {
-                vec![("TRITONFORGE_DEVICE", device_request_arg(*device).into())]
+                vec![("TRITONFORGE_DEVICE", device.as_str().into())]
             }
             // The pool sets every variable of an executor itself (they differ per slot).
             WorkerMode::Serve | WorkerMode::Roundtrip => Vec::new(),
