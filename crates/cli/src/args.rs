@@ -13,7 +13,7 @@ use tritonforge_protocol::DeviceRequest;
 use tritonforge_pyenv::{PythonEnv, PythonSource};
 use tritonforge_suite::{Filter, Suite, SuiteSource};
 
-use crate::exit::{usage, OrUsage};
+use crate::exit::usage;
 
 #[derive(Args, Clone)]
 pub struct Global {
@@ -73,7 +73,7 @@ impl Global {
 
     /// The suite: `--suite`, `TRITONFORGE_SUITE`, or the one built into the binary.
     pub fn load_suite(&self) -> anyhow::Result<Suite> {
-        self.workspace().load_suite().or_usage()
+        self.workspace().load_suite().map_err(usage)
     }
 
     /// Start the executor pool and open the store: the evaluator every command uses.
@@ -129,7 +129,7 @@ impl GuardOpts {
 
 /// Read a guard rules file (or the strict default), naming the file on error.
 pub fn load_rules(path: Option<&Path>) -> anyhow::Result<tritonforge_guard::GuardRules> {
-    tritonforge_guard::GuardRules::load(path).or_usage()
+    tritonforge_guard::GuardRules::load(path).map_err(usage)
 }
 
 /// How the executor pool runs candidates.

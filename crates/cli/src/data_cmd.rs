@@ -4,13 +4,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Subcommand;
-use tritonforge_data::{synth, write, Config, NotEvaluated, RowStatus, RowVerdict, Verifier};
+use tritonforge_data::{synth, write, Config, RowStatus, RowVerdict, Verifier};
 use tritonforge_eval::{
     evaluate_sources, EvalSettings, Evaluator, PairOutcome, SourcePair, TimingSettings,
 };
 
 use crate::args::{load_rules, Global, PoolArgs};
-use crate::exit::{self, usage, OrUsage};
+use crate::exit::{self, usage};
 
 #[derive(Subcommand)]
 pub enum DataCmd {
@@ -68,7 +68,7 @@ pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
             Ok(0)
         }
         DataCmd::Stats { dir, json } => {
-            let report = write::read_stats(&dir).or_usage()?;
+            let report = write::read_stats(&dir).map_err(usage)?;
             match json {
                 true => println!("{}", serde_json::to_string(&report)?),
                 false => print!("{}", write::markdown(&report)),
@@ -79,7 +79,7 @@ pub async fn run(global: &Global, cmd: DataCmd) -> anyhow::Result<u8> {
 }
 
 async fn build(global: &Global, config: &Path, json: bool, verify: bool) -> anyhow::Result<u8> {
-    let mut cfg = Config::load(config).or_usage()?;
+    let mut cfg = Config::load(config).map_err(usage)?;
     cfg.verify.enabled |= verify;
     let verifier = match cfg.verify.enabled {
         true => Some(EvalVerifier::start(global, &cfg).await?),
@@ -160,14 +160,7 @@ impl Verifier for EvalVerifier {
                     cached: ev.cached,
                     speedup: ev.record.verdict.timing.as_ref().map(|t| t.speedup),
                 },
-                // The row's PyTorch side is broken: the row goes, the build goes on.
-                PairOutcome::ProblemError(message) => RowVerdict {
-                    status: RowStatus::NotEvaluated(NotEvaluated::ProblemError),
-                    message,
-                    key: String::new(),
-                    cached: false,
-                    speedup: None,
-                },
+                PairOutcome::ProblemError(message) => RowVerdict::problem_error(message),
             })
             .collect())
     }

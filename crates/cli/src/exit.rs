@@ -31,17 +31,6 @@ pub fn usage(e: impl Display) -> anyhow::Error {
     anyhow::Error::new(UsageError(e.to_string()))
 }
 
-/// `result.or_usage()?`: its error is the user's input, not the environment.
-pub trait OrUsage<T> {
-    fn or_usage(self) -> anyhow::Result<T>;
-}
-
-impl<T, E: Display> OrUsage<T> for Result<T, E> {
-    fn or_usage(self) -> anyhow::Result<T> {
-        self.map_err(usage)
-    }
-}
-
 /// The exit code for a command's error: usage errors are 2, the rest 3.
 pub fn code_of(e: &anyhow::Error) -> u8 {
     if e.downcast_ref::<UsageError>().is_some() {

@@ -111,9 +111,7 @@ fn setup(global: &Global) -> anyhow::Result<u8> {
     let env = global.python_env()?;
     eprintln!("interpreter: {}", env.interpreter.display());
     let info = tritonforge_pyenv::probe(&env, global.device)?;
-    eprintln!(
-        "python {}, torch {}, triton {}, numpy {}",
-        info.python, info.torch, info.triton, info.numpy
-    );
+    let (py, torch, triton, numpy) = (&info.python, &info.torch, &info.triton, &info.numpy);
+    eprintln!("python {py}, torch {torch}, triton {triton}, numpy {numpy}");
     Ok(exit::CORRECT)
 }

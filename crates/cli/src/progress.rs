@@ -17,12 +17,9 @@ pub fn bar(len: Option<u64>, template: &str, quiet: bool) -> ProgressBar {
 
 /// Print `line` above the bar, or as a plain line when the bar is hidden (not when `quiet`).
 pub fn line(bar: &ProgressBar, quiet: bool, line: String) {
-    if quiet {
-        return;
-    }
-    if bar.is_hidden() {
-        eprintln!("{line}");
-    } else {
-        bar.println(line);
+    match (quiet, bar.is_hidden()) {
+        (true, _) => {}
+        (false, true) => eprintln!("{line}"),
+        (false, false) => bar.println(line),
     }
 }

@@ -18,7 +18,7 @@ use tritonforge_store::Store;
 use tritonforge_suite::Selection;
 
 use crate::args::{EvalFlags, FilterArgs, Global, GuardOpts, PoolArgs};
-use crate::exit::{self, usage, OrUsage};
+use crate::exit::{self, usage};
 use crate::progress;
 
 #[derive(Args)]
@@ -124,11 +124,9 @@ impl RunArgs {
     /// The embedded model: without an endpoint, `--model` names it; a name that would be
     /// sent nowhere must not be dropped in silence while another model is evaluated.
     fn embedded_model(&self) -> anyhow::Result<String> {
+        const BOTH: &str = "--embedded-model is the model run here; with --base-url the endpoint serves the model (name it with --model)";
         match (&self.base_url, &self.model, &self.embedded_model) {
-            (Some(_), _, Some(_)) => Err(usage(
-                "--embedded-model is the model run here; with --base-url the endpoint \
-                 serves the model (name it with --model)",
-            )),
+            (Some(_), _, Some(_)) => Err(usage(BOTH)),
             (None, Some(m), Some(e)) if m != e => Err(usage(format!(
                 "--model {m} and --embedded-model {e} name two embedded models; give one"
             ))),
@@ -205,14 +203,14 @@ impl RunArgs {
 pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     let suite = global.load_suite()?;
     let spec = args.spec()?;
-    spec.selection.select(&suite).or_usage()?;
-    let prompts = Prompts::load(args.prompts.as_deref()).or_usage()?;
+    spec.selection.select(&suite).map_err(usage)?;
+    let prompts = Prompts::load(args.prompts.as_deref()).map_err(usage)?;
     let pool = args.pool.config(usize::MAX)?;
     let guard = args.guard.load()?;
     let model = args.embedded_model()?;
     let evaluator = Arc::new(global.open_evaluator(pool, guard, true).await?);
     let env = tritonforge_eval::report::env_line(evaluator.environment());
-    let backend = args.backend(global, model, evaluator.device())?.build().or_usage()?;
+    let backend = args.backend(global, model, evaluator.device())?.build().map_err(usage)?;
     if !args.json {
         eprintln!("{env}");
     }

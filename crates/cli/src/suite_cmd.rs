@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use clap::Subcommand;
-use tritonforge_eval::{validate_suite, Checked, ValidateSpec};
+use tritonforge_eval::{validate_suite, ValidateSpec};
 use tritonforge_suite::{Filter, SuiteEntry};
 
 use crate::args::{FilterArgs, Global, GuardOpts, PoolArgs, TimingArgs};
@@ -91,12 +91,7 @@ async fn validate(
     }
     let report = validate_suite(Arc::new(evaluator), suite, &spec, &mut |c| {
         if !json {
-            let what = match c.what {
-                Checked::Problem => "problem ",
-                Checked::Solution => "solution",
-            };
-            let ok = if c.ok { "ok" } else { "FAILED" };
-            eprintln!("[{}/{}] {what} {} [{}]: {ok}", c.done, c.total, c.key, c.variant);
+            eprintln!("{}", c.line());
         }
     })
     .await?;

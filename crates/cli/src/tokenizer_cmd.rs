@@ -10,7 +10,7 @@ use serde_json::Value;
 use tritonforge_chat::{ChatTemplate, ChatTokenizer};
 
 use crate::args::Global;
-use crate::exit::{usage, OrUsage, USAGE as EXIT_USAGE};
+use crate::exit::{usage, USAGE as EXIT_USAGE};
 
 #[derive(Subcommand)]
 pub enum TokenizerCmd {
@@ -45,12 +45,7 @@ pub async fn run(global: &Global, cmd: TokenizerCmd) -> anyhow::Result<u8> {
         TokenizerCmd::Export { model, out } => {
             let py = global.python_env()?;
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-            let status = py
-                .worker(tritonforge_pyenv::WorkerMode::Tokenizer { model, out: out.clone() })
-                .command()
-                .status()
-                .with_context(|| format!("running {}", py.interpreter.display()))?;
-            Ok(if status.success() { 0 } else { EXIT_USAGE })
+            Ok(if py.export_tokenizer(&model, &out, false)? { 0 } else { EXIT_USAGE })
         }
         TokenizerCmd::Render(args) => render(args),
     }
@@ -62,7 +57,7 @@ fn render(args: RenderArgs) -> anyhow::Result<u8> {
     let chats: Vec<Value> = serde_json::from_str(&text)
         .map_err(|e| usage(format!("{}: not a JSON array of chats: {e}", args.chats.display())))?;
     let tokenizer =
-        args.tokenizer.as_deref().map(ChatTokenizer::from_dir).transpose().or_usage()?;
+        args.tokenizer.as_deref().map(ChatTokenizer::from_dir).transpose().map_err(usage)?;
     let own = match &args.template {
         Some(path) => {
             let source = std::fs::read_to_string(path)

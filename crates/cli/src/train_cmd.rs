@@ -13,7 +13,7 @@ use tritonforge_train::worker::{TrainerSpec, WorkerPolicy};
 use tritonforge_train::{Event, Policy, RunOptions, SftConfig, TrainError};
 
 use crate::args::Global;
-use crate::exit::{self, usage, OrUsage};
+use crate::exit::{self, usage};
 use crate::progress;
 
 #[derive(Subcommand)]
@@ -37,7 +37,7 @@ pub enum TrainCmd {
 
 pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
     let TrainCmd::Sft { config, resume, until, json } = cmd;
-    let cfg = SftConfig::load(&config).or_usage()?;
+    let cfg = SftConfig::load(&config).map_err(usage)?;
     let py = global.python_env()?;
     let device = match global.device {
         DeviceRequest::Cpu => DeviceKind::Cpu,
@@ -46,7 +46,7 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
     };
     std::fs::create_dir_all(&cfg.output.dir)
         .with_context(|| format!("creating {}", cfg.output.dir.display()))?;
-    let tok_dir = tritonforge_train::tokenizer_dir(&cfg, &py).or_usage()?;
+    let tok_dir = tritonforge_train::tokenizer_dir(&cfg, &py).map_err(usage)?;
     let spec = TrainerSpec {
         python: py.interpreter.clone(),
         worker_path: py.worker_path.clone(),
@@ -115,14 +115,7 @@ fn train(
             }
             Event::Metric(m) if m.split == "train" => {
                 bar.set_position(m.step);
-                let mfu = m.mfu.map(|x| format!(" MFU {:.1}%", x * 100.0));
-                bar.set_message(format!(
-                    "loss {:.4} lr {:.2e} {:.0} tok/s{}",
-                    m.loss,
-                    m.lr,
-                    m.tokens_per_s,
-                    mfu.unwrap_or_default()
-                ));
+                bar.set_message(m.progress());
                 if !bar.is_hidden() {
                     return; // the bar shows it
                 }

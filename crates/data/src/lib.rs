@@ -82,6 +82,14 @@ pub struct RowVerdict {
     pub speedup: Option<f64>,
 }
 
+impl RowVerdict {
+    /// A pair whose PyTorch side is broken: the row goes, the build goes on.
+    pub fn problem_error(message: String) -> RowVerdict {
+        let status = RowStatus::NotEvaluated(NotEvaluated::ProblemError);
+        RowVerdict { status, message, key: String::new(), cached: false, speedup: None }
+    }
+}
+
 /// Runs pairs through the evaluator. The pipeline knows nothing of processes or devices;
 /// the binary supplies the real evaluator, whose verdicts are stored as they come, so an
 /// interrupted build loses no evaluation.

@@ -48,6 +48,18 @@ pub struct CheckDone {
     pub ok: bool,
 }
 
+impl CheckDone {
+    /// `[3/20] problem  level1/relu [small]: ok`, one progress line.
+    pub fn line(&self) -> String {
+        let what = match self.what {
+            Checked::Problem => "problem ",
+            Checked::Solution => "solution",
+        };
+        let ok = if self.ok { "ok" } else { "FAILED" };
+        format!("[{}/{}] {what} {} [{}]: {ok}", self.done, self.total, self.key, self.variant)
+    }
+}
+
 /// The outcome: findings make the suite invalid; `slow` notes (wall-clock, so
 /// load-dependent) do not.
 #[derive(Debug, Clone, Default, Serialize)]

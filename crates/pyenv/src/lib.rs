@@ -143,6 +143,27 @@ impl PythonEnv {
     pub fn worker(&self, sub: WorkerMode) -> WorkerCommand {
         WorkerCommand::new(&self.interpreter, &self.worker_path, sub)
     }
+
+    /// Write `model`'s tokenizer files (tokenizer.json, configuration, chat template) to
+    /// `out`, where Rust reads them; `Ok(false)` when the worker could not (it said why on
+    /// stderr). `quiet` drops the worker's one-line JSON answer.
+    pub fn export_tokenizer(
+        &self,
+        model: &str,
+        out: &Path,
+        quiet: bool,
+    ) -> Result<bool, PyEnvError> {
+        let mode = WorkerMode::Tokenizer { model: model.to_owned(), out: out.to_owned() };
+        let mut cmd = self.worker(mode).command();
+        if quiet {
+            cmd.stdout(Stdio::null());
+        }
+        let status = cmd.status().map_err(|source| PyEnvError::Spawn {
+            program: self.interpreter.display().to_string(),
+            source,
+        })?;
+        Ok(status.success())
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]

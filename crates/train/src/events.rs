@@ -64,6 +64,14 @@ impl Event {
     }
 }
 
+impl Metric {
+    /// What a progress bar shows of a training step.
+    pub fn progress(&self) -> String {
+        let mfu = self.mfu.map(|x| format!(" MFU {:.1}%", x * 100.0)).unwrap_or_default();
+        format!("loss {:.4} lr {:.2e} {:.0} tok/s{mfu}", self.loss, self.lr, self.tokens_per_s)
+    }
+}
+
 /// Keeps every metric of a run: in the store (per run, step and split) and appended to
 /// `metrics.jsonl` in the output directory. A failed write is reported, never fatal:
 /// losing a metric line must not stop training.

@@ -674,16 +674,8 @@ fn tokenizer_dir_or(cfg: &SftConfig, py: &tritonforge_pyenv::PythonEnv) -> Resul
     if out.join("tokenizer.json").is_file() {
         return Ok(out);
     }
-    let status = py
-        .worker(tritonforge_pyenv::WorkerMode::Tokenizer {
-            model: cfg.model.clone(),
-            out: out.clone(),
-        })
-        .command()
-        .stdout(std::process::Stdio::null())
-        .status()
-        .map_err(|e| format!("running {}: {e}", py.interpreter.display()))?;
-    if status.success() {
+    let exported = py.export_tokenizer(&cfg.model, &out, true).map_err(|e| e.to_string())?;
+    if exported {
         Ok(out)
     } else {
         Err(format!("could not export the tokenizer of {}", cfg.model))
