@@ -297,7 +297,7 @@ def phase_redteam(args: argparse.Namespace, summary: dict) -> None:
     redteam = REPO / "tests" / "redteam"
     gpu = sorted((REPO / "scripts" / "gpu_redteam").glob("*.py"))
     for label, extra in (("redteam_guard", []),
-                         ("redteam_runtime_only", ["--policy", str(redteam / "runtime-only.toml")]),
+                         ("redteam_runtime_only", ["--guard-rules", str(redteam / "runtime-only.toml")]),
                          ("redteam_no_guard", ["--no-guard"])):
         w = Work(Path(tempfile.mkdtemp()), label)
         names: Dict[str, str] = {}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU validation of the suite, in two modes (each fits one device call):
-#   correctness: `bench validate` at full and heldout sizes, solutions without timing, 8 at once
+#   correctness: `suite validate` at full and heldout sizes, solutions without timing, 8 at once
 #   timing:      every solution at full size, one candidate at a time, with timing (speedups)
 # usage: scripts/gpu_suite.sh BINARY OUTDIR correctness|timing [extra eval args]
 set -uo pipefail
@@ -10,7 +10,7 @@ mkdir -p "$OUT"
 tf() { "$B" --python python3 --state-dir "$S" "$@"; }
 case "$MODE" in
   correctness)
-    tf bench validate --variant full --variant heldout --no-timing --jobs 8 --json \
+    tf suite validate --variant full --variant heldout --no-timing --jobs 8 --json \
       > "$OUT/validate.json" 2> "$OUT/validate.err"; echo "exit $?" >> "$OUT/validate.err"
     python3 -c "import json,sys; v=json.load(open('$OUT/validate.json')); print(v['problems_checked'], 'problem variants,', v['solutions_checked'], 'solutions,', len(v['findings']), 'findings'); [print(' ', f) for f in v['findings']]"
     ;;

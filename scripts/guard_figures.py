@@ -45,7 +45,7 @@ def end_to_end(binary: str, files: List[Path], policy: str | None = None) -> Dic
         if not header(f, "gpu-only"):
             work.add(header(f, "problem") or "", f.stem, f.read_text())
     work.finish()
-    extra = ["--policy", policy] if policy else []
+    extra = ["--guard-rules", policy] if policy else []
     out = subprocess.run([binary, "--state-dir", str(root / "state"), "eval", "--json", "--no-store", *extra,
                           "--problems", str(work.problems), "--candidates", str(work.candidates)],
                          capture_output=True, text=True, cwd=REPO)

@@ -427,7 +427,7 @@ def trial(cx: Context, t: int, problem: Any, reference: Any, model: Any, done: L
             torch.manual_seed(seed)
             expected = reference(*inputs)
     except BaseException as exc:  # noqa: BLE001
-        # Not a problem error: the problem was checked alone (`bench validate`), and
+        # Not a problem error: the problem was checked alone (`suite validate`), and
         # the candidate ran first in this process, so it may have broken what the
         # reference depends on. Out of memory under a shared GPU is retried alone.
         info = error_info(exc, cx.problem_path)

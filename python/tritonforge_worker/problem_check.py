@@ -1,4 +1,4 @@
-"""Suite validation of one problem (`bench validate`): is it sound to evaluate against?
+"""Suite validation of one problem (`suite validate`): is it sound to evaluate against?
 
 Called by `__main__` for a `check_problem` message; uses the executor's loading and
 comparison helpers, never a candidate.
