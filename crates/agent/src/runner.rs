@@ -217,10 +217,12 @@ impl RunResult {
         let md = metrics::markdown("TritonForge run", &header, &self.summary);
         let io = |path: PathBuf| move |source| RunError::Io { path, source };
         std::fs::create_dir_all(dir).map_err(io(dir.to_owned()))?;
+        let json = serde_json::to_string_pretty(&self.json())
+            .map_err(|e| io(dir.join("report.json"))(std::io::Error::other(e)))?;
         let files = [
             ("report.md", md.clone()),
             ("report.html", crate::html::html("TritonForge run", &header, &self.summary)),
-            ("report.json", serde_json::to_string_pretty(&self.json()).unwrap_or_default()),
+            ("report.json", json),
         ];
         for (name, text) in files {
             let path = dir.join(name);

@@ -62,10 +62,6 @@ impl Global {
         }
     }
 
-    pub fn store_path(&self) -> PathBuf {
-        self.workspace().store_path()
-    }
-
     /// The interpreter, creating the managed venv on first use (progress on stderr).
     pub fn python_env(&self) -> anyhow::Result<PythonEnv> {
         Ok(self.workspace().python_env(&mut |line| eprintln!("  [python] {line}"))?)
@@ -73,7 +69,9 @@ impl Global {
 
     /// The suite: `--suite`, `TRITONFORGE_SUITE`, or the one built into the binary.
     pub fn load_suite(&self) -> anyhow::Result<Suite> {
-        self.workspace().load_suite().map_err(usage)
+        let ws = self.workspace();
+        let root = ws.suite.root(&ws.state_dir).context("writing out the built-in suite")?;
+        Suite::load(&root).map_err(usage)
     }
 
     /// Start the executor pool and open the store: the evaluator every command uses.
@@ -283,7 +281,7 @@ impl EvalFlags {
                 (Some(v), false) => ShapeCheck::Variant(v.clone()),
                 (None, false) => ShapeCheck::Default,
             },
-            budget: Duration::from_secs_f64(self.budget),
+            budget: Duration::try_from_secs_f64(self.budget).map_err(usage)?,
             timing: (&self.timing).into(),
             ..EvalSettings::default()
         };

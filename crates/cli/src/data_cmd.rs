@@ -128,7 +128,7 @@ impl EvalVerifier {
             global.open_evaluator(pool_args.config(usize::MAX)?, Some(rules), true).await?;
         let settings = EvalSettings {
             trials: v.trials,
-            budget: std::time::Duration::from_secs_f64(v.budget_s.max(0.0)),
+            budget: std::time::Duration::try_from_secs_f64(v.budget_s).map_err(usage)?,
             timing: TimingSettings { enabled: v.timing, ..TimingSettings::default() },
             ..EvalSettings::default()
         };

@@ -210,11 +210,13 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     let model = args.embedded_model()?;
     let evaluator = Arc::new(global.open_evaluator(pool, guard, true).await?);
     let env = tritonforge_eval::report::env_line(evaluator.environment());
-    let backend = args.backend(global, model, evaluator.device())?.build().map_err(usage)?;
+    let spec_of_backend = args.backend(global, model, evaluator.device())?;
+    let sglang = matches!(spec_of_backend, BackendSpec::Sglang { .. }); // its tokenizer is input
+    let backend = spec_of_backend.build().map_err(|e| if sglang { usage(e) } else { e.into() })?;
     if !args.json {
         eprintln!("{env}");
     }
-    let store = Store::open(&global.store_path())?;
+    let store = Store::open(&global.workspace().store_path())?;
     let bar = progress::bar(
         None,
         "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes ({eta} left) {msg}",
@@ -226,7 +228,7 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
         runner::run(&spec, &suite, backend, evaluator, prompts, &store, &mut on_event).await;
     bar.finish_and_clear();
     let result = result.map_err(|e| match e {
-        runner::RunError::Selection(_) | runner::RunError::Problem { .. } => usage(e),
+        runner::RunError::Selection(_) => usage(e),
         runner::RunError::Eval(tritonforge_eval::EvalError::Suite(_)) => usage(e),
         e => anyhow::Error::new(e),
     })?;

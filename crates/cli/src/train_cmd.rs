@@ -61,7 +61,7 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
         until,
         run_id: format!("sft-{}", millis.map(|d| d.as_millis()).unwrap_or(0)),
     };
-    let store = Store::open(&global.store_path())?;
+    let store = Store::open(&global.workspace().store_path())?;
     let log = MetricsLog::open(store, &cfg.output.dir.join("metrics.jsonl"), opts.run_id.clone());
     let result =
         tokio::task::spawn_blocking(move || train(&cfg, &tok_dir, &opts, &spec, log, json)).await?;

@@ -68,7 +68,10 @@ pub fn extract(state_dir: &Path) -> Result<PathBuf, SuiteError> {
     if done.exists() {
         return Ok(root);
     }
-    let tmp = base.join(format!(".tmp-{}-{}", &hash[..16], std::process::id()));
+    // Private to this call: two extractions in one process must not share it.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = base.join(format!(".tmp-{}-{}-{n}", &hash[..16], std::process::id()));
     for (name, text) in SUITE_FILES {
         let p = tmp.join(name);
         if let Some(parent) = p.parent() {
@@ -78,7 +81,13 @@ pub fn extract(state_dir: &Path) -> Result<PathBuf, SuiteError> {
     }
     let marker = tmp.join(".complete");
     fs::write(&marker, &hash).map_err(io(&marker))?;
-    match fs::rename(&tmp, &root) {
+    let mut renamed = fs::rename(&tmp, &root);
+    if renamed.is_err() && !done.exists() && root.exists() {
+        // A directory left without its marker (an interrupted older writer): replace it.
+        let _ = fs::remove_dir_all(&root);
+        renamed = fs::rename(&tmp, &root);
+    }
+    match renamed {
         Ok(()) => Ok(root),
         Err(_) if done.exists() => {
             let _ = fs::remove_dir_all(&tmp);
@@ -108,6 +117,17 @@ mod tests {
         assert!(suite.entries.len() > 10);
         assert!(suite.manifest.sets.contains_key("quick"));
         assert!(suite.entries.iter().all(|e| e.problem_path.is_file()));
+    }
+
+    #[test]
+    fn a_half_written_suite_is_replaced() {
+        let state = tempfile::tempdir().unwrap();
+        let root = state.path().join("suite").join(&suite_hash()[..16]);
+        fs::create_dir_all(root.join("level1")).unwrap();
+        fs::write(root.join("manifest.toml"), "half").unwrap();
+        assert_eq!(extract(state.path()).unwrap(), root);
+        assert!(root.join(".complete").is_file());
+        assert!(crate::Suite::load(&root).is_ok());
     }
 
     #[test]
