@@ -328,6 +328,25 @@ pub struct Verdict {
     pub provenance: Option<Provenance>,
 }
 
+impl Verdict {
+    /// A verdict the host decides before any check ran (guard rejection, timeout, crash):
+    /// no trials, timing, tolerance or provenance to report.
+    pub fn decided(status: Status, stage: Stage, message: impl Into<String>) -> Verdict {
+        Verdict {
+            status,
+            stage,
+            message: message.into(),
+            error: None,
+            mismatch: None,
+            trials: vec![],
+            timing: None,
+            timing_note: None,
+            tolerance: None,
+            provenance: None,
+        }
+    }
+}
+
 /// The problem file itself is broken; no verdict on the candidate is possible.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

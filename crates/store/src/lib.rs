@@ -387,16 +387,8 @@ mod tests {
                 ..EvalConfig::default()
             },
             verdict: Verdict {
-                status,
-                stage: Stage::Correctness,
-                message: "ok".into(),
-                error: None,
-                mismatch: None,
-                trials: vec![],
-                tolerance: None,
-                timing: None,
                 timing_note: Some("cpu".into()),
-                provenance: None,
+                ..Verdict::decided(status, Stage::Correctness, "ok")
             },
             guard: vec![],
             sandbox: None,
