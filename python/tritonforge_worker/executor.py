@@ -22,6 +22,7 @@ from .protocol import (
     EvalJob,
     Frame,
     Mismatch,
+    PhaseTimes,
     ProblemError,
     Provenance,
     Stage,
@@ -180,6 +181,10 @@ class Context:
     recorder: Any = None
     aten: Any = None
     integrity: Any = None
+    # Wall time of the timed run under the exclusive lease (reported in `PhaseTimes`).
+    timed_ms: float = 0.0
+    # Inputs are drawn on the device until the problem's `get_inputs` fails there.
+    inputs_on_device: bool = True
     tolerance_used: Tolerance = field(default_factory=lambda: Tolerance(atol=1e-4, rtol=1e-4))
 
 
@@ -402,10 +407,8 @@ def trial(cx: Context, t: int, problem: Any, reference: Any, model: Any, done: L
     torch = cx.torch
     seed = cx.job.seed + 1 + t * 7919
     try:
-        torch.manual_seed(seed)
-        host_inputs = list(problem.get_inputs())  # host work: no hold on the GPU yet
         cx.lease.hold("shared")
-        inputs = to_device(cx, host_inputs)
+        inputs = draw_inputs(cx, problem, seed)
     except BaseException as exc:  # noqa: BLE001
         info = error_info(exc, cx.problem_path)
         raise _Fail(verdict(cx, "runtime_error", "correctness", f"problem get_inputs failed: {_describe(info)}",
@@ -455,6 +458,22 @@ def trial(cx: Context, t: int, problem: Any, reference: Any, model: Any, done: L
     cx.lease.hold(None)
     return TrialStat(trial=t, seed=seed, outputs=len(exp), max_abs_err=finite_or_none(worst_abs),
                      max_rel_err=finite_or_none(worst_rel), passed=True)
+
+
+def draw_inputs(cx: Context, problem: Any, seed: int) -> List[Any]:
+    """The problem's inputs for `seed`, on the device. On a GPU they are drawn there
+    (under `torch.device`): a large tensor drawn on the host and copied over costs
+    seconds of CPU. A problem that insists on host tensors is drawn on the host."""
+    torch = cx.torch
+    if cx.device.type == "cuda" and cx.inputs_on_device:
+        torch.manual_seed(seed)
+        try:
+            with torch.device(cx.device):
+                return to_device(cx, list(problem.get_inputs()))
+        except Exception:  # noqa: BLE001 - e.g. NumPy or host-only calls in get_inputs
+            cx.inputs_on_device = False
+    torch.manual_seed(seed)
+    return to_device(cx, list(problem.get_inputs()))
 
 
 def call_candidate(cx: Context, model: Any, inputs: List[Any], where: str, done: List[TrialStat]) -> Any:
@@ -774,16 +793,7 @@ def time_candidate(
     r = stats("reference")
     c = stats("candidate")
     harness = med(dev["empty"])
-    ref = np.asarray(dev["reference"])
-    can = np.asarray(dev["candidate"])
-    emp = np.asarray(dev["empty"])
-    n = min(len(ref), len(can), len(emp))
-    boot = np.random.default_rng(0)
-    idx = boot.integers(0, n, size=(200, n))
-    h = np.median(emp[:n][idx], axis=1)
-    ratios = (np.maximum(np.median(ref[:n][idx], axis=1) - h, 1e-6)
-              / np.maximum(np.median(can[:n][idx], axis=1) - h, 1e-6))
-    low, high = np.percentile(ratios, [2.5, 97.5])
+    low, high = _speedup_interval(dev, resamples=200)
     speedup = max(r.median_ms - harness, 1e-6) / max(c.median_ms - harness, 1e-6)
     flags: List[Any] = []
     if speedup > job.speedup_cap:
@@ -796,6 +806,8 @@ def time_candidate(
         flags.append("clock_disagreement")
     if side:
         flags.append("side_streams")
+    if (high - low) / 2.0 > TIMING_CI * speedup:
+        flags.append("unconverged")
     return Timing(
         reference=r,
         candidate=c,
@@ -818,19 +830,9 @@ def timed_run(
 
     torch = cx.torch
     job = cx.job
-    on_device = True
 
     def fresh(seed: int) -> List[Any]:
-        nonlocal on_device
-        torch.manual_seed(seed)
-        if on_device:
-            try:
-                with torch.device(cx.device):
-                    return to_device(cx, list(problem.get_inputs()))
-            except Exception:  # noqa: BLE001 - a problem that insists on host tensors
-                on_device = False
-                torch.manual_seed(seed)
-        return to_device(cx, list(problem.get_inputs()))
+        return draw_inputs(cx, problem, seed)
 
     flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device=cx.device)  # 256 MiB > any L2
 
@@ -866,22 +868,29 @@ def timed_run(
             fn(*inputs)
         torch.cuda.synchronize()
         per_round = max(_time.perf_counter() - probe_start, 1e-6)
-        reps = int(min(1000, max(30, (job.timing_budget_ms / 1000.0) / per_round)))
+        # The budget caps the repetitions; timing stops earlier once the speedup's
+        # interval is within ±TIMING_CI (checked every few repetitions past the window
+        # in which the pre-picked audited and spot-checked calls fall).
+        reps = int(min(MAX_REPS, max(MIN_REPS, (job.timing_budget_ms / 1000.0) / per_round)))
         rng = random.Random(int.from_bytes(os.urandom(8), "little"))
-        picked = rng.sample(range(reps), k=min(reps, 8))
+        window = min(reps, AUDIT_WINDOW)
+        picked = rng.sample(range(window), k=min(window, 8))
         audited = set(picked[:5])
         # Spot checks: a full watched call (ATen, threads, late writes), out of the stats.
         spots = set(picked[5:])
-        events = [(new_event(), new_event()) for _ in range(reps * len(arms))]
+        timed_start = _time.perf_counter()
+        dev: Dict[str, List[float]] = {}
         for i in range(reps):
             seed += 1
             inputs = fresh(seed)
-            check = i in audited
+            # Past the window every repetition may be audited, unknowably (`os.urandom`):
+            # a candidate cannot behave only during the calls it expects to be checked.
+            check = i in audited or (i >= window and rng.random() < LATE_AUDIT_P)
             spot = i in spots
             clean = clone(cx, inputs) if check or spot else None
             order = arms if i % 2 == 0 else list(reversed(arms))  # A/B then B/A: no order bias
-            for k, (name, fn) in enumerate(order):
-                start, end = events[i * len(arms) + k]
+            for name, fn in order:
+                start, end = new_event(), new_event()
                 if spot:
                     out = call_candidate(cx, model, inputs, f"timed call {i}", done) if name == "candidate" \
                         else fn(*inputs)
@@ -920,11 +929,62 @@ def timed_run(
                 if not check:  # audited windows include launch latency: kept out of the stats
                     windows.append((name, start, end))
                 del out
+            if i + 1 >= window and (i + 1 - window) % CHECK_EVERY == 0 and windows:
+                windows[-1][2].synchronize()
+                dev = _elapsed(windows, arms, dev)
+                lo, hi = _speedup_interval(dev, resamples=100)
+                mid = _speedup_point(dev)
+                if (hi - lo) / 2.0 <= TIMING_CI * mid:
+                    break
         torch.cuda.synchronize()  # device-wide, before the last timestamp is read
-    dev: Dict[str, List[float]] = {name: [] for name, _ in arms}
-    for name, start, end in windows:
+        cx.timed_ms += (_time.perf_counter() - timed_start) * 1000.0
+    return _elapsed(windows, arms, dev), audit, kept
+
+
+# Timing stops once the speedup's 95% interval is within ±1% of it, or at the budget.
+TIMING_CI = 0.01
+MIN_REPS = 30
+MAX_REPS = 1000
+# The audited and spot-checked calls are picked among the first AUDIT_WINDOW
+# repetitions (no stop before them); later ones are audited with LATE_AUDIT_P each.
+AUDIT_WINDOW = 48
+LATE_AUDIT_P = 1.0 / 16.0
+CHECK_EVERY = 8
+
+
+def _elapsed(windows: List[Tuple[str, Any, Any]], arms: List[Tuple[str, Any]],
+             done: Optional[Dict[str, List[float]]]) -> Dict[str, List[float]]:
+    """Per-arm window times in ms; `done` holds those already read (windows are appended in order)."""
+    dev: Dict[str, List[float]] = {name: list(done[name]) if done else [] for name, _ in arms}
+    seen = sum(len(v) for v in dev.values())
+    for name, start, end in windows[seen:]:
         dev[name].append(float(start.elapsed_time(end)))
-    return dev, audit, kept
+    return dev
+
+
+def _speedup_point(dev: Dict[str, List[float]]) -> float:
+    import numpy as np
+
+    h = float(np.median(dev["empty"]))
+    return max(float(np.median(dev["reference"])) - h, 1e-6) / max(float(np.median(dev["candidate"])) - h, 1e-6)
+
+
+def _speedup_interval(dev: Dict[str, List[float]], resamples: int) -> Tuple[float, float]:
+    """95% bootstrap interval of the speedup, resampling repetitions in pairs."""
+    import numpy as np
+
+    ref = np.asarray(dev["reference"])
+    can = np.asarray(dev["candidate"])
+    emp = np.asarray(dev["empty"])
+    n = min(len(ref), len(can), len(emp))
+    if n < 2:
+        return 0.0, float("inf")
+    idx = np.random.default_rng(0).integers(0, n, size=(resamples, n))
+    h = np.median(emp[:n][idx], axis=1)
+    ratios = (np.maximum(np.median(ref[:n][idx], axis=1) - h, 1e-6)
+              / np.maximum(np.median(can[:n][idx], axis=1) - h, 1e-6))
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def _cushion(torch: Any, new_event: Any) -> Any:
@@ -959,18 +1019,53 @@ class Executor:
 
     def run(self) -> Verdict | ProblemError:
         cx = self.cx
+        clock = _PhaseClock()
         try:
             built = build(cx)
+            clock.lap("build")
             trials = run_trials(cx, built)
+            clock.lap("trials")
             shape_note = check_shapes(cx, built, trials)
+            clock.lap("shape_check")
             gpu_share = profile_share(cx, built)
             timing, note = timing_phase(cx, built, trials, gpu_share)
+            clock.lap("timing")
         except _Fail as fail:
-            return fail.verdict
+            clock.lap(clock.next_phase())
+            return clock.attach(fail.verdict, cx.timed_ms)
         worst = max((s.max_abs_err or 0.0 for s in trials), default=0.0)
         msg = f"all {len(trials)} trials match (max abs err {worst:.3g}){shape_note}"
-        return verdict(cx, "correct", "correctness", msg, trials, timing=timing, timing_note=note,
-                       gpu_share=gpu_share)
+        return clock.attach(verdict(cx, "correct", "correctness", msg, trials, timing=timing, timing_note=note,
+                                    gpu_share=gpu_share), cx.timed_ms)
+
+
+class _PhaseClock:
+    """Wall time per executor phase, for the verdict's `phases` (where the time goes)."""
+
+    ORDER = ("build", "trials", "shape_check", "timing")
+
+    def __init__(self) -> None:
+        import time as _time
+
+        self._now = _time.perf_counter
+        self._last = self._now()
+        self.ms: Dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = self._now()
+        self.ms[phase] = self.ms.get(phase, 0.0) + (now - self._last) * 1000.0
+        self._last = now
+
+    def next_phase(self) -> str:
+        """The phase that was running when a failure ended the evaluation."""
+        return next((p for p in self.ORDER if p not in self.ms), "timing")
+
+    def attach(self, outcome: Verdict | ProblemError, timed_ms: float) -> Verdict | ProblemError:
+        if isinstance(outcome, Verdict):
+            m = {p: round(self.ms.get(p, 0.0), 3) for p in self.ORDER}
+            outcome.phases = PhaseTimes(build_ms=m["build"], trials_ms=m["trials"], shape_check_ms=m["shape_check"],
+                                        timing_ms=m["timing"], timed_ms=round(timed_ms, 3))
+        return outcome
 
 
 def _same_bits(torch: Any, a: Any, b: Any) -> bool:

@@ -22,7 +22,7 @@ PROTOCOL_VERSION = 4
 Status = Literal["rejected", "compile_error", "runtime_error", "timeout", "incorrect", "correct"]
 Stage = Literal["guard", "import", "init", "correctness", "provenance", "timing", "process"]
 LeaseKind = Literal["shared", "exclusive"]
-TimingFlag = Literal["implausible_speedup", "clock_disagreement", "side_streams"]
+TimingFlag = Literal["implausible_speedup", "clock_disagreement", "side_streams", "unconverged"]
 DeviceRequest = Literal["auto", "cpu", "cuda"]
 MismatchKind = Literal[
     "value", "nonfinite", "shape", "dtype", "count", "type", "device", "input_mutated"
@@ -179,6 +179,18 @@ class Verdict:
     timing_note: Optional[str]
     tolerance: Optional[Tolerance]
     provenance: Optional[Provenance]
+    phases: Optional["PhaseTimes"] = None
+
+
+@dataclass
+class PhaseTimes:
+    """Wall time of each executor phase in ms (0 for a phase that did not run)."""
+
+    build_ms: float
+    trials_ms: float
+    shape_check_ms: float
+    timing_ms: float
+    timed_ms: float
 
 
 @dataclass

@@ -452,6 +452,17 @@ impl Pool {
         // Where CPU mode is possible, the first process is asked to become a fork
         // server; on a GPU it serves a candidate like any other.
         let want_fork_server = cfg.prestart && cfg.fork && spec.device != DeviceRequest::Cuda;
+        // On a GPU the spares start together with the first process rather than after its
+        // hello (seconds of Python, CUDA and warm-up each, in parallel); they compile their
+        // own warm-up, since the cache template does not exist yet.
+        let early: Vec<JoinHandle<Result<Ready, EvalError>>> =
+            if cfg.prestart && likely_gpu(spec.device) {
+                (1..cfg.spares.max(1))
+                    .map(|_| tokio::spawn(start_worker(launch(first_gpu, 0, None, None))))
+                    .collect()
+            } else {
+                Vec::new()
+            };
         let (first, fork_server) = match spawn(&first_launch, want_fork_server).await? {
             First::Worker(ready) => (*ready, None),
             // A server that cannot fork is dropped (killed); processes are started.
@@ -490,13 +501,22 @@ impl Pool {
             });
         }
         // The first process serves slot 0 when it was started for it (always, unless
-        // it saw several GPUs unrestricted), and only when processes are pre-started.
-        if cfg.prestart && (slots.len() == 1 || first_gpu.is_some()) {
+        // it saw several GPUs unrestricted), and only when processes are pre-started; so
+        // do the spares started with it, unless it turned out to be a CPU fork server.
+        let serves_slot0 = cfg.prestart && (slots.len() == 1 || first_gpu.is_some());
+        if serves_slot0 {
             if let Some(s) = slots.first() {
                 if let Ok(mut w) = s.warm.lock() {
                     w.push_back(Warm::Ready(Box::new(first)));
+                    if fork_server.is_none() {
+                        w.extend(early.into_iter().map(Warm::Starting));
+                    } else {
+                        discard(early);
+                    }
                 }
             }
+        } else {
+            discard(early);
         }
         let pool = Pool {
             cfg,
@@ -951,6 +971,26 @@ fn worker_env(launch: &Launch, scratch: &std::path::Path) -> Vec<(&'static str, 
         env.push(("TRITONFORGE_TIMING_CPU", cpu.to_string()));
     }
     env
+}
+
+/// Whether the pool will most likely run on a GPU, before any process has said so:
+/// asked for, or `auto` on a machine with an NVIDIA driver loaded.
+fn likely_gpu(device: DeviceRequest) -> bool {
+    match device {
+        DeviceRequest::Cuda => true,
+        DeviceRequest::Cpu => false,
+        DeviceRequest::Auto => std::path::Path::new("/dev/nvidiactl").exists(),
+    }
+}
+
+/// Processes started early for a slot that turned out not to want them: each is killed
+/// (its `Worker` dropped) once its start-up ends.
+fn discard(early: Vec<JoinHandle<Result<Ready, EvalError>>>) {
+    for handle in early {
+        tokio::spawn(async move {
+            drop(handle.await);
+        });
+    }
 }
 
 /// A process of `launch`, forked when the slot has a live fork server, else started.

@@ -136,6 +136,10 @@ pub fn verdict_text(ev: &Evaluation) -> String {
                         "kernels ran on other streams; timed with a device-wide sync in every window"
                             .to_string()
                     }
+                    tritonforge_protocol::TimingFlag::Unconverged => {
+                        "the timing budget ran out before the speedup's interval narrowed to ±1%"
+                            .to_string()
+                    }
                 };
                 let _ = writeln!(s, "flag:      {why}");
             }

@@ -264,6 +264,9 @@ pub enum TimingFlag {
     /// The candidate launched kernels on other streams; it was timed with a device-wide
     /// synchronisation inside every window instead.
     SideStreams,
+    /// The timing budget ran out before the speedup's 95% interval narrowed to ±1%
+    /// (timing stops as soon as it does).
+    Unconverged,
 }
 
 /// Which of the candidate's own Triton kernels ran, from launch hooks.
@@ -326,6 +329,28 @@ pub struct Verdict {
     pub tolerance: Option<Tolerance>,
     /// `None` when the candidate never got as far as running.
     pub provenance: Option<Provenance>,
+    /// Where the executor's time went; `None` in a record the host decided, and in
+    /// records stored before it was reported.
+    #[serde(default)]
+    pub phases: Option<PhaseTimes>,
+}
+
+/// Wall time of each of the executor's phases, in milliseconds (a phase that did not
+/// run is 0): where an evaluation's time goes, for throughput work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseTimes {
+    /// Writing the files, importing problem and candidate, building both models.
+    pub build_ms: f64,
+    /// The correctness trials at the benchmark's shapes.
+    pub trials_ms: f64,
+    /// The trials at unseen shapes.
+    pub shape_check_ms: f64,
+    /// Profiling (`--profile`), the compiled baseline, waiting for the timing lease and
+    /// the timed run.
+    pub timing_ms: f64,
+    /// Of `timing_ms`, the timed run itself under the exclusive lease.
+    pub timed_ms: f64,
 }
 
 impl Verdict {
@@ -343,6 +368,7 @@ impl Verdict {
             timing_note: None,
             tolerance: None,
             provenance: None,
+            phases: None,
         }
     }
 }

@@ -120,6 +120,13 @@ pub fn sample_messages() -> Vec<Message> {
             calls_without_launch: 0,
             gpu_share: Some(0.97),
         }),
+        phases: Some(PhaseTimes {
+            build_ms: 812.0,
+            trials_ms: 40.5,
+            shape_check_ms: 12.0,
+            timing_ms: 300.25,
+            timed_ms: 120.5,
+        }),
     };
     vec![
         Message::Hello {
