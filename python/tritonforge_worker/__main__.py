@@ -61,22 +61,32 @@ def serve() -> int:
 
     from .envinfo import choose_device_mode
 
+    fork = os.environ.get("TRITONFORGE_FORK_SERVER") == "1"
+    if fork and os.environ.get("TRITONFORGE_DEVICE", "auto") != "cpu":
+        # NVML's answer to "is there a GPU?" leaves CUDA uninitialised, so that this
+        # process can still become a GPU fork server (a CUDA context cannot be forked).
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     mode = choose_device_mode()
     import torch  # noqa: F401  - warm imports, off the critical path
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
+    from .fork_server import serve_forks, single_threaded
+
+    if fork and mode == "cuda" and not torch.cuda.is_initialized() and single_threaded():
+        # GPU: a fork server with torch, triton and this package imported (most of a
+        # start-up's CPU time) and CUDA untouched; each child initialises CUDA and
+        # warms up itself, in parallel with the others.
+        from . import executor, lease, provenance, runtime_guard, sandbox  # noqa: F401
+
+        return serve_forks(proto_out, _forked_gpu_worker)
     if os.environ.get("TRITONFORGE_WARMUP", "1") != "0":
         _warm_up(mode)
-    if os.environ.get("TRITONFORGE_FORK_SERVER") == "1" and mode == "cpu":
-        # CPU mode: stay as a fork server; each candidate gets a child forked from
-        # this warmed-up state. (CUDA cannot be forked once initialised, nor can a
-        # process with other threads be, safely: there this process simply serves one
-        # candidate like any other.)
-        from .fork_server import serve_forks, single_threaded
-
-        if single_threaded():
-            return serve_forks(proto_out, _forked_worker)
+    if fork and mode == "cpu" and single_threaded():
+        # CPU mode: stay as a fork server; each candidate gets a child forked from this
+        # warmed-up state. (A process with other threads cannot be forked safely: it
+        # simply serves one candidate like any other.)
+        return serve_forks(proto_out, _forked_worker)
     return _serve_one(proto_out, mode)
 
 
@@ -85,6 +95,15 @@ def _forked_worker() -> int:
     proto_out = _private_stdout()
     _pin_cpus()
     return _serve_one(proto_out, "cpu")
+
+
+def _forked_gpu_worker() -> int:
+    """A child of the GPU fork server: CUDA and the warm-up are its own to do."""
+    proto_out = _private_stdout()
+    _pin_cpus()
+    if os.environ.get("TRITONFORGE_WARMUP", "1") != "0":
+        _warm_up("cuda")
+    return _serve_one(proto_out, "cuda")
 
 
 def _serve_one(proto_out: IO[str], mode: str) -> int:

@@ -449,14 +449,16 @@ impl Pool {
         // The first process tells what the machine has; with several GPUs each gets its own slot.
         let first_gpu = cfg.gpus.as_ref().and_then(|g| g.first().copied());
         let first_launch = launch(first_gpu, 0, None, None);
-        // Where CPU mode is possible, the first process is asked to become a fork
-        // server; on a GPU it serves a candidate like any other.
-        let want_fork_server = cfg.prestart && cfg.fork && spec.device != DeviceRequest::Cuda;
-        // On a GPU the spares start together with the first process rather than after its
-        // hello (seconds of Python, CUDA and warm-up each, in parallel); they compile their
-        // own warm-up, since the cache template does not exist yet.
+        // The first process is asked to become a fork server: in CPU mode warmed up, on a
+        // GPU with its imports done and CUDA untouched (each child initialises its own).
+        // Where it cannot be one (other threads), it serves a candidate as usual.
+        let want_fork_server = cfg.prestart && cfg.fork;
+        // Without a fork server, on a GPU the spares start together with the first process
+        // rather than after its hello (seconds of Python, CUDA and warm-up each, in
+        // parallel); they compile their own warm-up, since the cache template does not
+        // exist yet.
         let early: Vec<JoinHandle<Result<Ready, EvalError>>> =
-            if cfg.prestart && likely_gpu(spec.device) {
+            if cfg.prestart && !want_fork_server && likely_gpu(spec.device) {
                 (1..cfg.spares.max(1))
                     .map(|_| tokio::spawn(start_worker(launch(first_gpu, 0, None, None))))
                     .collect()
