@@ -112,7 +112,8 @@ def phase_kb(args: argparse.Namespace, work: Work) -> None:
             print("kb: deadline reached; run the kb phase again to go on", flush=True)
             return
         t0 = time.perf_counter()
-        proc = subprocess.run([args.python, str(REPO / "scripts" / "kb_eval_one.py"), "--kb", str(Path(args.kb).resolve()),
+        kb_root = str(Path(args.kb).resolve())
+        proc = subprocess.run([args.python, str(REPO / "scripts" / "kb_eval_one.py"), "--kb", kb_root,
                                "--problem", str(work.problems / f"{name}.py"),
                                "--candidate", str(work.candidates / f"{name}.py")],
                               capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(), timeout=600)
