@@ -164,10 +164,14 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
             statuses[r["status"]] = statuses.get(r["status"], 0) + 1
         timed = sum(((r.get("phases") or {}).get("timed_ms") or 0.0) for r in ours.values()) / 1000.0
         exclusive = sum((r.get("exclusive_ms") or 0.0) for r in ours.values()) / 1000.0
+        start_wait = [r.get("start_wait_ms") or 0.0 for r in ours.values()]
         summary["ours"] = {
             "evaluated": len(ours), "wall_s": round(wall, 1), "per_gpu_minute": round(len(ours) / wall * 60, 1),
             "statuses": statuses, "timed_run_s": round(timed, 1), "exclusive_hold_s": round(exclusive, 1),
             "timing_lane_share_of_wall": round(exclusive / wall, 3),
+            "start_wait_s": {"sum": round(sum(start_wait) / 1000, 1), "median": round(statistics.median(start_wait) / 1000, 2)},
+            "executor_s": round(sum((r.get("executor_ms") or 0.0) for r in ours.values()) / 1000, 1),
+            "slot_wall_s": round(sum((r.get("wall_ms") or 0.0) for r in ours.values()) / 1000, 1),
             "phases_s": {p: round(sum(((r.get("phases") or {}).get(p) or 0.0) for r in ours.values()) / 1000, 1)
                          for p in ("build_ms", "trials_ms", "shape_check_ms", "timing_ms", "timed_ms")},
             "unconverged": sum(1 for r in ours.values() if "unconverged" in ((r.get("timing") or {}).get("flags")

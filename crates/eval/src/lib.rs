@@ -282,6 +282,7 @@ impl Evaluator {
         record.wall_ms = execution.wall_ms;
         record.lease_wait_ms = execution.lease_wait_ms;
         record.exclusive_ms = execution.exclusive_ms;
+        record.start_wait_ms = execution.start_wait_ms;
         record.device_slot = u32::try_from(execution.slot).unwrap_or(u32::MAX);
         match execution.exit {
             Exit::Answered { outcome: Outcome::ProblemError(p), .. } => {
@@ -379,6 +380,7 @@ impl Evaluator {
             executor_ms: None,
             lease_wait_ms: 0.0,
             exclusive_ms: 0.0,
+            start_wait_ms: 0.0,
             device_slot: 0,
             created_at: SystemTime::now()
                 .duration_since(UNIX_EPOCH)

@@ -139,6 +139,8 @@ pub struct Execution {
     pub lease_wait_ms: f64,
     /// Time the job held its device exclusively (timing; the whole job in exclusive mode).
     pub exclusive_ms: f64,
+    /// Time the job waited for a started process.
+    pub start_wait_ms: f64,
     /// Which device slot ran it.
     pub slot: usize,
     /// The environment the process that ran it reported.
@@ -711,7 +713,9 @@ impl Pool {
         } else {
             None
         };
+        let asked = Instant::now();
         let ready = slot.take_ready(self.spares()).await?;
+        let start_wait_ms = asked.elapsed().as_secs_f64() * 1000.0;
         let env = ready.env.clone();
         let mut worker = ready.worker;
         let sent = Instant::now();
@@ -731,6 +735,7 @@ impl Pool {
             wall_ms: started.elapsed().as_secs_f64() * 1000.0,
             lease_wait_ms: waited.as_secs_f64() * 1000.0,
             exclusive_ms: exclusive_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            start_wait_ms,
             slot: slot.index,
             env: env.clone(),
         };

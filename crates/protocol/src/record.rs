@@ -122,6 +122,10 @@ pub struct EvalRecord {
     pub lease_wait_ms: f64,
     /// Time the candidate held its device alone (timing; its whole life in exclusive mode).
     pub exclusive_ms: f64,
+    /// Time it waited for a started process (inside `wall_ms`): the pool's start-up
+    /// falling behind shows here.
+    #[serde(default)]
+    pub start_wait_ms: f64,
     /// Which device slot of the pool ran it.
     pub device_slot: u32,
     /// Seconds since the Unix epoch.
@@ -174,6 +178,7 @@ mod tests {
             executor_ms: None,
             lease_wait_ms: 0.0,
             exclusive_ms: 0.0,
+            start_wait_ms: 0.0,
             device_slot: 0,
             created_at: 1,
             tritonforge_version: "0.1.0".into(),

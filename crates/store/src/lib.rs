@@ -410,6 +410,7 @@ mod tests {
             executor_ms: Some(0.5),
             lease_wait_ms: 0.0,
             exclusive_ms: 0.0,
+            start_wait_ms: 0.0,
             device_slot: 0,
             created_at: 1,
             tritonforge_version: "0.1.0".into(),
