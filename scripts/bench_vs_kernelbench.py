@@ -169,7 +169,8 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
             "evaluated": len(ours), "wall_s": round(wall, 1), "per_gpu_minute": round(len(ours) / wall * 60, 1),
             "statuses": statuses, "timed_run_s": round(timed, 1), "exclusive_hold_s": round(exclusive, 1),
             "timing_lane_share_of_wall": round(exclusive / wall, 3),
-            "start_wait_s": {"sum": round(sum(start_wait) / 1000, 1), "median": round(statistics.median(start_wait) / 1000, 2)},
+            "start_wait_s": {"sum": round(sum(start_wait) / 1000, 1),
+                             "median": round(statistics.median(start_wait) / 1000, 2)},
             "executor_s": round(sum((r.get("executor_ms") or 0.0) for r in ours.values()) / 1000, 1),
             "slot_wall_s": round(sum((r.get("wall_ms") or 0.0) for r in ours.values()) / 1000, 1),
             "phases_s": {p: round(sum(((r.get("phases") or {}).get(p) or 0.0) for r in ours.values()) / 1000, 1)
