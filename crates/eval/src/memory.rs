@@ -30,8 +30,10 @@ pub const CAP_FLOOR: f64 = 0.25;
 pub const CAP_GROWTH: f64 = 2.0;
 /// The share of its device a job holding the device alone may take (and the most any cap is).
 pub const ALONE_FRACTION: f64 = 0.9;
-/// Admission counts memory in these units (one semaphore permit each).
-const UNIT: u64 = 1 << 20;
+/// Admission counts a device's memory in about this many units (one semaphore permit
+/// each; `acquire_many` takes a `u32`): 80 KiB each on an 80 GiB GPU, a byte each for the
+/// tests' small capacities.
+const UNITS: u64 = 1 << 20;
 
 /// What a job takes of its device's memory while it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +116,8 @@ impl MemoryBudget {
 pub(crate) struct Admission {
     budget: MemoryBudget,
     permits: Arc<Semaphore>,
+    /// Bytes per permit.
+    unit: u64,
     units: u32,
 }
 
@@ -127,8 +131,9 @@ pub(crate) struct Admitted {
 
 impl Admission {
     pub(crate) fn new(budget: MemoryBudget) -> Admission {
-        let units = u32::try_from(budget.usable() / UNIT).unwrap_or(u32::MAX >> 3).max(1);
-        Admission { budget, permits: Arc::new(Semaphore::new(units as usize)), units }
+        let unit = (budget.usable() / UNITS).max(1);
+        let units = u32::try_from(budget.usable() / unit).unwrap_or(u32::MAX >> 3).max(1);
+        Admission { budget, permits: Arc::new(Semaphore::new(units as usize)), unit, units }
     }
 
     /// Wait until `charge` fits beside what is admitted (and everything admitted before
@@ -136,7 +141,8 @@ impl Admission {
     /// it runs alone rather than never.
     pub(crate) async fn admit(&self, charge: Charge) -> Result<Admitted, EvalError> {
         let bytes = self.budget.bytes(charge);
-        let units = u32::try_from(bytes.div_ceil(UNIT)).unwrap_or(u32::MAX).clamp(1, self.units);
+        let units =
+            u32::try_from(bytes.div_ceil(self.unit)).unwrap_or(u32::MAX).clamp(1, self.units);
         let asked = Instant::now();
         let permit = self
             .permits
