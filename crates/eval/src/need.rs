@@ -94,11 +94,12 @@ impl Evaluator {
                     let message = too_big(&file_name(&problem.path), &n, timed, &budget);
                     return Err(EvalError::Problem { path: problem.path.clone(), message });
                 }
-                Ok(MemoryPlan {
-                    charge: Charge::Bytes(charge),
-                    cap: Some(budget.cap_fraction(need)),
-                    need: Some(need),
-                })
+                // Holding its device alone (exclusive mode), a job may take what a run alone does.
+                let cap = match self.pool.shares_devices() {
+                    true => budget.cap_fraction(need),
+                    false => budget.fixed_cap.unwrap_or(ALONE_FRACTION),
+                };
+                Ok(MemoryPlan { charge: Charge::Bytes(charge), cap: Some(cap), need: Some(need) })
             }
         }
     }
