@@ -415,7 +415,11 @@ fn doctor_reports_interpreter_versions_device_and_store() {
     let out = run(tf(state.path()).args(["doctor", "--json"]));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["env"]["device"], "cpu");
-    assert_eq!(v["protocol"], 4, "the protocol version of crates/protocol");
+    assert_eq!(
+        v["protocol"],
+        tritonforge_protocol::PROTOCOL_VERSION,
+        "the protocol version of crates/protocol"
+    );
     // The sandbox is read from a real worker; this kernel has landlock (CI's too), and
     // the text report says what is enforced.
     assert!(
