@@ -20,6 +20,8 @@ from .protocol import (
     EvalResult,
     Evaluate,
     Hello,
+    MeasureMemory,
+    MemoryReportMessage,
     ProblemReportMessage,
     ProtocolError,
     Shutdown,
@@ -136,9 +138,22 @@ def _serve_one(proto_out: IO[str], mode: str) -> int:
         _send(proto_out, ProblemReportMessage(type="problem_report", id=msg.id,
                                               report=report, elapsed_ms=elapsed))
         return 0
+    if isinstance(msg, MeasureMemory):
+        from .lease import Lease
+        from .memory import measure
+
+        Lease(proto_out, sys.stdin, msg.id).hold("shared")
+        sys.stdin.close()
+        start = time.perf_counter()
+        measured = measure(msg.job, os.getcwd())
+        elapsed = (time.perf_counter() - start) * 1000.0
+        _send(proto_out, MemoryReportMessage(type="memory_report", id=msg.id, report=measured,
+                                             elapsed_ms=elapsed))
+        return 0
     if not isinstance(msg, Evaluate):
         _send(proto_out, Error(type="error", id=None,
-                               message=f"a worker accepts evaluate, check_problem or shutdown, not {msg.type}"))
+                               message=f"a worker accepts evaluate, check_problem, measure_memory or shutdown, "
+                                       f"not {msg.type}"))
         return 2
     from .executor import Executor
     from .lease import Lease

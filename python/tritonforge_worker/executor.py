@@ -8,6 +8,7 @@ broken), and the Rust side owns budgets, crashes and caching.
 from __future__ import annotations
 
 import ast
+import math
 import os
 import sys
 import traceback
@@ -35,6 +36,10 @@ from .protocol import (
     finite_or_none,
 )
 from .runtime_guard import thread_count
+
+# Elements compared at a time (`compare`, `_same_bits`): their float64 working copies
+# stay near 256 MiB whatever the size of the tensors (`memory.py` counts them).
+COMPARE_CHUNK = 1 << 22
 
 # Default tolerances by dtype; a problem's manifest may override both.
 _DEFAULT_TOL = {
@@ -82,7 +87,29 @@ def error_info(exc: BaseException, keep: str) -> ErrorInfo:
         cause = None
     if cause is not None and str(cause) and str(cause) not in message:
         message = f"{message} (caused by {type(cause).__name__}: {cause})"
-    return ErrorInfo(exc_type=type(exc).__name__, message=message[:4000], frames=frames[-12:])
+    return ErrorInfo(exc_type=type(exc).__name__, message=message[:4000], frames=frames[-12:],
+                     out_of_memory=is_out_of_memory(exc))
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether memory running out raised `exc`, anywhere in its chain of causes: PyTorch's
+    `OutOfMemoryError`, a CUDA or cuBLAS allocation failure reported as a plain error
+    ("CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED"), or the host's
+    `MemoryError`. Triton's `OutOfResources` (shared memory, registers) is a kernel's own
+    limit, not the device's memory, and is not. The host trusts this flag, not messages:
+    a candidate that raises it falsely buys one more evaluation, alone, with every check."""
+    seen = set()
+    e: Optional[BaseException] = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if type(e).__name__ == "OutOfMemoryError" or isinstance(e, MemoryError):
+            return True
+        text = str(e).lower()
+        if isinstance(e, RuntimeError) and ("out of memory" in text or "alloc_failed" in text):
+            return True
+        nxt = e.__cause__ or e.__context__ or getattr(e, "error", None)
+        e = nxt if isinstance(nxt, BaseException) else None
+    return False
 
 
 def _describe(info: ErrorInfo) -> str:
@@ -197,12 +224,9 @@ def new_context(job: EvalJob, workdir: str, lease: Any = None) -> Context:
     candidate_path = str(work / _safe_name(job.candidate.name, "candidate.py"))
     if job.device == "cuda" or (job.device == "auto" and torch.cuda.is_available()):
         device = torch.device("cuda")
-        if job.gpu_memory_fraction is not None:
-            # The job holds its device alone (a retry after running out of memory
-            # under the shared cap the process was started with).
-            torch.cuda.set_per_process_memory_fraction(job.gpu_memory_fraction)
     else:
         device = torch.device("cpu")
+    apply_memory_fraction(torch, device, job.gpu_memory_fraction)
     return Context(
         job=job,
         torch=torch,
@@ -211,6 +235,19 @@ def new_context(job: EvalJob, workdir: str, lease: Any = None) -> Context:
         problem_path=problem_path,
         candidate_path=candidate_path,
     )
+
+
+def apply_memory_fraction(torch: Any, device: Any, fraction: Optional[float]) -> None:
+    """Make `fraction` of the GPU this process's cap for the job, in place of the cap it
+    was started with: the pool's grant (the problem's need with room to spare), or 90%
+    when the job holds the device alone. `TRITONFORGE_GPU_MEM_FRACTION` is updated to
+    match, in CPU mode too, so that the process's code can read its cap there (the CPU
+    tests' stand-in for a problem that needs more than a shared process may take)."""
+    if fraction is None:
+        return
+    os.environ["TRITONFORGE_GPU_MEM_FRACTION"] = f"{fraction:.4f}"
+    if device.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(fraction)
 
 
 def verdict(
@@ -345,19 +382,31 @@ def check_shapes(cx: Context, built: Built, trials: List[TrialStat]) -> str:
     appended to `trials`; returns the note the verdict's message ends with ("" when the
     job asks for none)."""
     job = cx.job
-    if job.shape_check is None:
+    shapes = unseen_shapes(job.overrides, job.shape_check, built.problem)
+    if not shapes:
         return ""
-    shapes = [dict(job.shape_check)]
-    batch = getattr(built.problem, "BATCH", None)
-    if isinstance(batch, int) and not isinstance(batch, bool):
-        # One more row than the benchmark: a kernel whose element count or grid is
-        # baked in at the benchmark's size leaves it unwritten (smaller unseen
-        # shapes only make it read and write out of bounds, which may not fault).
-        shapes.append({**job.overrides, "BATCH": batch + 1})
     for shape in shapes:
         shape_check(cx, built.candidate, shape, trials)
     return " ({} of them at unseen shapes: {})".format(
         len(shapes), "; ".join(", ".join(f"{k}={v}" for k, v in sorted(o.items())) for o in shapes))
+
+
+def unseen_shapes(
+    overrides: Dict[str, Any], shape_check: Optional[Dict[str, Any]], problem: Any
+) -> List[Dict[str, Any]]:
+    """The overrides `check_shapes` runs one more trial at (the memory measurement runs the
+    same): `shape_check`, and one more BATCH row than the benchmark where the problem has
+    a `BATCH`; none without a shape check."""
+    if shape_check is None:
+        return []
+    shapes = [dict(shape_check)]
+    batch = getattr(problem, "BATCH", None)
+    if isinstance(batch, int) and not isinstance(batch, bool):
+        # One more row than the benchmark: a kernel whose element count or grid is
+        # baked in at the benchmark's size leaves it unwritten (smaller unseen
+        # shapes only make it read and write out of bounds, which may not fault).
+        shapes.append({**overrides, "BATCH": batch + 1})
+    return shapes
 
 
 def shape_check(cx: Context, candidate: Any, overrides: Dict[str, Any], done: List[TrialStat]) -> None:
@@ -413,8 +462,13 @@ def trial(cx: Context, t: int, problem: Any, reference: Any, model: Any, done: L
         info = error_info(exc, cx.problem_path)
         raise _Fail(verdict(cx, "runtime_error", "correctness", f"problem get_inputs failed: {_describe(info)}",
                             done, error=info)) from exc
-    cand_inputs = clone(cx, inputs)
-    before = clone(cx, cand_inputs)
+    try:
+        cand_inputs = clone(cx, inputs)
+        before = clone(cx, cand_inputs)
+    except BaseException as exc:  # noqa: BLE001 - only memory running out is reported here
+        if not is_out_of_memory(exc):
+            raise
+        raise _own_memory_failure(cx, t, "copying the inputs", exc, done) from exc
     # The candidate runs first, so its output buffers can never be memory the
     # reference just freed with the right answer in it.
     try:
@@ -439,22 +493,29 @@ def trial(cx: Context, t: int, problem: Any, reference: Any, model: Any, done: L
             f"trial {t}: the reference failed after the candidate ran (the candidate may have changed "
             f"something it depends on, or memory ran out): {_describe(info)}", done, error=info)) from exc
 
-    for i, (b, a) in enumerate(zip(before, cand_inputs, strict=True)):
-        if isinstance(b, torch.Tensor) and not _same_bits(torch, b, a):
-            raise _Fail(
-                verdict(cx,
-                    "incorrect",
-                    "correctness",
-                    f"trial {t}: the candidate wrote into input {i}; inputs must be left unchanged",
-                    done,
-                    mismatch=Mismatch(
-                        trial=t, output=i, kind="input_mutated", expected="unchanged input", got="modified input",
-                        max_abs_err=None, max_rel_err=None, worst_index=[], mismatched=0, total=int(b.numel()),
-                    ),
+    try:
+        for i, (b, a) in enumerate(zip(before, cand_inputs, strict=True)):
+            if isinstance(b, torch.Tensor) and not _same_bits(torch, b, a):
+                raise _Fail(
+                    verdict(cx,
+                        "incorrect",
+                        "correctness",
+                        f"trial {t}: the candidate wrote into input {i}; inputs must be left unchanged",
+                        done,
+                        mismatch=Mismatch(
+                            trial=t, output=i, kind="input_mutated", expected="unchanged input", got="modified input",
+                            max_abs_err=None, max_rel_err=None, worst_index=[], mismatched=0, total=int(b.numel()),
+                        ),
+                    )
                 )
-            )
-    exp = _flatten(expected)
-    worst_abs, worst_rel = check_outputs(cx, t, exp, _flatten(got), done)
+        exp = _flatten(expected)
+        worst_abs, worst_rel = check_outputs(cx, t, exp, _flatten(got), done)
+    except _Fail:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - only memory running out is reported here
+        if not is_out_of_memory(exc):
+            raise
+        raise _own_memory_failure(cx, t, "comparing inputs and outputs", exc, done) from exc
     cx.lease.hold(None)
     return TrialStat(trial=t, seed=seed, outputs=len(exp), max_abs_err=finite_or_none(worst_abs),
                      max_rel_err=finite_or_none(worst_rel), passed=True)
@@ -470,10 +531,23 @@ def draw_inputs(cx: Context, problem: Any, seed: int) -> List[Any]:
         try:
             with torch.device(cx.device):
                 return to_device(cx, list(problem.get_inputs()))
-        except Exception:  # noqa: BLE001 - e.g. NumPy or host-only calls in get_inputs
+        except Exception as exc:  # noqa: BLE001 - e.g. NumPy or host-only calls in get_inputs
+            if is_out_of_memory(exc):
+                raise
             cx.inputs_on_device = False
     torch.manual_seed(seed)
     return to_device(cx, list(problem.get_inputs()))
+
+
+def _own_memory_failure(cx: Context, t: int, what: str, exc: BaseException, done: List[TrialStat]) -> _Fail:
+    """Memory ran out in the evaluator's own work in a trial (its copies of the inputs, the
+    comparison): a verdict the host recognises, and evaluates again alone when the device
+    was shared. (Any other failure there is the evaluator's bug: the process dies and the
+    host reports a crash, as before.)"""
+    info = error_info(exc, cx.candidate_path)
+    return _Fail(verdict(cx, "runtime_error", "correctness",
+                         f"trial {t}: memory ran out while the evaluator was {what}: {_describe(info)}", done,
+                         error=info))
 
 
 def call_candidate(cx: Context, model: Any, inputs: List[Any], where: str, done: List[TrialStat]) -> Any:
@@ -610,34 +684,65 @@ def compare(cx: Context, t: int, i: int, e: Any, o: Any, done: List[TrialStat]) 
                                  worst_index=idx, mismatched=n, total=total,
                                  detail=f"{n}/{total} elements differ, first at {idx}")
         return 0.0, 0.0
-    of = o.detach().double()
-    ef = e.detach().double()
-    nonfinite = ~torch.isfinite(of)
-    if bool(nonfinite.any()):
-        n = int(nonfinite.sum())
-        idx = _unravel(int(nonfinite.flatten().nonzero()[0]), e.shape)
-        raise mismatch(cx, t, i, "nonfinite", f"{ef[tuple(idx)].item():.6g}", str(of[tuple(idx)].item()), done,
+    # In float64, a chunk at a time: the comparison's working memory stays bounded (a
+    # whole 6 GiB output compared at once took ten times its size), and what it finds is
+    # the same as comparing the whole: first NaN, counts, maxima, the first worst element.
+    o_flat = o.detach().reshape(-1)
+    e_flat = e.detach().reshape(-1)
+    n = 0
+    first = -1
+    for start in range(0, total, COMPARE_CHUNK):
+        nonfinite = ~torch.isfinite(o_flat[start:start + COMPARE_CHUNK].double())
+        k = int(nonfinite.sum())
+        if k and first < 0:
+            first = start + int(nonfinite.nonzero()[0])
+        n += k
+    if n:
+        idx = _unravel(first, e.shape)
+        raise mismatch(cx, t, i, "nonfinite", f"{_at(e_flat, first):.6g}", str(_at(o_flat, first)), done,
                              worst_index=idx, mismatched=n, total=total,
                              detail=f"{n}/{total} elements are NaN or Inf (first at {idx}); NaN/Inf never pass")
-    abs_err = (of - ef).abs()
-    rel_err = abs_err / ef.abs().clamp_min(1e-12)
-    bad = abs_err > (atol + rtol * ef.abs())
-    bad |= ~torch.isfinite(ef)
-    max_abs = float(abs_err.max())
-    max_rel = float(rel_err.max())
-    n = int(bad.sum())
+    max_abs = max_rel = worst_err = -math.inf
+    flat = 0
+    for start in range(0, total, COMPARE_CHUNK):
+        of = o_flat[start:start + COMPARE_CHUNK].double()
+        ef = e_flat[start:start + COMPARE_CHUNK].double()
+        abs_err = (of - ef).abs()
+        rel_err = abs_err / ef.abs().clamp_min(1e-12)
+        bad = abs_err > (atol + rtol * ef.abs())
+        bad |= ~torch.isfinite(ef)
+        max_abs = _nan_max(max_abs, float(abs_err.max()))
+        max_rel = _nan_max(max_rel, float(rel_err.max()))
+        k = int(bad.sum())
+        if k:
+            masked = torch.where(bad, abs_err, torch.zeros_like(abs_err))
+            j = int(torch.argmax(masked))
+            # torch.argmax: NaN counts as the largest, ties go to the first.
+            v = float(masked[j])
+            if not math.isnan(worst_err) and (math.isnan(v) or v > worst_err):
+                worst_err, flat = v, start + j
+        n += k
     if n:
-        flat = int(torch.argmax(torch.where(bad, abs_err, torch.zeros_like(abs_err))))
         idx = _unravel(flat, e.shape)
+        want, have = _at(e_flat, flat), _at(o_flat, flat)
         raise mismatch(cx,
-            t, i, "value", f"{ef[tuple(idx)].item():.6g}", f"{of[tuple(idx)].item():.6g}", done,
+            t, i, "value", f"{want:.6g}", f"{have:.6g}", done,
             max_abs_err=finite_or_none(max_abs), max_rel_err=finite_or_none(max_rel), worst_index=idx,
             mismatched=n, total=total,
             detail=(f"{n}/{total} elements outside atol={atol:g} rtol={rtol:g}; max abs err {max_abs:.4g}, "
-                    f"max rel err {max_rel:.4g}; worst at {idx}: expected {ef[tuple(idx)].item():.6g}, "
-                    f"got {of[tuple(idx)].item():.6g}"),
+                    f"max rel err {max_rel:.4g}; worst at {idx}: expected {want:.6g}, got {have:.6g}"),
         )
     return max_abs, max_rel
+
+
+def _at(flat: Any, j: int) -> float:
+    """Element `j` as the comparison saw it (in float64; a complex value's real part)."""
+    return float(flat[j:j + 1].double()[0])
+
+
+def _nan_max(a: float, b: float) -> float:
+    """`max` that propagates NaN, as `Tensor.max` does."""
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
 
 
 # -- phase 3: provenance (the candidate kernels' share of GPU time; the summary) --
@@ -1033,6 +1138,13 @@ class Executor:
         except _Fail as fail:
             clock.lap(clock.next_phase())
             return clock.attach(fail.verdict, cx.timed_ms)
+        except BaseException as exc:  # noqa: BLE001 - memory running out outside any phase's own handling
+            if not is_out_of_memory(exc):
+                raise
+            info = error_info(exc, cx.candidate_path)
+            clock.lap(clock.next_phase())
+            return clock.attach(verdict(cx, "runtime_error", "correctness", f"memory ran out: {_describe(info)}", [],
+                                        error=info), cx.timed_ms)
         worst = max((s.max_abs_err or 0.0 for s in trials), default=0.0)
         msg = f"all {len(trials)} trials match (max abs err {worst:.3g}){shape_note}"
         return clock.attach(verdict(cx, "correct", "correctness", msg, trials, timing=timing, timing_note=note,
@@ -1069,8 +1181,19 @@ class _PhaseClock:
 
 
 def _same_bits(torch: Any, a: Any, b: Any) -> bool:
+    """Bit for bit the same (NaN where NaN), a chunk at a time so that the copies it makes
+    stay small beside tensors of gigabytes."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    n = a.numel()
+    if n <= COMPARE_CHUNK:
+        return _same_bits_whole(torch, a, b)
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    return all(_same_bits_whole(torch, fa[s:s + COMPARE_CHUNK], fb[s:s + COMPARE_CHUNK])
+               for s in range(0, n, COMPARE_CHUNK))
+
+
+def _same_bits_whole(torch: Any, a: Any, b: Any) -> bool:
     if a.is_floating_point():
         # NaN-aware exact comparison: a NaN input left in place is unchanged.
         return bool(torch.equal(a.isnan(), b.isnan())) and bool(torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))

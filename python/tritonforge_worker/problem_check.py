@@ -9,8 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
-from .executor import _describe, _flatten, _problem_file, _same_bits, _tolerance_for, error_info, load_problem
-from .protocol import ErrorInfo, finite_or_none
+from .executor import (
+    _describe,
+    _flatten,
+    _problem_file,
+    _same_bits,
+    _tolerance_for,
+    apply_memory_fraction,
+    error_info,
+    is_out_of_memory,
+    load_problem,
+)
+from .protocol import ErrorInfo, MemoryNeed, finite_or_none
 
 
 def check_problem(job: Any, workdir: str) -> Any:
@@ -20,6 +30,9 @@ def check_problem(job: Any, workdir: str) -> Any:
     no output holds NaN or Inf; every output varies (over elements and input seeds) by
     well over the comparison tolerance, so a constant or all-zero answer can never
     pass; and the output depends on the inputs.
+
+    First, before anything else is allocated, what evaluating a candidate against it takes
+    of the device's memory at this shape (`memory.py`), for the host to store.
     """
     import time as _time
 
@@ -32,9 +45,11 @@ def check_problem(job: Any, workdir: str) -> Any:
     path = _problem_file(Path(workdir), job.problem.name)
     Path(path).write_text(job.problem.source, encoding="utf-8")
     device = torch.device("cuda" if job.device != "cpu" and torch.cuda.is_available() else "cpu")
+    apply_memory_fraction(torch, device, job.gpu_memory_fraction)
+    memory: Optional[MemoryNeed] = None
 
     def report(max_ms: float, error: Optional[ErrorInfo] = None) -> ProblemReport:
-        return ProblemReport(findings=findings, error=error, outputs=outputs, max_forward_ms=max_ms)
+        return ProblemReport(findings=findings, error=error, outputs=outputs, max_forward_ms=max_ms, memory=memory)
 
     try:
         problem = load_problem(path, job.overrides)
@@ -42,6 +57,16 @@ def check_problem(job: Any, workdir: str) -> Any:
         info = error_info(exc, path)
         findings.append(f"does not import: {_describe(info)}")
         return report(0.0, info)
+    try:
+        from .memory import measure_problem
+
+        memory = measure_problem(torch, problem, path, job.overrides, None, job.seed, device)
+    except BaseException as exc:  # noqa: BLE001
+        if is_out_of_memory(exc):
+            info = error_info(exc, path)
+            findings.append(f"memory ran out building and running it: {_describe(info)}")
+            return report(0.0, info)
+        # Any other failure is met again, and named, by the checks below.
 
     def run(input_seed: int) -> Tuple[List[Any], float]:
         torch.manual_seed(job.seed)

@@ -17,13 +17,14 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 Status = Literal["rejected", "compile_error", "runtime_error", "timeout", "incorrect", "correct"]
 Stage = Literal["guard", "import", "init", "correctness", "provenance", "timing", "process"]
 LeaseKind = Literal["shared", "exclusive"]
 TimingFlag = Literal["implausible_speedup", "clock_disagreement", "side_streams", "unconverged"]
 DeviceRequest = Literal["auto", "cpu", "cuda"]
+MemoryMethod = Literal["allocator", "tensor_sizes"]
 MismatchKind = Literal[
     "value", "nonfinite", "shape", "dtype", "count", "type", "device", "input_mutated"
 ]
@@ -104,6 +105,7 @@ class ErrorInfo:
     exc_type: str
     message: str
     frames: List[Frame]
+    out_of_memory: bool = False
 
 
 @dataclass
@@ -265,6 +267,34 @@ class ProblemCheckJob:
     seeds: int
     tolerance: Optional[Tolerance]
     device: DeviceRequest
+    gpu_memory_fraction: Optional[float] = None
+
+
+@dataclass
+class MemoryNeed:
+    method: MemoryMethod
+    params_bytes: int
+    input_bytes: int
+    output_bytes: int
+    forward_bytes: int
+    correctness_bytes: int
+    timing_bytes: Optional[int]
+
+
+@dataclass
+class MemoryJob:
+    problem: SourceFile
+    overrides: Dict[str, Any]
+    shape_check: Optional[Dict[str, Any]]
+    seed: int
+    device: DeviceRequest
+    gpu_memory_fraction: Optional[float]
+
+
+@dataclass
+class MemoryReport:
+    need: Optional[MemoryNeed]
+    error: Optional[ErrorInfo]
 
 
 @dataclass
@@ -281,6 +311,7 @@ class ProblemReport:
     error: Optional[ErrorInfo]
     outputs: List[OutputSummary]
     max_forward_ms: float
+    memory: Optional[MemoryNeed] = None
 
 
 @dataclass
@@ -321,6 +352,23 @@ class LeaseRelease:
     TYPE: ClassVar[str] = "lease_release"
     type: Literal["lease_release"]
     id: str
+
+
+@dataclass
+class MeasureMemory:
+    TYPE: ClassVar[str] = "measure_memory"
+    type: Literal["measure_memory"]
+    id: str
+    job: MemoryJob
+
+
+@dataclass
+class MemoryReportMessage:
+    TYPE: ClassVar[str] = "memory_report"
+    type: Literal["memory_report"]
+    id: str
+    report: MemoryReport
+    elapsed_ms: float
 
 
 @dataclass
@@ -501,7 +549,7 @@ MESSAGE_TYPES: Dict[str, type] = {
     cls.TYPE: cls
     for cls in (
         Hello, Evaluate, EvalResult, Error, Shutdown, CheckProblem, ProblemReportMessage,
-        LeaseRequest, LeaseGrant, LeaseRelease, Generate, Generation,
+        LeaseRequest, LeaseGrant, LeaseRelease, MeasureMemory, MemoryReportMessage, Generate, Generation,
         TrainSetup, TrainReady, TrainStep, EvalLoss, StepDone, SaveCheckpoint, Checkpointed,
     )
 }

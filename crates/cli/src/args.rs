@@ -150,7 +150,7 @@ pub struct PoolArgs {
     /// one candidate at a time, nothing pre-started.
     #[arg(long)]
     pub naive: bool,
-    /// Cap on each candidate process's share of GPU memory [default: 0.9 / --jobs, at least 0.25].
+    /// Cap on each candidate process's GPU memory share [default: twice its problem's need, at least 0.25].
     #[arg(long)]
     pub gpu_mem_fraction: Option<f64>,
     /// Do not apply landlock file-system/network rules to candidate processes.

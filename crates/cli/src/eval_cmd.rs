@@ -30,7 +30,7 @@ pub struct EvalArgs {
     /// A directory of candidate files (with --problems).
     #[arg(long)]
     candidates: Option<PathBuf>,
-    /// Print JSON (one record; JSON lines for a batch).
+    /// Print JSON (one record; JSON lines for a batch, a pair without a record as its error).
     #[arg(long)]
     json: bool,
     /// Base seed for weights and inputs.
@@ -114,8 +114,8 @@ async fn batch(
         json || single,
     );
     let mut on_done = |_: usize, result: &Result<Evaluation, EvalError>| {
-        if let (true, Ok(ev)) = (json, result) {
-            println!("{}", report::json_line(ev));
+        if json {
+            println!("{}", report::json_result(result));
         }
         let line = Row::from_result(result).progress_line();
         let done = bar.position() + 1;

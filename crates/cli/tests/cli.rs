@@ -178,6 +178,32 @@ fn broken_problem_files_get_a_clear_error_naming_the_file() {
 }
 
 #[test]
+fn a_problem_too_big_for_the_device_is_bad_input_naming_the_sizes() {
+    let state = tempfile::tempdir().unwrap();
+    let pair = |capacity: &str| {
+        run(tf(state.path())
+            .env("TRITONFORGE_DEVICE_MEMORY_BYTES", capacity)
+            .args(["eval", "--problem"])
+            .arg(relu_problem())
+            .arg("--candidate")
+            .arg(fixture("candidates/relu_ok.py")))
+    };
+    // 64 KiB stands in for a GPU's memory: the small ReLU's copies need about 330 KiB.
+    let out = pair("64KiB");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for part in ["relu_small.py", "needs 328.1 KiB", "64.0 KiB in all"] {
+        assert!(err.contains(part), "{part:?} missing from {err}");
+    }
+    // Room enough, and it is evaluated as ever.
+    assert_eq!(pair("1GiB").status.code(), Some(0));
+    // A capacity that is no byte count is named; it is the environment's, not the input's.
+    let out = pair("lots");
+    assert_eq!(out.status.code(), Some(3));
+    assert!(text(&out.stderr).contains("TRITONFORGE_DEVICE_MEMORY_BYTES"));
+}
+
+#[test]
 fn relative_paths_work_from_any_directory() {
     // Workers run in their own scratch directories; relative paths must not break them.
     let venv = venv();
@@ -389,7 +415,11 @@ fn doctor_reports_interpreter_versions_device_and_store() {
     let out = run(tf(state.path()).args(["doctor", "--json"]));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["env"]["device"], "cpu");
-    assert_eq!(v["protocol"], 4, "the protocol version of crates/protocol");
+    assert_eq!(
+        v["protocol"],
+        tritonforge_protocol::PROTOCOL_VERSION,
+        "the protocol version of crates/protocol"
+    );
     // The sandbox is read from a real worker; this kernel has landlock (CI's too), and
     // the text report says what is enforced.
     assert!(

@@ -2,6 +2,7 @@
 //! process; verdicts decided by the executor or, for hangs and crashes, by the
 //! host; every record keyed by content and written to the store as it finishes.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,9 +11,9 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tritonforge_protocol::record::RECORD_SCHEMA;
 use tritonforge_protocol::{
-    EnvInfo, EvalConfig, EvalJob, EvalRecord, FindingSeverity, GuardFinding, Message, Outcome,
-    ProblemCheckJob, ProblemReport, ProtocolError, SourceFile, SourceRef, Stage, Status,
-    TimingStats, Verdict, PROTOCOL_VERSION,
+    DeviceKind, EnvInfo, EvalConfig, EvalJob, EvalRecord, FindingSeverity, GuardFinding, MemoryUse,
+    Message, Outcome, ProblemCheckJob, ProblemError, ProblemReport, ProtocolError, SourceFile,
+    SourceRef, Stage, Status, TimingStats, Verdict, PROTOCOL_VERSION,
 };
 use tritonforge_store::{Store, StoreError};
 use tritonforge_suite::{Candidate, Problem, SuiteError};
@@ -21,13 +22,19 @@ pub mod batch;
 mod device_lock;
 pub mod doctor;
 mod fork_server;
+pub mod memory;
+mod need;
 pub mod pool;
 pub mod report;
 pub mod setup;
 pub mod validate;
 
 pub use batch::{evaluate_all, evaluate_sources, BatchResults, PairOutcome};
-pub use pool::{Execution, Exit, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec};
+pub use memory::{Charge, JobKind, MemoryBudget};
+pub use need::{Measured, MemoryPlan};
+pub use pool::{
+    AdmissionEvent, Execution, Exit, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec,
+};
 pub use setup::{EvalSettings, EvaluatorSetup, ShapeCheck, TimingSettings, Workspace};
 pub use tritonforge_suite::SourcePair;
 pub use validate::{validate_suite, CheckDone, Checked, ValidateSpec, ValidationReport};
@@ -59,6 +66,9 @@ pub enum EvalError {
     PoolClosed,
     #[error("an evaluation task failed: {0}")]
     TaskFailed(String),
+    /// A setting from the environment that cannot be used.
+    #[error("{0}")]
+    Setting(String),
 }
 
 fn tail(stderr: &str) -> String {
@@ -122,6 +132,9 @@ pub struct Evaluator {
     pub refresh: bool,
     /// The static guard's policy and its fingerprint (hashed once); `None` runs no guard.
     guard: Option<(tritonforge_guard::GuardRules, String)>,
+    /// Problems' memory needs by measurement key, each measured once however many
+    /// candidates of a batch ask at the same time.
+    needs: Mutex<HashMap<String, need::NeedCell>>,
 }
 
 impl Evaluator {
@@ -132,6 +145,7 @@ impl Evaluator {
             worker_fingerprint,
             refresh: false,
             guard: None,
+            needs: Mutex::default(),
         }
     }
 
@@ -265,19 +279,36 @@ impl Evaluator {
             ..job
         };
         let budget = Duration::from_millis(config.budget_ms);
-        let mut execution = self.pool.run(&job, budget).await?;
-        // Sharing a device, a candidate runs under a cap of its memory (0.9 / workers) and
-        // beside others' allocations. One that ran out of memory is evaluated once more
-        // holding the device alone, its cap lifted to 90% of it, so that an honest
-        // solution is not failed for sharing.
+        // Admitted once its problem's need fits the device beside those running, under a
+        // cap that follows that need; a problem the device cannot hold is a problem error.
+        let timed = config.timing && self.device() == DeviceKind::Cuda;
+        let plan = self.memory_plan(problem, config, timed).await?;
+        let job = EvalJob { gpu_memory_fraction: plan.cap, ..job };
+        let mut execution = self.pool.run(&job, budget, plan.charge).await?;
+        // Sharing a device, a candidate may still run out of memory: a neighbour took more
+        // than its problem's need, or its own cap was too tight. One that did, anywhere in
+        // its life (building the models, drawing inputs, trials, timing, the reference), is
+        // evaluated once more holding the device and its memory alone, its cap lifted to
+        // 90%, so that an honest solution is not failed for sharing.
         let retried = self.pool.shares_devices() && out_of_memory(&execution.exit);
         if retried {
-            let first = (execution.wall_ms, execution.lease_wait_ms);
-            let alone = EvalJob { gpu_memory_fraction: Some(ALONE_MEMORY_FRACTION), ..job.clone() };
+            let first = &execution;
+            let spent = (first.wall_ms, first.lease_wait_ms, first.admission_wait_ms);
+            let alone =
+                EvalJob { gpu_memory_fraction: Some(memory::ALONE_FRACTION), ..job.clone() };
             execution = self.pool.run_alone(&alone, budget).await?;
-            execution.wall_ms += first.0;
-            execution.lease_wait_ms += first.1;
+            execution.wall_ms += spent.0;
+            execution.lease_wait_ms += spent.1;
+            execution.admission_wait_ms += spent.2;
         }
+        let alone = retried || !self.pool.shares_devices();
+        record.memory = Some(MemoryUse {
+            need_bytes: plan.need,
+            capacity_bytes: self.pool.memory_budget().map(|b| b.capacity_bytes),
+            cap_fraction: if retried { Some(memory::ALONE_FRACTION) } else { plan.cap },
+            admission_wait_ms: execution.admission_wait_ms,
+            retried_alone: retried,
+        });
         record.environment = execution.env.clone();
         record.wall_ms = execution.wall_ms;
         record.lease_wait_ms = execution.lease_wait_ms;
@@ -285,6 +316,11 @@ impl Evaluator {
         record.start_wait_ms = execution.start_wait_ms;
         record.device_slot = u32::try_from(execution.slot).unwrap_or(u32::MAX);
         match execution.exit {
+            Exit::Answered { outcome: Outcome::ProblemError(p), .. }
+                if alone && p.error.as_ref().is_some_and(|e| e.out_of_memory) =>
+            {
+                record.verdict = out_of_memory_alone(p, plan.need);
+            }
             Exit::Answered { outcome: Outcome::ProblemError(p), .. } => {
                 return Err(EvalError::Problem { path: problem.path.clone(), message: p.message })
             }
@@ -382,6 +418,7 @@ impl Evaluator {
             exclusive_ms: 0.0,
             start_wait_ms: 0.0,
             device_slot: 0,
+            memory: None,
             created_at: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
@@ -416,19 +453,29 @@ impl Evaluator {
     ) -> Result<ProblemReport, EvalError> {
         let job = ProblemCheckJob {
             problem: SourceFile { name: file_name(&problem.path), source: problem.source.clone() },
-            overrides,
+            overrides: overrides.clone(),
             seed: 42,
             seeds: 3,
             tolerance: problem.meta.tolerance(),
             device: tritonforge_protocol::DeviceRequest::Auto,
+            gpu_memory_fraction: None,
         };
         let finding = |f: String| ProblemReport {
             findings: vec![f],
             error: None,
             outputs: vec![],
             max_forward_ms: 0.0,
+            memory: None,
         };
-        Ok(match self.pool.check_problem(&job, budget).await?.exit {
+        // As for a candidate: memory running out while sharing the device is tried again alone.
+        let shares = self.pool.shares_devices();
+        let mut exit = self.pool.check_problem(&job, budget, !shares).await?.exit;
+        if shares && need::reported_out_of_memory(&exit) {
+            let alone =
+                ProblemCheckJob { gpu_memory_fraction: Some(memory::ALONE_FRACTION), ..job };
+            exit = self.pool.check_problem(&alone, budget, true).await?.exit;
+        }
+        let report = match exit {
             Exit::Reply { message: Message::ProblemReport { report, .. } } => report,
             Exit::Reply { message } => {
                 return Err(EvalError::WorkerRefused(format!(
@@ -443,32 +490,44 @@ impl Evaluator {
                 finding(format!("checking it took longer than {:.0}s", budget.as_secs_f64()))
             }
             Exit::Crashed { exit, stderr_tail } => {
-                finding(crash_message(&exit, &stderr_tail, &job.problem.name))
+                finding(crash_message(&exit, &stderr_tail, &file_name(&problem.path)))
             }
-        })
+        };
+        // The need it measured at this shape is kept for the evaluations that follow.
+        if let Some(need) = &report.memory {
+            let shapes = need::Shapes { overrides: &overrides, shape_check: None };
+            self.remember_need(problem, &shapes, need)?;
+        }
+        Ok(report)
     }
 }
 
-/// The share of its GPU's memory a candidate evaluated again alone may take.
-const ALONE_MEMORY_FRACTION: f64 = 0.9;
-
-/// An answer that the candidate, or the problem's reference, ran out of memory
-/// (PyTorch's `OutOfMemoryError`, or a CUDA allocation failure reported as a plain
-/// error). A candidate may claim this falsely; it only buys one more evaluation, alone,
-/// with the same checks.
+/// An answer that memory ran out, as the executor flagged it (`ErrorInfo::out_of_memory`):
+/// in the candidate, the problem's reference or inputs, or the evaluator's own copies. A
+/// candidate may raise it falsely; that only buys one more evaluation, alone, with the
+/// same checks.
 fn out_of_memory(exit: &Exit) -> bool {
-    let says = |text: &str| text.to_lowercase().contains("out of memory");
-    let error_says =
-        |e: &tritonforge_protocol::ErrorInfo| e.exc_type == "OutOfMemoryError" || says(&e.message);
-    match exit {
-        Exit::Answered { outcome: Outcome::Verdict(v), .. } => {
-            v.error.as_ref().is_some_and(error_says)
-        }
-        Exit::Answered { outcome: Outcome::ProblemError(p), .. } => {
-            p.error.as_ref().is_some_and(error_says) || says(&p.message)
-        }
-        _ => false,
-    }
+    let error = match exit {
+        Exit::Answered { outcome: Outcome::Verdict(v), .. } => v.error.as_ref(),
+        Exit::Answered { outcome: Outcome::ProblemError(p), .. } => p.error.as_ref(),
+        _ => None,
+    };
+    error.is_some_and(|e| e.out_of_memory)
+}
+
+/// The verdict when the problem's own code (its reference, inputs, or the models at
+/// unseen shapes) ran out of memory with the device held alone: the candidate's
+/// `runtime_error`, since the problem alone fits (or no capacity is known to say otherwise)
+/// and the candidate's import ran first in the same process.
+fn out_of_memory_alone(p: ProblemError, need: Option<u64>) -> Verdict {
+    let measured = need
+        .map(|n| format!(" (the problem alone was measured to need {})", memory::human(n)))
+        .unwrap_or_default();
+    let message = format!(
+        "memory ran out with the device held alone, in the problem's own code{measured}; what the candidate allocated (at import, or building ModelNew) may hold the rest: {}",
+        p.message
+    );
+    Verdict { error: p.error, ..Verdict::decided(Status::RuntimeError, Stage::Init, message) }
 }
 
 fn crash_message(exit: &str, stderr_tail: &str, candidate_file: &str) -> String {

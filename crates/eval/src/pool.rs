@@ -8,6 +8,9 @@
 //! `exclusive` a write hold (see `device_lock` for why waiting writers batch). Time spent waiting for a grant does not count
 //! against the candidate's budget. In exclusive mode a candidate holds its GPU
 //! for its whole life (the comparison the fidelity figure needs).
+//!
+//! Before any of that, a job is admitted to its device's memory (`memory`): a slot
+//! starts a candidate only while the needs of those running there, its own included, fit.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
@@ -23,13 +26,15 @@ use tokio::process::{Child, Command};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tritonforge_protocol::{
-    DeviceRequest, EnvInfo, EvalJob, LeaseKind, Message, Outcome, ProblemCheckJob, Sandbox,
+    DeviceKind, DeviceRequest, EnvInfo, EvalJob, LeaseKind, MemoryJob, Message, Outcome,
+    ProblemCheckJob, Sandbox,
 };
 use tritonforge_pyenv::launch::{self as worker_launch, read_hello, HelloError};
 use tritonforge_pyenv::{WorkerCommand, WorkerMode};
 
 use crate::device_lock::{DeviceLock, ExclusiveHold, SharedHold};
 use crate::fork_server::ForkServer;
+use crate::memory::{self, Admission, Charge, JobKind, MemoryBudget};
 use crate::EvalError;
 
 /// The longest protocol line accepted from a worker; anything longer is hostile.
@@ -80,8 +85,15 @@ pub struct PoolConfig {
     pub gpus: Option<Vec<u32>>,
     /// False: the naive baseline; start each process only when its job arrives, no warm-up.
     pub prestart: bool,
-    /// Cap on each process's share of GPU memory; `None`: 0.9 / workers, at least 0.25.
+    /// Cap on each process's share of GPU memory; `None`: each job's cap follows its
+    /// memory grant (twice its problem's need, at least 0.25), and processes start under
+    /// 0.9 / workers, at least 0.25.
     pub gpu_memory_fraction: Option<f64>,
+    /// The memory of each device, for admission; `None`: `TRITONFORGE_DEVICE_MEMORY_BYTES`
+    /// when set, else a GPU's total from the first worker's hello, else (CPU mode) none,
+    /// and nothing is measured or admitted by memory. Set on the CPU, it makes admission
+    /// run there as on a GPU (tests).
+    pub device_memory_bytes: Option<u64>,
     /// Apply landlock rules in workers (where the kernel has landlock).
     pub landlock: bool,
     /// On a GPU, the most a candidate may hold its device shared (import, build,
@@ -106,6 +118,7 @@ impl Default for PoolConfig {
             gpus: None,
             prestart: true,
             gpu_memory_fraction: None,
+            device_memory_bytes: None,
             landlock: true,
             gpu_hold_limit: Duration::from_secs(30),
             cpu_timing_lease: false,
@@ -141,6 +154,8 @@ pub struct Execution {
     pub exclusive_ms: f64,
     /// Time the job waited for a started process.
     pub start_wait_ms: f64,
+    /// Time the job waited to be admitted to its device's memory (not charged to its budget).
+    pub admission_wait_ms: f64,
     /// Which device slot ran it.
     pub slot: usize,
     /// The environment the process that ran it reported.
@@ -157,17 +172,56 @@ pub struct LeaseEvent {
     pub released: Instant,
 }
 
-#[derive(Debug, Default, Clone)]
-struct LeaseLog(Arc<Mutex<VecDeque<LeaseEvent>>>);
+/// One job's admission to its device's memory, as it happened.
+#[derive(Debug, Clone)]
+pub struct AdmissionEvent {
+    pub job: String,
+    pub slot: usize,
+    pub kind: JobKind,
+    /// The bytes it was charged.
+    pub bytes: u64,
+    pub admitted: Instant,
+    pub released: Instant,
+}
 
-impl LeaseLog {
-    fn push(&self, e: LeaseEvent) {
+/// The most recent events of one kind, bounded.
+#[derive(Debug, Clone)]
+struct EventLog<T>(Arc<Mutex<VecDeque<T>>>);
+
+impl<T> Default for EventLog<T> {
+    fn default() -> Self {
+        EventLog(Arc::default())
+    }
+}
+
+impl<T: Clone> EventLog<T> {
+    fn push(&self, e: T) {
         if let Ok(mut log) = self.0.lock() {
             if log.len() == LEASE_LOG {
                 log.pop_front();
             }
             log.push_back(e);
         }
+    }
+
+    fn all(&self) -> Vec<T> {
+        self.0.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
+    }
+}
+
+type LeaseLog = EventLog<LeaseEvent>;
+
+/// A job's hold on its device's memory; logged and given back when dropped.
+struct Room {
+    _admitted: memory::Admitted,
+    event: AdmissionEvent,
+    log: EventLog<AdmissionEvent>,
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        self.event.released = Instant::now();
+        self.log.push(self.event.clone());
     }
 }
 
@@ -355,6 +409,9 @@ struct Slot {
     running: Semaphore,
     lock: Arc<DeviceLock>,
     in_flight: AtomicUsize,
+    /// Memory admission; `None` where no capacity is known, or in exclusive mode (each
+    /// job holds its device alone anyway).
+    admission: Option<Admission>,
 }
 
 impl Slot {
@@ -400,7 +457,10 @@ pub struct Pool {
     sandbox: Sandbox,
     counter: Arc<AtomicU64>,
     leases: LeaseLog,
+    admissions: EventLog<AdmissionEvent>,
     cache_template: Option<PathBuf>,
+    /// Each device's memory as the pool gives it out; `None`: no capacity known.
+    budget: Option<MemoryBudget>,
 }
 
 impl Pool {
@@ -493,6 +553,8 @@ impl Pool {
         let env = first.env.clone();
         let worker_version = first.worker_version.clone();
         let sandbox = first.sandbox.clone();
+        let spares = if cfg.prestart { cfg.spares.max(1) } else { 0 };
+        let budget = memory_budget(&cfg, &env, spares)?;
         let mut slots = Vec::new();
         for (index, gpu) in gpus.iter().copied().enumerate() {
             slots.push(Slot {
@@ -502,6 +564,7 @@ impl Pool {
                 running: Semaphore::new(workers),
                 lock: Arc::new(DeviceLock::default()),
                 in_flight: AtomicUsize::new(0),
+                admission: budget.filter(|_| cfg.mode == ShareMode::Pool).map(Admission::new),
             });
         }
         // The first process serves slot 0 when it was started for it (always, unless
@@ -531,7 +594,9 @@ impl Pool {
             sandbox,
             counter,
             leases: LeaseLog::default(),
+            admissions: EventLog::default(),
             cache_template,
+            budget,
         };
         for s in &pool.slots {
             s.top_up(pool.spares());
@@ -591,7 +656,18 @@ impl Pool {
 
     /// Every lease granted so far (the most recent ones), in release order.
     pub fn lease_events(&self) -> Vec<LeaseEvent> {
-        self.leases.0.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
+        self.leases.all()
+    }
+
+    /// Every admission to a device's memory so far (the most recent ones), in release order.
+    pub fn admission_events(&self) -> Vec<AdmissionEvent> {
+        self.admissions.all()
+    }
+
+    /// Each device's memory as the pool gives it out; `None` where no capacity is known
+    /// (CPU mode without a configured one): nothing is then measured or admitted by memory.
+    pub fn memory_budget(&self) -> Option<MemoryBudget> {
+        self.budget
     }
 
     /// Whether candidates share a device while they run (`ShareMode::Pool`), so that one
@@ -600,26 +676,32 @@ impl Pool {
         self.cfg.mode == ShareMode::Pool
     }
 
-    /// Run one evaluation in a fresh process, within `budget` of its own running time.
-    pub async fn run(&self, job: &EvalJob, budget: Duration) -> Result<Execution, EvalError> {
-        self.run_evaluation(job, budget, false).await
+    /// Run one evaluation in a fresh process, within `budget` of its own running time,
+    /// once `charge` fits its device's memory.
+    pub async fn run(
+        &self,
+        job: &EvalJob,
+        budget: Duration,
+        charge: Charge,
+    ) -> Result<Execution, EvalError> {
+        self.run_evaluation(job, budget, charge).await
     }
 
     /// Run one evaluation holding its device alone from start to end, as exclusive mode
-    /// does: for a candidate that ran out of memory while sharing it.
+    /// does, its memory included: for a candidate that ran out of memory while sharing it.
     pub async fn run_alone(&self, job: &EvalJob, budget: Duration) -> Result<Execution, EvalError> {
-        self.run_evaluation(job, budget, true).await
+        self.run_evaluation(job, budget, Charge::Whole).await
     }
 
     async fn run_evaluation(
         &self,
         job: &EvalJob,
         budget: Duration,
-        alone: bool,
+        charge: Charge,
     ) -> Result<Execution, EvalError> {
         let job = job.clone();
-        let mut exec =
-            self.run_message(move |id| Message::Evaluate { id, job }, budget, alone).await?;
+        let build = move |id| Message::Evaluate { id, job };
+        let mut exec = self.run_message(build, budget, charge, JobKind::Evaluate).await?;
         if let Exit::Reply { message } = exec.exit {
             exec.exit = match message {
                 Message::Result { outcome, elapsed_ms, .. } => {
@@ -636,14 +718,31 @@ impl Pool {
         Ok(exec)
     }
 
-    /// Run one problem check in a fresh process.
+    /// Run one problem check in a fresh process (`alone`: holding the device and its
+    /// memory alone, after it ran out of memory sharing them).
     pub async fn check_problem(
         &self,
         job: &ProblemCheckJob,
         budget: Duration,
+        alone: bool,
     ) -> Result<Execution, EvalError> {
         let job = job.clone();
-        self.run_message(move |id| Message::CheckProblem { id, job }, budget, false).await
+        let build = move |id| Message::CheckProblem { id, job };
+        let charge = if alone { Charge::Whole } else { Charge::Share };
+        self.run_message(build, budget, charge, JobKind::CheckProblem).await
+    }
+
+    /// Measure a problem's memory need in a fresh process (`alone` as for a check).
+    pub async fn measure_memory(
+        &self,
+        job: &MemoryJob,
+        budget: Duration,
+        alone: bool,
+    ) -> Result<Execution, EvalError> {
+        let job = job.clone();
+        let build = move |id| Message::MeasureMemory { id, job };
+        let charge = if alone { Charge::Whole } else { Charge::Share };
+        self.run_message(build, budget, charge, JobKind::MeasureMemory).await
     }
 
     /// The device with the fewest jobs in flight.
@@ -676,18 +775,46 @@ impl Pool {
         }
     }
 
-    /// Send the message `build(id)` to a fresh process; grant its lease requests; wait for its reply.
+    /// Send the message `build(id)` to a fresh process; grant its lease requests; wait for
+    /// its reply. `Charge::Whole` runs it alone: its device's memory, then the device.
     async fn run_message(
         &self,
         build: impl FnOnce(String) -> Message,
         budget: Duration,
-        alone: bool,
+        charge: Charge,
+        kind: JobKind,
     ) -> Result<Execution, EvalError> {
         let slot = self.pick_slot()?;
         slot.in_flight.fetch_add(1, Ordering::Relaxed);
-        let result = self.run_on(slot, build, budget, alone).await;
+        let result = self.run_on(slot, build, budget, charge, kind).await;
         slot.in_flight.fetch_sub(1, Ordering::Relaxed);
         result
+    }
+
+    /// Admit a job to `slot`'s memory (at once where the slot has no admission). Always
+    /// before any lease is taken: a job waiting for memory must hold nothing that those
+    /// it waits for need in order to finish.
+    async fn admit(
+        &self,
+        slot: &Slot,
+        charge: Charge,
+        kind: JobKind,
+        id: &str,
+    ) -> Result<(Option<Room>, Duration), EvalError> {
+        let Some(admission) = &slot.admission else {
+            return Ok((None, Duration::ZERO));
+        };
+        let admitted = admission.admit(charge).await?;
+        let waited = admitted.waited;
+        let event = AdmissionEvent {
+            job: id.to_string(),
+            slot: slot.index,
+            kind,
+            bytes: admitted.bytes,
+            admitted: admitted.at,
+            released: admitted.at,
+        };
+        Ok((Some(Room { _admitted: admitted, event, log: self.admissions.clone() }), waited))
     }
 
     async fn run_on(
@@ -695,20 +822,24 @@ impl Pool {
         slot: &Slot,
         build: impl FnOnce(String) -> Message,
         budget: Duration,
-        alone: bool,
+        charge: Charge,
+        kind: JobKind,
     ) -> Result<Execution, EvalError> {
         let _permit = slot.running.acquire().await.map_err(|_| EvalError::PoolClosed)?;
         let id = format!("job-{}", self.counter.fetch_add(1, Ordering::Relaxed));
-        let exclusive = alone || self.cfg.mode == ShareMode::Exclusive;
         let started = Instant::now();
+        let (mut room, admission_wait) = self.admit(slot, charge, kind, &id).await?;
+        let alone = charge == Charge::Whole;
+        let exclusive = alone || self.cfg.mode == ShareMode::Exclusive;
         let mut waited = Duration::ZERO;
         let exclusive_ns = Arc::new(AtomicU64::new(0));
         // Exclusive mode (or a job run alone): the device is the job's from before its
         // process is taken until its answer; naive start-up happens inside that hold, as
         // it would there.
         let mut held = if exclusive {
+            let asked = Instant::now();
             let h = self.acquire(slot, LeaseKind::Exclusive, &id, &exclusive_ns).await;
-            waited += started.elapsed();
+            waited += asked.elapsed();
             Some(h)
         } else {
             None
@@ -736,6 +867,7 @@ impl Pool {
             lease_wait_ms: waited.as_secs_f64() * 1000.0,
             exclusive_ms: exclusive_ns.load(Ordering::Relaxed) as f64 / 1e6,
             start_wait_ms,
+            admission_wait_ms: admission_wait.as_secs_f64() * 1000.0,
             slot: slot.index,
             env: env.clone(),
         };
@@ -803,10 +935,13 @@ impl Pool {
                     }
                 }
                 Ok(Ok(Some(
-                    message @ (Message::Result { .. } | Message::ProblemReport { .. }),
+                    message @ (Message::Result { .. }
+                    | Message::ProblemReport { .. }
+                    | Message::MemoryReport { .. }),
                 ))) if reply_id(&message) == Some(id.as_str()) => {
-                    // The process is killed (and the hold released) before anyone else is told.
-                    drop(worker);
+                    // The process is killed (and the hold released) before anyone else is told;
+                    // its memory goes back once it is gone.
+                    retire(worker, room.take());
                     drop(held);
                     return Ok(done(Exit::Reply { message }, waited));
                 }
@@ -866,6 +1001,52 @@ impl Drop for Pool {
     }
 }
 
+/// Kill `worker`, and give its memory back (`room`) once it is gone: the driver frees a
+/// process's device memory only as it exits, and a job admitted in its place must find
+/// that memory free. Waited on aside, so that the answer need not wait.
+fn retire(worker: Worker, room: Option<Room>) {
+    let _ = killpg(Pid::from_raw(worker.pgid), Signal::SIGKILL);
+    let Some(room) = room else {
+        return;
+    };
+    let mut worker = worker;
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(10), worker.wait()).await;
+        drop(worker);
+        drop(room);
+    });
+}
+
+/// Each device's memory as the pool will give it out: the configured capacity, else
+/// `TRITONFORGE_DEVICE_MEMORY_BYTES`, else the smallest total of the GPUs the first worker
+/// saw (the devices of one pool are taken to be alike).
+fn memory_budget(
+    cfg: &PoolConfig,
+    env: &EnvInfo,
+    spares: usize,
+) -> Result<Option<MemoryBudget>, EvalError> {
+    const VAR: &str = "TRITONFORGE_DEVICE_MEMORY_BYTES";
+    let configured = match (cfg.device_memory_bytes, std::env::var(VAR)) {
+        (Some(b), _) => Some(b),
+        (None, Ok(text)) => Some(memory::parse_bytes(&text).ok_or_else(|| {
+            EvalError::Setting(format!(
+                "{VAR}={text:?} is not a byte count (e.g. 85899345920, 80GiB, 512MiB)"
+            ))
+        })?),
+        (None, Err(_)) => None,
+    };
+    let on_gpu = env.device == DeviceKind::Cuda;
+    let gpu = env.gpus.iter().map(|g| g.memory_bytes).min().filter(|_| on_gpu);
+    let capacity = configured.or(gpu);
+    Ok(capacity.map(|capacity_bytes| MemoryBudget {
+        capacity_bytes,
+        process_overhead_bytes: if on_gpu { memory::GPU_PROCESS_OVERHEAD } else { 0 },
+        spares,
+        workers: cfg.workers.max(1),
+        fixed_cap: cfg.gpu_memory_fraction,
+    }))
+}
+
 /// Copy a directory tree (regular files and directories only).
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
@@ -890,7 +1071,9 @@ async fn write_line(stdin: &mut Input, line: &str) -> std::io::Result<()> {
 
 fn reply_id(m: &Message) -> Option<&str> {
     match m {
-        Message::Result { id, .. } | Message::ProblemReport { id, .. } => Some(id),
+        Message::Result { id, .. }
+        | Message::ProblemReport { id, .. }
+        | Message::MemoryReport { id, .. } => Some(id),
         _ => None,
     }
 }

@@ -35,6 +35,24 @@ pub fn json_line(ev: &Evaluation) -> String {
     v.to_string()
 }
 
+/// One JSON line per pair of a batch: the record (`json_line`), or, for a pair that got
+/// none, its problem name, `problem_error` (bad input: the problem, or a problem too big
+/// for the device) or `error` (the evaluator's own failure), and the message.
+pub fn json_result(result: &Result<Evaluation, EvalError>) -> String {
+    match result {
+        Ok(ev) => json_line(ev),
+        Err(_) => {
+            let row = Row::from_result(result);
+            serde_json::json!({
+                "problem": { "name": row.name },
+                "status": row.status_str(),
+                "message": row.message,
+            })
+            .to_string()
+        }
+    }
+}
+
 fn fmt_err(x: Option<f64>) -> String {
     match x {
         Some(0.0) => "0".into(),

@@ -150,8 +150,10 @@ pub async fn validate_suite(
             report.problems_checked += 1;
             let (ev, p, key, l) = (evaluator.clone(), problem.clone(), e.key.clone(), label);
             let overrides = config.overrides.clone();
+            let (checked, problem_checked) = tokio::sync::oneshot::channel::<()>();
             set.spawn(async move {
                 let (f, slow) = check_problem(&ev, &p, overrides, &key, &l, cpu_mode).await;
+                let _ = checked.send(());
                 (Checked::Problem, key, l, f, slow)
             });
             let Some(candidate) = candidate.clone() else {
@@ -161,6 +163,9 @@ pub async fn validate_suite(
             let (ev, p, key) = (evaluator.clone(), problem.clone(), e.key.clone());
             let l = config.variant.clone().unwrap_or_else(|| "full".into());
             set.spawn(async move {
+                // After the problem's check, which measures (and stores) its memory need,
+                // so that the solution's evaluation finds it instead of measuring again.
+                let _ = problem_checked.await;
                 let (f, slow) =
                     check_solution(&ev, &p, &candidate, &config, &key, &l, cpu_mode).await;
                 (Checked::Solution, key, l, f, slow)

@@ -11,13 +11,14 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::executor::{
-    EnvInfo, EvalJob, LeaseKind, Outcome, ProblemCheckJob, ProblemReport, Sandbox,
+    EnvInfo, EvalJob, LeaseKind, MemoryJob, MemoryReport, Outcome, ProblemCheckJob, ProblemReport,
+    Sandbox,
 };
 use crate::generation::{GenerateJob, Generated};
 use crate::trainer::{SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetup};
 
 /// Bumped whenever a message's shape changes; both sides refuse a mismatch.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Errors decoding a protocol line.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +65,10 @@ pub enum Message {
     LeaseGrant { id: String, kind: LeaseKind },
     /// Worker → host: the job needs no hold on the GPU for now (e.g. while compiling).
     LeaseRelease { id: String },
+    /// Host → worker: measure a problem's memory need (the one job of this process).
+    MeasureMemory { id: String, job: MemoryJob },
+    /// Worker → host: the answer to `measure_memory`.
+    MemoryReport { id: String, report: MemoryReport, elapsed_ms: f64 },
     /// Host → policy worker: answer this chat.
     Generate { id: String, job: GenerateJob },
     /// Policy worker → host: the completion, with exact token ids.
@@ -86,7 +91,7 @@ pub enum Message {
 
 impl Message {
     /// The `type` tags of every message, for the mirror test.
-    pub const TYPES: [&'static str; 19] = [
+    pub const TYPES: [&'static str; 21] = [
         "hello",
         "evaluate",
         "result",
@@ -97,6 +102,8 @@ impl Message {
         "lease_request",
         "lease_grant",
         "lease_release",
+        "measure_memory",
+        "memory_report",
         "generate",
         "generation",
         "train_setup",
@@ -244,7 +251,7 @@ mod tests {
             ProtocolError::VersionMismatch { expected: PROTOCOL_VERSION, found: 9 }
         ));
         let err =
-            serde_json::from_str::<Message>(r#"{"type":"shutdown","protocol":3}"#).unwrap_err();
+            serde_json::from_str::<Message>(r#"{"type":"shutdown","protocol":4}"#).unwrap_err();
         assert!(err.to_string().contains("version mismatch"), "{err}");
     }
 

@@ -165,8 +165,9 @@ pub struct EvalJob {
     /// trials at, after the main ones pass; GPU mode only (the interpreter is too slow).
     pub shape_check: Option<BTreeMap<String, serde_json::Value>>,
     /// The share of its GPU's memory the process may take for this job, in place of the
-    /// cap it was started with: set when the job holds its device alone after running out
-    /// of memory under the shared cap. `None`: the start-up cap stands.
+    /// cap it was started with: the pool's memory grant for the job (its problem's need,
+    /// with room to spare), or 90% when it holds the device alone after running out of
+    /// memory while sharing. `None`: the start-up cap stands.
     #[serde(default)]
     pub gpu_memory_fraction: Option<f64>,
 }
@@ -196,6 +197,12 @@ pub struct ErrorInfo {
     pub exc_type: String,
     pub message: String,
     pub frames: Vec<Frame>,
+    /// The worker found the error to be memory running out (PyTorch's `OutOfMemoryError`,
+    /// or a CUDA allocation failure anywhere in its chain of causes). The host reads this
+    /// flag, never the message: a candidate that ran out of memory while sharing its
+    /// device is evaluated again alone before any verdict.
+    #[serde(default)]
+    pub out_of_memory: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -401,6 +408,10 @@ pub struct ProblemCheckJob {
     /// `None`: the executor's per-dtype defaults.
     pub tolerance: Option<Tolerance>,
     pub device: DeviceRequest,
+    /// The process's share of its GPU's memory for this check, as in [`EvalJob`]; set
+    /// when the check runs alone after running out of memory while sharing.
+    #[serde(default)]
+    pub gpu_memory_fraction: Option<f64>,
 }
 
 /// What the executor found about a problem: empty `findings` means it is sound.
@@ -413,6 +424,82 @@ pub struct ProblemReport {
     pub outputs: Vec<OutputSummary>,
     /// Slowest reference forward, milliseconds.
     pub max_forward_ms: f64,
+    /// What evaluating a candidate against it takes of its device's memory at this shape
+    /// (no shape check), measured before the other checks; `None` when that failed (the
+    /// findings say why). The host stores it, as it stores a `measure_memory` answer.
+    #[serde(default)]
+    pub memory: Option<MemoryNeed>,
+}
+
+closed_set! {
+    /// How a worker found a problem's memory need.
+    pub enum MemoryMethod("memory method") {
+        /// On a GPU: PyTorch's caching allocator (`max_memory_allocated`) around the
+        /// reference's build, inputs and forward.
+        Allocator = "allocator",
+        /// On the CPU: the byte sizes of parameters, inputs and outputs (no workspace is
+        /// seen), so that admission can be exercised without a GPU.
+        TensorSizes = "tensor_sizes",
+    }
+}
+
+/// What evaluating one candidate against a problem takes of its device's memory, at one
+/// shape (with the unseen shapes of its shape check, if any): measured once per problem
+/// content, shapes, device and worker by a fresh process, and stored. The pool admits a
+/// candidate to a device only while the needs of those running fit its memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryNeed {
+    pub method: MemoryMethod,
+    /// The reference's parameters and buffers (and what its constructor put on the device).
+    pub params_bytes: u64,
+    /// One set of the problem's inputs on the device.
+    pub input_bytes: u64,
+    /// The reference's outputs.
+    pub output_bytes: u64,
+    /// The reference forward's peak above what it was called with: its outputs and its
+    /// workspace (on the CPU only the outputs are seen).
+    pub forward_bytes: u64,
+    /// The executor's peak through build and the correctness trials (those at unseen
+    /// shapes included): both models, the inputs and the evaluator's copies of them, both
+    /// outputs, the comparison's working memory (`memory.py` adds it up).
+    pub correctness_bytes: u64,
+    /// The executor's peak while timing, where timing runs (a GPU); `None` on the CPU.
+    pub timing_bytes: Option<u64>,
+}
+
+impl MemoryNeed {
+    /// The peak of an evaluation that is timed (`timing`) or not.
+    pub fn bytes(&self, timing: bool) -> u64 {
+        match (timing, self.timing_bytes) {
+            (true, Some(t)) => t.max(self.correctness_bytes),
+            _ => self.correctness_bytes,
+        }
+    }
+}
+
+/// Measure what evaluating candidates against a problem takes of the device's memory:
+/// build the reference, draw its inputs, run it once, at every shape an evaluation with
+/// these overrides and this shape check would run (no candidate).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryJob {
+    pub problem: SourceFile,
+    pub overrides: BTreeMap<String, serde_json::Value>,
+    pub shape_check: Option<BTreeMap<String, serde_json::Value>>,
+    pub seed: u64,
+    pub device: DeviceRequest,
+    /// As in [`EvalJob`]: set when the measurement runs alone after running out of memory.
+    pub gpu_memory_fraction: Option<f64>,
+}
+
+/// The answer to [`MemoryJob`]: the need, or why it could not be measured (the problem
+/// fails to import, build or run; `error.out_of_memory` when memory ran out).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryReport {
+    pub need: Option<MemoryNeed>,
+    pub error: Option<ErrorInfo>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -51,6 +51,17 @@ pub fn sample_messages() -> Vec<Message> {
         shape_check: Some(BTreeMap::from([("N".to_string(), serde_json::json!(37))])),
         gpu_memory_fraction: None,
     };
+    let need = MemoryNeed {
+        method: MemoryMethod::Allocator,
+        params_bytes: 0,
+        input_bytes: 6_442_450_944,
+        output_bytes: 6_442_450_944,
+        forward_bytes: 6_442_450_944,
+        correctness_bytes: 32_212_254_720,
+        timing_bytes: Some(33_000_000_000),
+    };
+    let cpu_need =
+        MemoryNeed { method: MemoryMethod::TensorSizes, timing_bytes: None, ..need.clone() };
     let frame = Frame {
         file: "relu.py".into(),
         line: 12,
@@ -65,6 +76,7 @@ pub fn sample_messages() -> Vec<Message> {
             exc_type: "ValueError".into(),
             message: "boom".into(),
             frames: vec![frame],
+            out_of_memory: false,
         }),
         mismatch: Some(Mismatch {
             trial: 1,
@@ -215,6 +227,19 @@ pub fn sample_messages() -> Vec<Message> {
                 seeds: 3,
                 tolerance: None,
                 device: DeviceRequest::Cpu,
+                gpu_memory_fraction: None,
+            },
+        },
+        Message::CheckProblem {
+            id: "check-2".into(),
+            job: ProblemCheckJob {
+                problem: SourceFile { name: "relu.py".into(), source: "N = 4\n".into() },
+                overrides: BTreeMap::new(),
+                seed: 7,
+                seeds: 2,
+                tolerance: Some(Tolerance { atol: 1e-2, rtol: 1e-2 }),
+                device: DeviceRequest::Cuda,
+                gpu_memory_fraction: Some(0.9),
             },
         },
         Message::ProblemReport {
@@ -237,8 +262,65 @@ pub fn sample_messages() -> Vec<Message> {
                     },
                 ],
                 max_forward_ms: 1.5,
+                memory: Some(cpu_need),
             },
             elapsed_ms: 30.0,
+        },
+        Message::ProblemReport {
+            id: "check-2".into(),
+            report: ProblemReport {
+                findings: vec![],
+                error: Some(ErrorInfo {
+                    exc_type: "OutOfMemoryError".into(),
+                    message: "CUDA out of memory".into(),
+                    frames: vec![],
+                    out_of_memory: true,
+                }),
+                outputs: vec![],
+                max_forward_ms: 0.0,
+                memory: None,
+            },
+            elapsed_ms: 3.0,
+        },
+        Message::MeasureMemory {
+            id: "measure-1".into(),
+            job: MemoryJob {
+                problem: SourceFile { name: "relu.py".into(), source: "N = 4\n".into() },
+                overrides: BTreeMap::from([("N".to_string(), serde_json::json!(8))]),
+                shape_check: Some(BTreeMap::from([("N".to_string(), serde_json::json!(9))])),
+                seed: 42,
+                device: DeviceRequest::Auto,
+                gpu_memory_fraction: None,
+            },
+        },
+        Message::MeasureMemory {
+            id: "measure-2".into(),
+            job: MemoryJob {
+                problem: SourceFile { name: "relu.py".into(), source: "N = 4\n".into() },
+                overrides: BTreeMap::new(),
+                shape_check: None,
+                seed: 0,
+                device: DeviceRequest::Cpu,
+                gpu_memory_fraction: Some(0.9),
+            },
+        },
+        Message::MemoryReport {
+            id: "measure-1".into(),
+            report: MemoryReport { need: Some(need), error: None },
+            elapsed_ms: 250.0,
+        },
+        Message::MemoryReport {
+            id: "measure-2".into(),
+            report: MemoryReport {
+                need: None,
+                error: Some(ErrorInfo {
+                    exc_type: "OutOfMemoryError".into(),
+                    message: "CUDA out of memory. Tried to allocate 6.00 GiB".into(),
+                    frames: vec![],
+                    out_of_memory: true,
+                }),
+            },
+            elapsed_ms: 12.0,
         },
         Message::LeaseRequest { id: "job-1".into(), kind: LeaseKind::Exclusive },
         Message::LeaseGrant { id: "job-1".into(), kind: LeaseKind::Shared },

@@ -75,7 +75,7 @@ pub use executor::*;
 #[cfg(any(test, feature = "fixtures"))]
 pub use fixtures::sample_messages;
 pub use generation::{ChatTurn, GenerateJob, Generated};
-pub use record::{EvalConfig, EvalRecord, FindingSeverity, GuardFinding, SourceRef};
+pub use record::{EvalConfig, EvalRecord, FindingSeverity, GuardFinding, MemoryUse, SourceRef};
 pub use trainer::{
     Attention, Compile, LoraSetup, MicroBatch, Precision, SaveJob, StepStats, TrainBatch,
     TrainInfo, TrainSetup, WeightDtype,

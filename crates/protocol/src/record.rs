@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::executor::{DeviceRequest, EnvInfo, Sandbox, Status, Tolerance, Verdict};
 
 /// Bumped when the record's shape changes; part of the cache key.
-pub const RECORD_SCHEMA: u32 = 2;
+pub const RECORD_SCHEMA: u32 = 3;
 
 closed_set! {
     /// How a guard finding weighs, as the guard policy set it.
@@ -91,6 +91,28 @@ impl Default for EvalConfig {
     }
 }
 
+/// How a candidate's evaluation used its device's memory: what its problem needs, what
+/// the pool granted, and whether it had to be evaluated again alone.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryUse {
+    /// The problem's measured need for this evaluation (its peak, timing included when
+    /// timed); `None` where the pool admits without knowing it (no device capacity known,
+    /// or the problem failed to be measured).
+    pub need_bytes: Option<u64>,
+    /// The device's memory as the pool saw it (a GPU's total, or a configured capacity).
+    pub capacity_bytes: Option<u64>,
+    /// The cap on the process's share of the device the candidate last ran under; `None`:
+    /// the cap its process was started with.
+    pub cap_fraction: Option<f64>,
+    /// Time spent waiting for the device's memory to be free enough to admit it (inside
+    /// `wall_ms`, outside the budget).
+    pub admission_wait_ms: f64,
+    /// It ran out of memory while sharing its device and was evaluated again holding the
+    /// device alone with its cap lifted; the verdict is that second evaluation's.
+    pub retried_alone: bool,
+}
+
 /// The verdict plus its full context; what the store keeps and `--json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,6 +150,10 @@ pub struct EvalRecord {
     pub start_wait_ms: f64,
     /// Which device slot of the pool ran it.
     pub device_slot: u32,
+    /// Memory need, grant and out-of-memory retry; `None` when no process ran (guard
+    /// rejection) and in records from before it existed.
+    #[serde(default)]
+    pub memory: Option<MemoryUse>,
     /// Seconds since the Unix epoch.
     pub created_at: u64,
     pub tritonforge_version: String,
@@ -180,6 +206,7 @@ mod tests {
             exclusive_ms: 0.0,
             start_wait_ms: 0.0,
             device_slot: 0,
+            memory: Some(MemoryUse { need_bytes: Some(1 << 20), ..MemoryUse::default() }),
             created_at: 1,
             tritonforge_version: "0.1.0".into(),
         }

@@ -66,6 +66,7 @@ const WORKER_FILES: &[(&str, &str)] = &[
     ("envinfo.py", include_str!("../../../python/tritonforge_worker/envinfo.py")),
     ("executor.py", include_str!("../../../python/tritonforge_worker/executor.py")),
     ("problem_check.py", include_str!("../../../python/tritonforge_worker/problem_check.py")),
+    ("memory.py", include_str!("../../../python/tritonforge_worker/memory.py")),
 ];
 
 #[derive(Debug, thiserror::Error)]

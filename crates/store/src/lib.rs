@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
-use tritonforge_protocol::{EvalRecord, TimingStats};
+use tritonforge_protocol::{EvalRecord, MemoryNeed, TimingStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -33,7 +33,7 @@ pub enum StoreError {
     },
 }
 
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 pub struct Store {
     conn: Connection,
@@ -132,6 +132,22 @@ impl Store {
                      PRIMARY KEY (run, step, split)
                  );
                  PRAGMA user_version = 4;
+                 COMMIT;",
+            )
+            .map_err(sql)?;
+        }
+        if version < 5 {
+            // What a problem needs of its device's memory, per problem content, shapes,
+            // device and worker (the pool's admission reads it; measured once).
+            conn.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS memory_needs (
+                     key TEXT PRIMARY KEY,
+                     problem TEXT NOT NULL,
+                     created_at INTEGER NOT NULL,
+                     need TEXT NOT NULL
+                 );
+                 PRAGMA user_version = 5;
                  COMMIT;",
             )
             .map_err(sql)?;
@@ -313,6 +329,44 @@ impl Store {
         Ok(())
     }
 
+    /// A problem's stored memory need (`key`: its content, shapes, device and worker).
+    pub fn get_memory_need(&self, key: &str) -> Result<Option<MemoryNeed>, StoreError> {
+        let text: Option<String> = self
+            .conn
+            .query_row("SELECT need FROM memory_needs WHERE key = ?1", params![key], |r| r.get(0))
+            .optional()
+            .map_err(self.sql())?;
+        text.map(|t| {
+            serde_json::from_str(&t).map_err(|source| StoreError::Corrupt {
+                path: self.path.clone(),
+                key: key.to_owned(),
+                source,
+            })
+        })
+        .transpose()
+    }
+
+    /// Store (or replace) a problem's memory need under `key`.
+    pub fn put_memory_need(
+        &self,
+        key: &str,
+        problem: &str,
+        need: &MemoryNeed,
+    ) -> Result<(), StoreError> {
+        let text = serde_json::to_string(need).map_err(|source| StoreError::Corrupt {
+            path: self.path.clone(),
+            key: key.to_owned(),
+            source,
+        })?;
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO memory_needs (key, problem, created_at, need) VALUES (?1, ?2, ?3, ?4)",
+                params![key, problem, unix_now(), text],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
     pub fn stats(&self) -> Result<StoreStats, StoreError> {
         let mut stmt = self
             .conn
@@ -412,6 +466,7 @@ mod tests {
             exclusive_ms: 0.0,
             start_wait_ms: 0.0,
             device_slot: 0,
+            memory: None,
             created_at: 1,
             tritonforge_version: "0.1.0".into(),
         }
@@ -431,6 +486,29 @@ mod tests {
         let s = Store::open(&path).unwrap();
         assert_eq!(s.get_baseline("k1").unwrap(), Some(stats));
         assert_eq!(s.get_baseline("k2").unwrap(), None);
+    }
+
+    #[test]
+    fn memory_needs_are_stored_by_key_and_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        let need = MemoryNeed {
+            method: MemoryMethod::Allocator,
+            params_bytes: 0,
+            input_bytes: 6 << 30,
+            output_bytes: 6 << 30,
+            forward_bytes: 6 << 30,
+            correctness_bytes: 30 << 30,
+            timing_bytes: Some(31 << 30),
+        };
+        {
+            let s = Store::open(&path).unwrap();
+            assert_eq!(s.get_memory_need("m1").unwrap(), None);
+            s.put_memory_need("m1", "relu", &need).unwrap();
+        }
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.get_memory_need("m1").unwrap(), Some(need));
+        assert_eq!(s.get_memory_need("m2").unwrap(), None);
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub fn tf(state: &Path) -> Command {
         .arg(venv())
         .env_remove("TRITONFORGE_PYTHON")
         .env_remove("TRITONFORGE_HOME")
+        .env_remove("TRITONFORGE_DEVICE_MEMORY_BYTES")
         .stdin(Stdio::null());
     c
 }
