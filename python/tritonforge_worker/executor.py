@@ -871,20 +871,9 @@ def time_candidate(
     side = cx.recorder.foreign_streams(stream)
     if side:
         run = timed_run(cx, problem, reference, model, compiled, done, sync_each=True)
-    dev, audit, kept = run
-    # The GPU is not needed alone any more: checks and statistics run shared.
+    dev, audit, checked = run
+    # The GPU is not needed alone any more: statistics run shared.
     cx.lease.hold("shared")
-    with torch.no_grad():
-        checks = [(i, _flatten(reference(*clean)), out) for i, clean, out in kept]
-    for i, expected, out in checks:
-        try:
-            check_outputs(cx, i, expected, _flatten(out), done)
-        except _Fail as fail:
-            v = fail.verdict
-            if isinstance(v, Verdict):  # always: output checks only fail with verdicts
-                v.stage = "timing"
-                v.message = f"timed call {i} gave a wrong output ({v.message}); outputs must be right on every call"
-            raise
 
     def med(xs: List[float]) -> float:
         return float(np.median(np.asarray(xs))) if xs else float("nan")
@@ -920,7 +909,7 @@ def time_candidate(
         speedup_low=float(low),
         speedup_high=float(high),
         flags=flags,
-        checked_outputs=len(checks),
+        checked_outputs=checked,
         harness_ms=harness,
         compiled=stats("compiled") if compiled is not None else None,
     )
@@ -928,8 +917,8 @@ def time_candidate(
 
 def timed_run(
     cx: Context, problem: Any, reference: Any, model: Any, compiled: Any, done: List[TrialStat], sync_each: bool
-) -> Tuple[Dict[str, List[float]], Dict[str, List[float]], List[Tuple[int, List[Any], Any]]]:
-    """One timed run: per-arm window times, audited host times, audited candidate outputs."""
+) -> Tuple[Dict[str, List[float]], Dict[str, List[float]], int]:
+    """One timed run: per-arm window times, audited host times, how many outputs were checked."""
     import random
     import time as _time
 
@@ -952,7 +941,7 @@ def timed_run(
     new_event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
     windows: List[Tuple[str, Any, Any]] = []
     audit: Dict[str, List[float]] = {name: [] for name, _ in arms}
-    kept: List[Tuple[int, List[Any], Any]] = []
+    checked = 0
     with torch.no_grad():
         for _ in range(2):  # warm-up, autotuning included, outside the numbers
             seed += 1
@@ -1001,7 +990,8 @@ def timed_run(
                         else fn(*inputs)
                     if name == "candidate":
                         assert clean is not None  # a spot check always keeps a clean copy
-                        kept.append((i, clean, out))
+                        check_timed_output(cx, reference, i, clean, out, done)
+                        checked += 1
                     del out
                     continue
                 before = cx.recorder.own_launches() if name == "candidate" else 0
@@ -1030,7 +1020,8 @@ def timed_run(
                 if name == "candidate":
                     require_launch(cx, before, f"timed call {i}", done, threads)
                     if clean is not None:
-                        kept.append((i, clean, out))
+                        check_timed_output(cx, reference, i, clean, out, done)
+                        checked += 1
                 if not check:  # audited windows include launch latency: kept out of the stats
                     windows.append((name, start, end))
                 del out
@@ -1043,7 +1034,24 @@ def timed_run(
                     break
         torch.cuda.synchronize()  # device-wide, before the last timestamp is read
         cx.timed_ms += (_time.perf_counter() - timed_start) * 1000.0
-    return _elapsed(windows, arms, dev), audit, kept
+    return _elapsed(windows, arms, dev), audit, checked
+
+
+def check_timed_output(cx: Context, reference: Any, i: int, clean: List[Any], out: Any,
+                       done: List[TrialStat]) -> None:
+    """The candidate's output of timed call `i` against the reference on a clean copy of
+    its inputs, checked at once (outside the windows) so that no copy outlives its call:
+    on a problem of several GiB, keeping every checked call's data to the end did not fit."""
+    with cx.torch.no_grad():
+        expected = _flatten(reference(*clean))
+    try:
+        check_outputs(cx, i, expected, _flatten(out), done)
+    except _Fail as fail:
+        v = fail.verdict
+        if isinstance(v, Verdict):  # always: output checks only fail with verdicts
+            v.stage = "timing"
+            v.message = f"timed call {i} gave a wrong output ({v.message}); outputs must be right on every call"
+        raise
 
 
 # Timing stops once the speedup's 95% interval is within ±1% of it, or at the budget.

@@ -28,9 +28,6 @@ from .protocol import MemoryJob, MemoryNeed, MemoryReport
 
 # The timing phase's L2 flush buffer (`timed_run`: 64 Mi int32).
 FLUSH_BYTES = 256 << 20
-# Timed repetitions whose clean inputs and candidate outputs `timed_run` keeps to the end
-# (5 audited, 3 spot-checked); `time_candidate` then runs the reference on all of them.
-TIMING_KEPT = 8
 # Working memory per element of the comparison (`compare`): float64 copies of both sides,
 # their difference, the relative error, the tolerance and the masks, over at most
 # `COMPARE_CHUNK` elements at a time.
@@ -66,18 +63,17 @@ def correctness_need(s: Shape) -> int:
 
 
 def timing_need(s: Shape) -> int:
-    """The executor's peak while timing (`timed_run`, `time_candidate`), an upper bound.
+    """The executor's peak while timing (`timed_run`), an upper bound.
 
-    Held throughout: both models, and the clean inputs and candidate output of each of the
-    `TIMING_KEPT` checked repetitions. During the repetitions: the flush buffer, the current
+    Held throughout: both models. During the repetitions: the flush buffer, the current
     inputs, the next ones (drawn while the current are still referenced), a clean copy, one
-    call's forward. After them: the reference's output on every kept copy, the comparison.
-    (A candidate timed again for side streams holds a first run's copies through the second:
-    not counted.)"""
-    kept = TIMING_KEPT * (s.inputs + s.outputs)
+    call's forward; on a checked repetition also the candidate's output kept for its check,
+    the reference's output on the clean copy, and the comparison (each checked repetition is
+    checked at once: nothing outlives its call). (A candidate timed again for side streams
+    runs a second time after the first: not more at once.)"""
     during = FLUSH_BYTES + 3 * s.inputs + s.forward
-    after = TIMING_KEPT * s.outputs + s.forward + _transient(s)
-    return 2 * s.params + kept + max(during, after)
+    checking = s.outputs + s.forward + _transient(s)
+    return 2 * s.params + during + checking
 
 
 def _storage_bytes(torch: Any, values: List[Any]) -> int:
