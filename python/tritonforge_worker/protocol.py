@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 Status = Literal["rejected", "compile_error", "runtime_error", "timeout", "incorrect", "correct"]
 Stage = Literal["guard", "import", "init", "correctness", "provenance", "timing", "process"]
@@ -73,6 +73,13 @@ class Tolerance:
 
 
 @dataclass
+class RuntimePolicy:
+    allow_aten: List[str]
+    allow_torch_compute: bool
+    min_kernel_share: float
+
+
+@dataclass
 class EvalJob:
     problem: SourceFile
     candidate: SourceFile
@@ -86,7 +93,7 @@ class EvalJob:
     speedup_cap: float
     profile: bool
     compile_baseline: bool
-    allow_aten: Optional[List[str]]
+    runtime: RuntimePolicy
     shape_check: Optional[Dict[str, Any]]
     gpu_memory_fraction: Optional[float] = None
 
@@ -163,6 +170,7 @@ class Provenance:
     calls: int
     calls_without_launch: int
     gpu_share: Optional[float]
+    window_share: Optional[float] = None
 
 
 @dataclass

@@ -17,7 +17,7 @@ use crate::generation::{GenerateJob, Generated};
 use crate::trainer::{SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetup};
 
 /// Bumped whenever a message's shape changes; both sides refuse a mismatch.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Errors decoding a protocol line.
 #[derive(Debug, thiserror::Error)]
