@@ -501,9 +501,9 @@ def call_candidate(
         try:
             with cx.aten, cx.audit.watching("forward"):
                 out = model(*inputs)
-        except BaseException:
+        except BaseException as exc:
             # What the runtime layers saw before it failed says more than the failure.
-            _runtime_findings(cx, where, done)
+            _runtime_findings(cx, where, done, exc)
             raise
         cx.watched_host_ms = (time.perf_counter() - h0) * 1000.0
         end = _close_window(cx) if window is not None else None
@@ -515,9 +515,11 @@ def call_candidate(
         _measure_window(cx, window, end)
     launched = _observe(cx, before, where, done)
     check_integrity(cx, where, done, threads)
-    _runtime_findings(cx, where, done)
+    found = _runtime_found(cx)
     if not launched:
-        _no_launch(cx, where, done)
+        _no_launch(cx, where, done, found)
+    if found:
+        _runtime_findings(cx, where, done, found=found)
     for i, (snap, o) in enumerate(zip(at_return, _flatten(out), strict=False)):
         if snap is not None and not _same_bits(torch, snap, o):
             raise _Fail(verdict(cx,
@@ -528,16 +530,27 @@ def call_candidate(
     return out
 
 
-def _runtime_findings(cx: Context, where: str, done: List[TrialStat]) -> None:
-    """Raise `rejected` at stage provenance for what the dispatch recorder, the mode checks
-    and the audit hook saw during the last watched forward."""
+def _runtime_found(cx: Context) -> List[str]:
+    """What the dispatch recorder, the mode checks and the audit hook saw during the last
+    watched forward, as tagged phrases."""
     found = [f"[{tag}] ModelNew.forward {text}" for tag, text in cx.aten.findings()]
-    found += [f"[runtime-audit] ModelNew.forward {text}" for text in cx.audit.take()]
+    return found + [f"[runtime-audit] ModelNew.forward {text}" for text in cx.audit.take()]
+
+
+def _runtime_findings(cx: Context, where: str, done: List[TrialStat], raised: Optional[BaseException] = None,
+                      found: Optional[List[str]] = None) -> None:
+    """Raise `rejected` at stage provenance for what the runtime layers saw during the last
+    watched forward (which then `raised`, if given)."""
+    if found is None:
+        found = _runtime_found(cx)
     if found:
+        then = ""
+        if raised is not None:
+            then = f" (forward then raised {_describe(error_info(raised, cx.candidate_path))[:300]})"
         raise _Fail(verdict(cx,
             "rejected", "provenance",
             f"{where}: {'; '.join(found)}; forward may only allocate, view and copy tensors and launch the "
-            "candidate's own Triton kernels (runtime policy)", done))
+            f"candidate's own Triton kernels (runtime policy){then}", done))
 
 
 # -- the GPU window of a watched timed call ------------------------------------
@@ -640,12 +653,13 @@ def _observe(cx: Context, before: int, where: str, done: List[TrialStat]) -> boo
     return launched
 
 
-def _no_launch(cx: Context, where: str, done: List[TrialStat]) -> None:
+def _no_launch(cx: Context, where: str, done: List[TrialStat], also: Optional[List[str]] = None) -> None:
     names = sorted(cx.recorder.kernel_names())
     defined = f"it defines {', '.join(names)}" if names else "it defines no @triton.jit kernel"
+    seen = f"; {'; '.join(also)}" if also else ""
     raise _Fail(verdict(cx,
         "rejected", "provenance",
-        f"{where}: ModelNew.forward launched none of the candidate's own Triton kernels ({defined}); "
+        f"{where}: ModelNew.forward launched none of the candidate's own Triton kernels ({defined}){seen}; "
         "the work must be done by the candidate's Triton kernels, not by PyTorch", done))
 
 

@@ -131,6 +131,8 @@ class AtenRecorder:
         # First site of each denied operator or host read, and foreign modes seen.
         self.sites: Dict[str, str] = {}
         self.modes: List[str] = []
+        # Foreign modes pushed outside a watched forward (the candidate's import, `__init__`).
+        self.pushed_before: List[str] = []
         recorder = self
 
         class _Mode(TorchDispatchMode):
@@ -143,6 +145,8 @@ class AtenRecorder:
 
         self._mode_cls = _Mode
         _OURS.add(_Mode)
+        global _CURRENT
+        _CURRENT = self
         self._mode: Optional[Any] = None
         self.in_launch = in_launch
         _install_host_reads(torch)
@@ -179,8 +183,10 @@ class AtenRecorder:
             self.sites[what] = site(sys._getframe(2), self.candidate, self.lines)
 
     def foreign_mode(self, mode: Any, how: str) -> None:
-        if len(self.modes) < 4:
-            self.modes.append(f"{how} {type(mode).__name__} at {site(sys._getframe(2), self.candidate, self.lines)}")
+        found = self.modes if self is _ACTIVE else self.pushed_before
+        what = f"{how} {type(mode).__name__} at {site(sys._getframe(2), self.candidate, self.lines)}"
+        if len(found) < 4 and what not in found:  # `_push_mode` and the push it calls are both wrapped
+            found.append(what)
 
     def __enter__(self) -> "AtenRecorder":
         global _ACTIVE
@@ -191,10 +197,11 @@ class AtenRecorder:
         torch = self.torch
         # A mode already on either stack (left by `__init__` or an earlier call) would see
         # every operator before or after ours and could answer for it.
+        pushed = f" ({'; '.join(self.pushed_before)})" if self.pushed_before else ""
         if torch._C._len_torch_dispatch_stack() > 0:
-            self.modes.append("a dispatch mode was already active when forward was called")
+            self.modes.append(f"a dispatch mode was already active when forward was called{pushed}")
         if any(not _allowed_mode(m) for m in _function_modes(torch)):
-            self.modes.append("a torch function mode was already active when forward was called")
+            self.modes.append(f"a torch function mode was already active when forward was called{pushed}")
         self._mode = self._mode_cls()
         self._mode.__enter__()
         _ACTIVE = self
@@ -232,6 +239,9 @@ class AtenRecorder:
 
 
 _ACTIVE: Optional[AtenRecorder] = None
+# The recorder of the evaluation in progress (watching or not): foreign modes pushed
+# outside a watched forward are noted there, so that the forward that finds one can name it.
+_CURRENT: Optional[AtenRecorder] = None
 _HOST_READS_INSTALLED = False
 _WATCH_INSTALLED = False
 # Mode classes of our own (the recorder's, the thread recorder's): never foreign.
@@ -293,7 +303,7 @@ def install_thread_and_mode_watch(torch: Any) -> None:
 
     def wrap_push(orig: Any, how: str) -> Any:
         def push(mode: Any, *args: Any, **kwargs: Any) -> Any:
-            rec = _ACTIVE
+            rec = _ACTIVE or _CURRENT
             if rec is not None and not _allowed_mode(mode) and not rec.in_launch():
                 rec.foreign_mode(mode, how)
             return orig(mode, *args, **kwargs)

@@ -700,6 +700,25 @@ mod tests {
     }
 
     #[test]
+    fn runtime_knobs_default_strict_and_relax_per_level() {
+        let strict = GuardRules::default().runtime_for("level1/relu");
+        assert!(!strict.allow_torch_compute);
+        assert_eq!(strict.min_kernel_share, DEFAULT_MIN_KERNEL_SHARE);
+        assert!(strict.allow_aten.contains("empty_like") && !strict.allow_aten.contains("relu"));
+        let text = "[runtime]\nmin_kernel_share = 0.2\n\n[runtime.levels.level3]\n\
+                    allow_torch_compute = true\nmin_kernel_share = 0.0\nallow_aten = [\"add\"]\n";
+        let p = GuardRules::from_toml(text, "p.toml").unwrap();
+        let l1 = p.runtime_for("level1/relu");
+        assert_eq!((l1.allow_torch_compute, l1.min_kernel_share), (false, 0.2));
+        let l3 = p.runtime_for("level3/mlp");
+        assert_eq!((l3.allow_torch_compute, l3.min_kernel_share), (true, 0.0));
+        assert!(l3.allow_aten.contains("add") && !l1.allow_aten.contains("add"));
+        assert_ne!(p.fingerprint(), GuardRules::default().fingerprint());
+        let bad = GuardRules::from_toml("[runtime]\nmin_kernel_share = 1.5\n", "bad.toml");
+        assert!(bad.is_err_and(|e| e.to_string().contains("bad.toml")));
+    }
+
+    #[test]
     fn a_syntax_error_is_reported_not_judged() {
         let r = check("class ModelNew(:\n", &GuardRules::default());
         assert!(r.parse_error.is_some_and(|e| e.starts_with("line 1")));
