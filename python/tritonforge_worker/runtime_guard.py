@@ -139,8 +139,7 @@ class AtenRecorder:
             def __torch_dispatch__(self, func: Any, types: Any, args: Tuple[Any, ...] = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
                 out = func(*args, **kwargs)
-                if not in_launch():
-                    recorder._note(func, args, out)
+                recorder._note(func, args, out, in_launch())
                 return out
 
         self._mode_cls = _Mode
@@ -152,10 +151,16 @@ class AtenRecorder:
         _install_host_reads(torch)
         install_thread_and_mode_watch(torch)
 
-    def _note(self, func: Any, args: Tuple[Any, ...], out: Any) -> None:
+    def _note(self, func: Any, args: Tuple[Any, ...], out: Any, launching: bool) -> None:
         ns = getattr(func, "namespace", "")
         name = func.overloadpacket.__name__
-        if name in ("_to_copy", "copy_", "_copy_from", "_copy_from_and_resize") and self.device_type != "cpu":
+        if launching:
+            # Inside a launch path the interpreter moves arguments with these; anything else
+            # there is code of the candidate's run by a launch (a kernel body under the
+            # interpreter, a pre-run hook, a launch_metadata callback).
+            if ns == "aten" and name in _LAUNCH_OPS:
+                return
+        elif name in ("_to_copy", "copy_", "_copy_from", "_copy_from_and_resize") and self.device_type != "cpu":
             # A copy out of the device into host memory is a host round-trip of tensor data.
             src = args[1] if name == "copy_" and len(args) > 1 else (args[0] if args else None)
             dst = args[0] if name in ("copy_", "_copy_from_and_resize") else out
@@ -238,6 +243,11 @@ class AtenRecorder:
         return out
 
 
+# What Triton's launch paths dispatch themselves (the interpreter's argument copies).
+_LAUNCH_OPS = frozenset({"empty", "new_empty", "empty_like", "empty_strided", "set_", "copy_", "_to_copy", "clone",
+                         "detach", "alias", "view", "_unsafe_view", "as_strided", "contiguous",
+                         "_local_scalar_dense"})
+
 _ACTIVE: Optional[AtenRecorder] = None
 # The recorder of the evaluation in progress (watching or not): foreign modes pushed
 # outside a watched forward are noted there, so that the forward that finds one can name it.
@@ -275,8 +285,8 @@ def install_thread_and_mode_watch(torch: Any) -> None:
         def __torch_dispatch__(self, func: Any, types: Any, args: Tuple[Any, ...] = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
             rec = _ACTIVE
-            if rec is not None and not rec.in_launch():
-                rec._note(func, args, out)
+            if rec is not None:
+                rec._note(func, args, out, rec.in_launch())
             return out
 
     _OURS.add(_ThreadMode)
