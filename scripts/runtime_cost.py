@@ -3,17 +3,20 @@
 
 For a few suite solutions (at their `small` variant, under Triton's interpreter, one
 thread) the executor builds the candidate as a worker does (launch hooks, dispatch
-recorder, audit hook, thread and mode wrappers, integrity snapshot), then times:
+recorder, audit hook, thread and mode wrappers, integrity snapshot), then times, in
+rotating order within each repetition so that drift and load hit all three alike:
 
   plain     `model(*inputs)` under `torch.no_grad()`: what a timed call runs
   recorded  the same inside the dispatch recorder and the audit watch (the layers alone)
   watched   the executor's whole watched call (`call_candidate`: the layers, launch and
             integrity checks, thread count, the outputs' copy at return and comparison)
 
-and the whole evaluation (`Executor.run`, re-call check included) once per solution.
-Medians over --reps calls after two warm-up calls. Run it with the worker's interpreter:
+The recorder's cost is the median of the per-repetition differences recorded - plain. It
+also times the whole evaluation (`Executor.run`, 5 trials) with and without the re-call
+check (median of 3, after one run that pays first-use costs). Run it with the worker's
+interpreter:
 
-  .tritonforge/venv/bin/python scripts/runtime_cost.py [--reps 30] [solution ...]
+  .tritonforge/venv/bin/python scripts/runtime_cost.py [--reps 40] [solution ...]
 """
 
 from __future__ import annotations
@@ -37,28 +40,32 @@ DEFAULT = ["level1/relu", "level1/softmax", "level1/layer_norm", "level1/matmul"
            "level2/conv2d_gelu"]
 
 
-def median_ms(fn: Callable[[], Any], reps: int) -> float:
-    for _ in range(2):
+def paired(fns: List[Callable[[], Any]], reps: int) -> List[List[float]]:
+    """Milliseconds of each of `fns` per repetition, called in rotating order."""
+    for fn in fns:
         fn()
-    xs: List[float] = []
-    for _ in range(reps):
-        t = time.perf_counter()
         fn()
-        xs.append((time.perf_counter() - t) * 1000.0)
-    return statistics.median(xs)
+    out: List[List[float]] = [[] for _ in fns]
+    for r in range(reps):
+        for k in range(len(fns)):
+            i = (r + k) % len(fns)
+            t = time.perf_counter()
+            fns[i]()
+            out[i].append((time.perf_counter() - t) * 1000.0)
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("solutions", nargs="*", default=DEFAULT, help="suite names, e.g. level1/relu")
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)
     print("| solution | ATen ops per call | plain ms | recorded ms | watched ms | recorder cost ms | "
-          "whole evaluation ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "evaluation ms | of it, re-call check ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.solutions:
         print(measure(torch, name, args.reps), flush=True)
     return 0
@@ -79,10 +86,22 @@ def measure(torch: Any, name: str, reps: int) -> str:
         timing_budget_ms=400, speedup_cap=10.0, profile=False, compile_baseline=False,
         runtime=RuntimePolicy(allow_aten=_default_allow(), allow_torch_compute=False, min_kernel_share=0.1),
         shape_check=None)
-    t = time.perf_counter()
-    v = Executor(job, tempfile.mkdtemp()).run()
-    whole = (time.perf_counter() - t) * 1000.0
-    assert v.status == "correct", v.message
+    import tritonforge_worker.executor as ex
+
+    def evaluation() -> float:
+        t = time.perf_counter()
+        v = Executor(job, tempfile.mkdtemp()).run()
+        assert v.status == "correct", v.message
+        return (time.perf_counter() - t) * 1000.0
+
+    evaluation()
+    whole = statistics.median(evaluation() for _ in range(3))
+    recall = ex.recall_check
+    ex.recall_check = lambda *a: None  # type: ignore[assignment]
+    try:
+        without = statistics.median(evaluation() for _ in range(3))
+    finally:
+        ex.recall_check = recall
     cx = new_context(job, tempfile.mkdtemp())
     built = build(cx)
     torch.manual_seed(1)
@@ -103,10 +122,11 @@ def measure(torch: Any, name: str, reps: int) -> str:
     counter = _Counter(torch)
     with torch.no_grad(), counter:
         model(*inputs)
-    p = median_ms(plain, reps)
-    r = median_ms(recorded, reps)
-    w = median_ms(watched, reps)
-    return f"| {name} | {counter.n} | {p:.2f} | {r:.2f} | {w:.2f} | {r - p:+.2f} | {whole:.0f} |"
+    ps, rs, ws = paired([plain, recorded, watched], reps)
+    cost = statistics.median(r - p for p, r in zip(ps, rs, strict=True))
+    p, r, w = (statistics.median(x) for x in (ps, rs, ws))
+    return (f"| {name} | {counter.n} | {p:.2f} | {r:.2f} | {w:.2f} | {cost:+.2f} | {whole:.0f} | "
+            f"{whole - without:.0f} |")
 
 
 class _Counter:

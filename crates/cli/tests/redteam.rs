@@ -261,6 +261,7 @@ const ATEN_ROUTES: &[&str] = &[
     "reference_via_gc",                // the reference Model found with gc
     "numpy_array_protocol",            // NumPy on the host (np.asarray)
     "tolist_round_trip",               // Python lists on the host
+    "torch_inside_kernel_body",        // PyTorch in a kernel body the interpreter runs
 ];
 
 /// Hostile files caught by the other runtime layers, with the tag their message carries.
