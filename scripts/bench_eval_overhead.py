@@ -47,7 +47,7 @@ import torch
 torch.set_num_threads(1)
 import triton
 from tritonforge_worker.executor import Executor
-from tritonforge_worker.protocol import EvalJob, SourceFile
+from tritonforge_worker.protocol import EvalJob, RuntimePolicy, SourceFile
 problem, cands = sys.argv[2], sys.argv[3:]
 times = []
 for c in cands:
@@ -55,7 +55,8 @@ for c in cands:
                   candidate=SourceFile(name="c.py", source=open(c).read()),
                   trials=5, seed=42, tolerance=None, overrides={}, device="cpu", timing=True,
                   timing_budget_ms=400, speedup_cap=10.0, profile=False, compile_baseline=False,
-                  allow_aten=None, shape_check=None)
+                  runtime=RuntimePolicy(allow_aten=["empty_like", "empty", "view"], allow_torch_compute=False,
+                                        min_kernel_share=0.1), shape_check=None)
     d = tempfile.mkdtemp()
     t = time.perf_counter()
     v = Executor(job, d).run()

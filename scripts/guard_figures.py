@@ -7,6 +7,12 @@ check in-process, parse included); the end-to-end catch rate runs the corpus thr
 `tritonforge eval` (guard, then the executor) in whatever mode the machine gives.
 
 usage: python3 scripts/guard_figures.py --binary target/release/tritonforge [--no-eval]
+           [--runtime-only] [--no-guard]
+
+`--no-guard` runs the corpus with no guard at all (`tritonforge eval --no-guard`): only the
+evaluator's runtime layers, which are on for every evaluation, stand between a cheat and
+`correct`; it reports how many hostile files (static-only ones included) they keep from
+`correct` and whether every honest file passes.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ def header(path: Path, key: str) -> str | None:
     return None
 
 
-def end_to_end(binary: str, files: List[Path], policy: str | None = None) -> Dict[str, dict]:
+def end_to_end(binary: str, files: List[Path], policy: str | None = None, no_guard: bool = False) -> Dict[str, dict]:
     root = Path(tempfile.mkdtemp())
     work = Work(root, "corpus")
     for f in files:
@@ -46,6 +52,8 @@ def end_to_end(binary: str, files: List[Path], policy: str | None = None) -> Dic
             work.add(header(f, "problem") or "", f.stem, f.read_text())
     work.finish()
     extra = ["--guard-rules", policy] if policy else []
+    if no_guard:
+        extra = ["--no-guard"]
     out = subprocess.run([binary, "--state-dir", str(root / "state"), "eval", "--json", "--no-store", *extra,
                           "--problems", str(work.problems), "--candidates", str(work.candidates)],
                          capture_output=True, text=True, cwd=REPO)
@@ -60,6 +68,8 @@ def main() -> int:
     ap.add_argument("--no-eval", action="store_true")
     ap.add_argument("--runtime-only", action="store_true",
                     help="also run the corpus with every static rule off (tests/redteam/runtime-only.toml)")
+    ap.add_argument("--no-guard", action="store_true",
+                    help="also run the corpus with no guard at all: the evaluator's runtime layers alone")
     args = ap.parse_args()
     hostile = sorted((REPO / "tests" / "redteam" / "hostile").glob("*.py"))
     honest = sorted((REPO / "tests" / "redteam" / "honest").glob("*.py"))
@@ -105,6 +115,21 @@ def main() -> int:
                                    and recs.get(f.stem, {}).get("status") != "correct"],
             "hostile_outcomes": {f.stem: f"{recs[f.stem]['status']} at {recs[f.stem]['stage']}: "
                                  f"{recs[f.stem]['message'][:90]}" for f in hostile if f.stem in recs},
+        }
+    if args.no_guard:
+        recs = end_to_end(args.binary, hostile + honest, no_guard=True)
+        runnable = [f for f in hostile if not header(f, "gpu-only")]
+        passed = [f.stem for f in runnable if recs.get(f.stem, {}).get("status") == "correct"]
+        figures["no_guard"] = {
+            "evaluated": len(recs),
+            "hostile_runnable": len(runnable),
+            "hostile_kept_from_correct": len(runnable) - len(passed),
+            "catch_rate": round(1 - len(passed) / max(len(runnable), 1), 4),
+            "hostile_judged_correct": passed,
+            "honest_not_correct": [f.stem for f in honest if not header(f, "gpu-only")
+                                   and recs.get(f.stem, {}).get("status") != "correct"],
+            "hostile_outcomes": {f.stem: f"{recs[f.stem]['status']} at {recs[f.stem]['stage']}: "
+                                 f"{recs[f.stem]['message'][:110]}" for f in runnable if f.stem in recs},
         }
     print(json.dumps(figures, indent=1))
     return 0

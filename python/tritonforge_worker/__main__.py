@@ -214,7 +214,7 @@ def _warm_up(mode: str) -> None:
     op dispatch, Triton's launcher or interpreter, every executor code path) are paid
     off the critical path. A wrong answer here means the installation is broken."""
     from .executor import Executor
-    from .protocol import EvalJob, SourceFile
+    from .protocol import EvalJob, RuntimePolicy, SourceFile
 
     warm_dir = os.path.join(os.getcwd(), "_warmup")
     os.makedirs(warm_dir, exist_ok=True)
@@ -223,7 +223,9 @@ def _warm_up(mode: str) -> None:
         candidate=SourceFile(name="warmup_candidate.py", source=_WARMUP_CANDIDATE),
         trials=1, seed=0, tolerance=None, overrides={},
         device="cuda" if mode == "cuda" else "cpu", timing=False, timing_budget_ms=0, speedup_cap=10.0,
-        profile=False, compile_baseline=False, allow_aten=["empty_like", "empty", "view"],
+        profile=False, compile_baseline=False,
+        runtime=RuntimePolicy(allow_aten=["empty_like", "empty", "view"], allow_torch_compute=False,
+                              min_kernel_share=0.0),
         shape_check=None,
     )
     executor = Executor(job, warm_dir)

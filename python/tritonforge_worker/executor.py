@@ -207,11 +207,17 @@ class Context:
     candidate_path: str
     recorder: Any = None
     aten: Any = None
+    audit: Any = None
     integrity: Any = None
     # Wall time of the timed run under the exclusive lease (reported in `PhaseTimes`).
     timed_ms: float = 0.0
     # Inputs are drawn on the device until the problem's `get_inputs` fails there.
     inputs_on_device: bool = True
+    # Host milliseconds of the last watched forward (sizes the GPU share's cushion), and
+    # the candidate kernels' share of each share-measured call's GPU window.
+    watched_host_ms: float = 0.0
+    shares: List[float] = field(default_factory=list)
+    spin_per_ms: float = 0.0
     tolerance_used: Tolerance = field(default_factory=lambda: Tolerance(atol=1e-4, rtol=1e-4))
 
 
@@ -313,10 +319,16 @@ def build(cx: Context) -> Built:
 
     cx.recorder = LaunchRecorder(cx.candidate_path, cx.lease)
     cx.recorder.install()
+    from . import audit
     from .runtime_guard import AtenRecorder, Integrity
 
-    if job.allow_aten is not None:
-        cx.aten = AtenRecorder(torch, job.allow_aten, cx.recorder.in_launch, cx.device.type)
+    # The runtime layers belong to the evaluator: on for every evaluation, guard or not.
+    lines = job.candidate.source.splitlines()
+    policy = job.runtime
+    cx.aten = AtenRecorder(torch, policy.allow_aten, policy.allow_torch_compute, cx.candidate_path, lines,
+                           cx.recorder.in_launch, cx.device.type)
+    cx.audit = audit.Watch(cx.candidate_path, lines, cx.problem_path, cx.recorder.in_launch)
+    audit.install(cx.audit)
     # Taken before the candidate's code runs at all, after everything the worker installs.
     cx.integrity = Integrity(torch)
 
@@ -332,13 +344,15 @@ def build(cx: Context) -> Built:
 
     # The candidate's import: syntax errors, missing names, bad imports.
     try:
-        candidate = load_module("tf_candidate", cx.candidate_path, {})
+        with cx.audit.watching("load"):
+            candidate = load_module("tf_candidate", cx.candidate_path, {})
         if not isinstance(getattr(candidate, "ModelNew", None), type):
             raise AttributeError("candidate defines no class `ModelNew`")
     except BaseException as exc:  # noqa: BLE001
         info = error_info(exc, cx.candidate_path)
         raise _Fail(verdict(cx, "compile_error", "import", _describe(info), [], error=info)) from exc
     check_integrity(cx, "importing the candidate", [])
+    check_audit(cx, "importing the candidate", [])
 
     # The GPU is held only around work that uses it, so that a timing lease waits for
     # one trial of each other candidate at most, not for its whole correctness phase.
@@ -354,7 +368,8 @@ def build(cx: Context) -> Built:
                                  error=info)) from exc
     try:
         torch.manual_seed(job.seed)
-        model = candidate.ModelNew(*to_device(cx, clone(cx, init_inputs)))
+        with cx.audit.watching("load"):
+            model = candidate.ModelNew(*to_device(cx, clone(cx, init_inputs)))
         if isinstance(model, torch.nn.Module):
             model = model.to(cx.device)
     except BaseException as exc:  # noqa: BLE001
@@ -362,6 +377,7 @@ def build(cx: Context) -> Built:
         raise _Fail(verdict(cx, "runtime_error", "init", f"building ModelNew failed: {_describe(info)}", [],
                             error=info)) from exc
     check_integrity(cx, "building ModelNew", [])
+    check_audit(cx, "building ModelNew", [])
     return Built(problem=problem, candidate=candidate, reference=reference, model=model)
 
 
@@ -433,7 +449,8 @@ def shape_check(cx: Context, candidate: Any, overrides: Dict[str, Any], done: Li
                                  error=info)) from exc
     try:
         torch.manual_seed(job.seed)
-        model = candidate.ModelNew(*to_device(cx, clone(cx, init_inputs)))
+        with cx.audit.watching("load"):
+            model = candidate.ModelNew(*to_device(cx, clone(cx, init_inputs)))
         if isinstance(model, torch.nn.Module):
             model = model.to(cx.device)
     except BaseException as exc:  # noqa: BLE001
@@ -441,6 +458,7 @@ def shape_check(cx: Context, candidate: Any, overrides: Dict[str, Any], done: Li
         raise _Fail(verdict(cx, "runtime_error", "init",
                             f"building ModelNew at unseen shapes ({shape}) failed: {_describe(info)}",
                             done, error=info)) from exc
+    check_audit(cx, f"building ModelNew at unseen shapes ({shape})", done)
     cx.lease.hold(None)
     try:
         done.append(trial(cx, len(done), problem, reference, model, done))
@@ -550,46 +568,140 @@ def _own_memory_failure(cx: Context, t: int, what: str, exc: BaseException, done
                          error=info))
 
 
-def call_candidate(cx: Context, model: Any, inputs: List[Any], where: str, done: List[TrialStat]) -> Any:
-    """One watched forward of the candidate (trials, warm-up, spot checks during timing).
+def call_candidate(
+    cx: Context, model: Any, inputs: List[Any], where: str, done: List[TrialStat], share: bool = False
+) -> Any:
+    """One watched forward of the candidate (trials, re-calls, warm-up, spot checks during timing).
 
-    Provenance (one of its own kernels must launch), the ATen operators it dispatches,
-    its threads, and its outputs: copied on the launching stream the moment forward
-    returns and compared after a device-wide synchronisation, so work still running
-    elsewhere (another stream, a thread) when it returned is caught.
+    Provenance (one of its own kernels must launch), the runtime layers (the ATen operators
+    it dispatches on any thread, foreign modes, audit events), its threads, and its
+    outputs: copied on the launching stream the moment forward returns and compared after
+    a device-wide synchronisation, so work still running elsewhere (another stream, a
+    thread) when it returned is caught. With `share` (GPU), the candidate kernels' share of
+    the call's GPU window is measured too (`cx.shares`).
     """
+    import time
+
     torch = cx.torch
     on_gpu = cx.device.type == "cuda"
     if on_gpu:
         poison(cx)
+    window = _open_window(cx) if share and on_gpu else None
     before = cx.recorder.own_launches()
     threads = thread_count()
     with torch.no_grad():
-        if cx.aten is not None:
-            with cx.aten:
+        h0 = time.perf_counter()
+        try:
+            with cx.aten, cx.audit.watching("forward"):
                 out = model(*inputs)
-        else:
-            out = model(*inputs)
+        except BaseException as exc:
+            # What the runtime layers saw before it failed says more than the failure.
+            _runtime_findings(cx, where, done, exc)
+            raise
+        cx.watched_host_ms = (time.perf_counter() - h0) * 1000.0
+        end = _close_window(cx) if window is not None else None
         at_return = [o.detach().clone() if type(o) is torch.Tensor and o.layout == torch.strided
                      and o.device.type != "meta" else None for o in _flatten(out)]
     if on_gpu:
         torch.cuda.synchronize()
-    require_launch(cx, before, where, done, threads)
-    if cx.aten is not None:
-        found = cx.aten.findings()
-        if found:
-            raise _Fail(verdict(cx,
-                "rejected", "guard",
-                f"{where}: [runtime-aten] ModelNew.forward {'; '.join(found)}; forward may only allocate, "
-                "view and copy tensors and launch the candidate's own Triton kernels (policy allow_aten)", done))
+    if window is not None:
+        _measure_window(cx, window, end)
+    launched = _observe(cx, before, where, done)
+    check_integrity(cx, where, done, threads)
+    found = _runtime_found(cx)
+    if not launched:
+        _no_launch(cx, where, done, found)
+    if found:
+        _runtime_findings(cx, where, done, found=found)
     for i, (snap, o) in enumerate(zip(at_return, _flatten(out), strict=False)):
         if snap is not None and not _same_bits(torch, snap, o):
             raise _Fail(verdict(cx,
-                "rejected", "guard",
+                "rejected", "provenance",
                 f"{where}: [runtime-late-write] output {i} changed after forward returned (work left running "
                 "on another stream or thread); every write must be ordered before forward returns on the "
                 "current stream", done))
     return out
+
+
+def _runtime_found(cx: Context) -> List[str]:
+    """What the dispatch recorder, the mode checks and the audit hook saw during the last
+    watched forward, as tagged phrases."""
+    found = [f"[{tag}] ModelNew.forward {text}" for tag, text in cx.aten.findings()]
+    return found + [f"[runtime-audit] ModelNew.forward {text}" for text in cx.audit.take()]
+
+
+def _runtime_findings(cx: Context, where: str, done: List[TrialStat], raised: Optional[BaseException] = None,
+                      found: Optional[List[str]] = None) -> None:
+    """Raise `rejected` at stage provenance for what the runtime layers saw during the last
+    watched forward (which then `raised`, if given)."""
+    if found is None:
+        found = _runtime_found(cx)
+    if found:
+        then = ""
+        if raised is not None:
+            then = f" (forward then raised {_describe(error_info(raised, cx.candidate_path))[:300]})"
+        raise _Fail(verdict(cx,
+            "rejected", "provenance",
+            f"{where}: {'; '.join(found)}; forward may only allocate, view and copy tensors and launch the "
+            f"candidate's own Triton kernels (runtime policy){then}", done))
+
+
+# -- the GPU window of a watched timed call ------------------------------------
+
+
+def _open_window(cx: Context) -> Any:
+    """Before a share-measured call: keep the GPU busy long enough to cover the host side
+    of the call (twice the last watched call's host time, so that everything it enqueues
+    is queued before the window opens), record the window's start and mark every launch.
+    Host work between the call's own kernels that waits on the device (NumPy on a copy,
+    a Python loop, a thread) shows as time outside the candidate's kernels."""
+    torch = cx.torch
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        if cx.spin_per_ms <= 0.0:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            sleep(1_000_000)
+            b.record()
+            b.synchronize()
+            cx.spin_per_ms = 1_000_000 / max(float(a.elapsed_time(b)), 1e-3)
+        sleep(int(cx.spin_per_ms * min(2.0 * cx.watched_host_ms + 0.2, 200.0)))
+    start = torch.cuda.Event(enable_timing=True)
+    start.record()
+    cx.recorder.marks = []
+    return start
+
+
+def _close_window(cx: Context) -> Any:
+    end = cx.torch.cuda.Event(enable_timing=True)
+    end.record()
+    return end
+
+
+def _measure_window(cx: Context, start: Any, end: Any) -> None:
+    """After the device synchronised: the candidate kernels' GPU time over the window."""
+    marks = cx.recorder.marks or []
+    cx.recorder.marks = None
+    own, n = cx.recorder.own_gpu_ms(marks)
+    total = float(start.elapsed_time(end))
+    if n and total > 0.0:
+        cx.shares.append(min(own / total, 1.0))
+
+
+def check_share(cx: Context, done: List[TrialStat]) -> None:
+    """The candidate's kernels must fill the policy's least share of the watched timed calls'
+    GPU windows (the best call counts: a hiccup of the host is not the candidate's fault)."""
+    least = cx.job.runtime.min_kernel_share
+    if not cx.shares or least <= 0.0:
+        return
+    best = max(cx.shares)
+    if best < least:
+        raise _Fail(verdict(cx,
+            "rejected", "provenance",
+            f"[runtime-share] the candidate's own Triton kernels ran for {best:.0%} of the GPU window of its "
+            f"watched timed calls (best of {len(cx.shares)}; the policy asks for at least {least:.0%}): the rest "
+            "was other GPU work or the device waiting on the host (NumPy, a Python loop, a thread); the work "
+            "must be done by the candidate's kernels", done))
 
 
 def poison(cx: Context) -> None:
@@ -603,32 +715,120 @@ def check_integrity(cx: Context, where: str, done: List[TrialStat], threads: Opt
     if changed:
         names = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
         raise _Fail(verdict(cx,
-            "rejected", "guard",
+            "rejected", "provenance",
             f"{where}: [runtime-patched] the candidate replaced functions the evaluator relies on ({names}); "
             "clocks, synchronisation, comparisons and the evaluator's own code must be left alone", done))
     if threads is not None and thread_count() > threads:
         raise _Fail(verdict(cx,
-            "rejected", "guard",
+            "rejected", "provenance",
             f"{where}: [runtime-threads] ModelNew.forward left {thread_count() - threads} thread(s) running "
             "after it returned; all work must be done by the candidate's kernels before forward returns", done))
 
 
-def require_launch(cx: Context, before: int, where: str, done: List[TrialStat], threads: Optional[int] = None) -> None:
+def check_audit(cx: Context, where: str, done: List[TrialStat]) -> None:
+    """What the audit hook recorded while the candidate's module or `ModelNew` was built."""
+    found = cx.audit.take() if cx.audit is not None else []
+    if found:
+        raise _Fail(verdict(cx,
+            "rejected", "provenance",
+            f"{where}: [runtime-audit] the candidate {'; '.join(found)}; a candidate may not start processes "
+            "or read the problem file", done))
+
+
+def _observe(cx: Context, before: int, where: str, done: List[TrialStat]) -> bool:
     from .provenance import Tampered
 
     try:
-        launched = cx.recorder.observe(before)
+        launched: bool = cx.recorder.observe(before)
     except Tampered as exc:
         raise _Fail(verdict(cx, "rejected", "provenance",
                             f"{where}: the candidate tampered with the launch hooks ({exc})", done)) from exc
+    return launched
+
+
+def _no_launch(cx: Context, where: str, done: List[TrialStat], also: Optional[List[str]] = None) -> None:
+    names = sorted(cx.recorder.kernel_names())
+    defined = f"it defines {', '.join(names)}" if names else "it defines no @triton.jit kernel"
+    seen = f"; {'; '.join(also)}" if also else ""
+    raise _Fail(verdict(cx,
+        "rejected", "provenance",
+        f"{where}: ModelNew.forward launched none of the candidate's own Triton kernels ({defined}){seen}; "
+        "the work must be done by the candidate's Triton kernels, not by PyTorch", done))
+
+
+def require_launch(cx: Context, before: int, where: str, done: List[TrialStat], threads: Optional[int] = None) -> None:
+    launched = _observe(cx, before, where, done)
     check_integrity(cx, where, done, threads)
     if not launched:
-        names = sorted(cx.recorder.kernel_names())
-        defined = f"it defines {', '.join(names)}" if names else "it defines no @triton.jit kernel"
-        raise _Fail(verdict(cx,
-            "rejected", "provenance",
-            f"{where}: ModelNew.forward launched none of the candidate's own Triton kernels ({defined}); "
-            "the work must be done by the candidate's Triton kernels, not by PyTorch", done))
+        _no_launch(cx, where, done)
+
+
+# -- stateful cheats: the same objects again, and a call after an unknown number ----
+
+
+def recall_check(cx: Context, built: Built, done: List[TrialStat]) -> None:
+    """After the trials: forward on one set of inputs, a random number (1 to 4, from
+    `os.urandom`) of further watched calls on them, then their values are overwritten in
+    place with a fresh draw and forward is called again on the very same objects; that
+    output must match the reference on the new values. An answer cached by `id`,
+    `data_ptr` or `lru_cache` (keyed on the objects) is stale there, and a candidate right
+    only for its first calls does not know which call is checked."""
+    torch = cx.torch
+    job = cx.job
+    problem = built.problem
+    seed = job.seed + 70_000
+    extra = 1 + os.urandom(1)[0] % 4
+    try:
+        torch.manual_seed(seed)
+        host = list(problem.get_inputs())
+        torch.manual_seed(seed + 1)
+        fresh = list(problem.get_inputs())
+        cx.lease.hold("shared")
+        objects = to_device(cx, host)
+        fresh = to_device(cx, fresh)
+    except BaseException as exc:  # noqa: BLE001
+        info = error_info(exc, cx.problem_path)
+        raise _Fail(verdict(cx, "runtime_error", "correctness", f"problem get_inputs failed: {_describe(info)}",
+                            done, error=info)) from exc
+    calls = len(done)
+    for k in range(1 + extra):
+        try:
+            call_candidate(cx, built.model, objects, f"re-call {k + 1}", done)
+        except _Fail:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            info = error_info(exc, cx.candidate_path)
+            raise _Fail(verdict(cx, "runtime_error", "correctness", f"re-call {k + 1}: {_describe(info)}", done,
+                                error=info)) from exc
+    with torch.no_grad():
+        for o, f in zip(objects, fresh, strict=False):
+            if isinstance(o, torch.Tensor) and isinstance(f, torch.Tensor) and o.shape == f.shape \
+                    and o.dtype == f.dtype and o.device == f.device:
+                o.copy_(f)
+        clean = clone(cx, objects)
+    where = (f"call {calls + extra + 2} (after {extra + 1} more on the same input objects, whose values were then "
+             "overwritten in place)")
+    try:
+        got = call_candidate(cx, built.model, objects, where, done)
+        with torch.no_grad():
+            torch.manual_seed(seed + 2)
+            expected = built.reference(*clean)
+    except _Fail:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        info = error_info(exc, cx.candidate_path)
+        raise _Fail(verdict(cx, "runtime_error", "correctness", f"{where}: {_describe(info)}", done,
+                            error=info)) from exc
+    try:
+        check_outputs(cx, len(done), _flatten(expected), _flatten(got), done)
+    except _Fail as fail:
+        v = fail.verdict
+        if isinstance(v, Verdict):
+            detail = v.message.split(", ", 1)[1] if v.message.startswith("trial ") else v.message
+            v.message = (f"[runtime-recall] {where}: {detail}; an output must follow its inputs' values on "
+                         "every call (no cache keyed on the input objects, no behaviour that changes with calls)")
+        raise
+    cx.lease.hold(None)
 
 
 def check_outputs(cx: Context, t: int, exp: List[Any], out: List[Any], done: List[TrialStat]) -> Tuple[float, float]:
@@ -752,6 +952,7 @@ def provenance_of(cx: Context, gpu_share: Optional[float]) -> Optional[Provenanc
     """The launch recorder's summary, once the candidate launched anything."""
     if cx.recorder is not None and cx.recorder.calls:
         summary: Provenance = cx.recorder.summary(gpu_share)
+        summary.window_share = max(cx.shares) if cx.shares else None
         return summary
     return None
 
@@ -874,6 +1075,7 @@ def time_candidate(
     dev, audit, checked = run
     # The GPU is not needed alone any more: statistics run shared.
     cx.lease.hold("shared")
+    check_share(cx, done)
 
     def med(xs: List[float]) -> float:
         return float(np.median(np.asarray(xs))) if xs else float("nan")
@@ -986,8 +1188,8 @@ def timed_run(
             for name, fn in order:
                 start, end = new_event(), new_event()
                 if spot:
-                    out = call_candidate(cx, model, inputs, f"timed call {i}", done) if name == "candidate" \
-                        else fn(*inputs)
+                    out = call_candidate(cx, model, inputs, f"timed call {i}", done, share=True) \
+                        if name == "candidate" else fn(*inputs)
                     if name == "candidate":
                         assert clean is not None  # a spot check always keeps a clean copy
                         check_timed_output(cx, reference, i, clean, out, done)
@@ -1138,6 +1340,7 @@ class Executor:
             clock.lap("build")
             trials = run_trials(cx, built)
             clock.lap("trials")
+            recall_check(cx, built, trials)
             shape_note = check_shapes(cx, built, trials)
             clock.lap("shape_check")
             gpu_share = profile_share(cx, built)

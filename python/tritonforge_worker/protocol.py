@@ -74,6 +74,13 @@ class Tolerance:
 
 
 @dataclass
+class RuntimePolicy:
+    allow_aten: List[str]
+    allow_torch_compute: bool
+    min_kernel_share: float
+
+
+@dataclass
 class EvalJob:
     problem: SourceFile
     candidate: SourceFile
@@ -87,7 +94,7 @@ class EvalJob:
     speedup_cap: float
     profile: bool
     compile_baseline: bool
-    allow_aten: Optional[List[str]]
+    runtime: RuntimePolicy
     shape_check: Optional[Dict[str, Any]]
     gpu_memory_fraction: Optional[float] = None
 
@@ -165,6 +172,7 @@ class Provenance:
     calls: int
     calls_without_launch: int
     gpu_share: Optional[float]
+    window_share: Optional[float] = None
 
 
 @dataclass

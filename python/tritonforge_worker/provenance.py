@@ -6,11 +6,19 @@ the candidate's file. On a GPU every compiled launch passes Triton's
 candidate's kernels are read from their JIT caches. Under the interpreter
 (CPU mode) there are no handles, so `InterpretedFunction.run` is wrapped.
 A forward that launched none of them is PyTorch in disguise (or a decoy).
+
+Time inside a launch path (`JITFunction.run`, compiles included, and the
+interpreter's `InterpretedFunction.run`) is counted per thread, so that the
+runtime layers leave Triton's own work alone (the interpreter copies tensors with
+ATen operators; a compile spawns `ptxas` and opens cache files). On a GPU the
+enter and exit hooks can also record CUDA events around each launch, from which
+the candidate kernels' share of a forward's GPU window is measured.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Set
+import threading
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .protocol import KernelLaunches, Provenance
 
@@ -32,9 +40,12 @@ class LaunchRecorder:
         self._resolved_at = -1
         self.calls = 0
         self.calls_without_launch = 0
-        # Inside one of Triton's launch paths (the interpreter copies tensors with ATen ops).
-        self.launch_depth = 0
+        # Depth inside one of Triton's launch paths, per thread.
+        self._depth: Dict[int, int] = {}
         self._hook: Optional[Callable[..., None]] = None
+        self._exit_hook: Optional[Callable[..., None]] = None
+        # While a list: (handle, stream, start event, end event) of every launch (GPU share).
+        self.marks: Optional[List[List[Any]]] = None
         self._patched: Dict[Any, Any] = {}
         self._originals: Dict[Any, Any] = {}
 
@@ -68,17 +79,35 @@ class LaunchRecorder:
         orig_interp_run = interp.InterpretedFunction.run
         self._originals[(interp.InterpretedFunction, "run")] = orig_interp_run
 
+        depth = self._depth
+        ident = threading.get_ident
+
         def interp_run(self: Any, *args: Any, grid: Any, warmup: Any, **kwargs: Any) -> Any:
             if not warmup and id(self) in recorder.own_ids:
                 recorder.interp_counts[id(self)] = recorder.interp_counts.get(id(self), 0) + 1
-            recorder.launch_depth += 1
+            t = ident()
+            depth[t] = depth.get(t, 0) + 1
             try:
                 return orig_interp_run(self, *args, grid=grid, warmup=warmup, **kwargs)
             finally:
-                recorder.launch_depth -= 1
+                depth[t] -= 1
 
         interp.InterpretedFunction.run = interp_run
         self._patched[(interp.InterpretedFunction, "run")] = interp_run
+
+        orig_jit_run = jit.JITFunction.run
+        self._originals[(jit.JITFunction, "run")] = orig_jit_run
+
+        def jit_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            t = ident()
+            depth[t] = depth.get(t, 0) + 1
+            try:
+                return orig_jit_run(self, *args, **kwargs)
+            finally:
+                depth[t] -= 1
+
+        jit.JITFunction.run = jit_run
+        self._patched[(jit.JITFunction, "run")] = jit_run
 
         # Compiling is CPU work: let other candidates use the GPU meanwhile.
         orig_compile = jit.JITFunction._do_compile
@@ -103,12 +132,22 @@ class LaunchRecorder:
                 streams[handle] = {stream}
             elif stream not in seen:
                 seen.add(stream)
+            if recorder.marks is not None:
+                recorder.marks.append([handle, stream, _event(stream), None])
+
+        def exit_hook(metadata: Any) -> None:
+            marks = recorder.marks
+            if marks and marks[-1][3] is None:
+                marks[-1][3] = _event(marks[-1][1])
 
         self._hook = hook
+        self._exit_hook = exit_hook
         knobs.runtime.launch_enter_hook.add(hook)
+        knobs.runtime.launch_exit_hook.add(exit_hook)
 
     def in_launch(self) -> bool:
-        return self.launch_depth > 0
+        """True inside one of Triton's launch paths on the calling thread."""
+        return self._depth.get(threading.get_ident(), 0) > 0
 
     def uninstall(self) -> None:
         """Put back what `install` replaced (after the worker's own warm-up)."""
@@ -118,6 +157,8 @@ class LaunchRecorder:
             setattr(cls, name, orig)
         if self._hook is not None:
             knobs.runtime.launch_enter_hook.remove(self._hook)
+        if self._exit_hook is not None:
+            knobs.runtime.launch_exit_hook.remove(self._exit_hook)
 
     def check_intact(self) -> None:
         """Raise if anything the recorder installed was removed or replaced."""
@@ -126,9 +167,11 @@ class LaunchRecorder:
         for (cls, name), fn in self._patched.items():
             if cls.__dict__.get(name) is not fn:
                 raise Tampered(f"{cls.__name__}.{name} was replaced")
-        calls = getattr(knobs.runtime.launch_enter_hook, "calls", None)
-        if not isinstance(calls, list) or self._hook not in calls:
-            raise Tampered("Triton's launch_enter_hook chain was changed")
+        for chain, hook in ((knobs.runtime.launch_enter_hook, self._hook),
+                            (knobs.runtime.launch_exit_hook, self._exit_hook)):
+            calls = getattr(chain, "calls", None)
+            if not isinstance(calls, list) or hook not in calls:
+                raise Tampered("Triton's launch hook chains were changed")
 
     def _resolve(self) -> None:
         """Map compiled-kernel handles back to the candidate's kernels (only when new handles appeared)."""
@@ -167,6 +210,18 @@ class LaunchRecorder:
         self.calls_without_launch += 1
         return False
 
+    def own_gpu_ms(self, marks: List[List[Any]]) -> Tuple[float, int]:
+        """GPU milliseconds between the events around each launch of the candidate's own
+        kernels in `marks` (synchronised before), and how many launches were measured."""
+        self._resolve()
+        total = 0.0
+        n = 0
+        for handle, _, start, end in marks:
+            if handle in self.own_handles and start is not None and end is not None:
+                total += float(start.elapsed_time(end))
+                n += 1
+        return total, n
+
     def kernel_names(self) -> Set[str]:
         self._resolve()
         names = set(self.own_handles.values())
@@ -186,3 +241,13 @@ class LaunchRecorder:
         kernels = [KernelLaunches(name=k, launches=v) for k, v in sorted(per_name.items())]
         return Provenance(kernels=kernels, calls=self.calls, calls_without_launch=self.calls_without_launch,
                           gpu_share=gpu_share)
+
+
+def _event(stream: Any) -> Any:
+    """A timing CUDA event recorded now on the stream with this raw handle."""
+    import torch
+
+    ev = torch.cuda.Event(enable_timing=True)
+    current = torch.cuda.current_stream()
+    ev.record(current if current.cuda_stream == stream else torch.cuda.ExternalStream(stream))
+    return ev

@@ -1,15 +1,17 @@
-"""Runtime companions of the static guard: what no pass over the source can see.
+"""The evaluator's runtime layers: what no pass over the source can see.
 
-The static rules read the candidate's file; a forward can still reach PyTorch by routes
-no AST shows (a `getattr` with a built string, `sys.modules`, builtins). So while a
-forward runs, the ATen operators it dispatches are recorded and any compute operator
-the policy does not allow is named (`AtenRecorder`); reads of tensor data on the host
-are named too. Around every call, the functions the evaluator relies on (clocks,
-synchronisation, comparisons, this package's own) must be the very objects they were
-before the candidate was imported (`Integrity`), no thread the candidate started may
-still run, and on a GPU the caching allocator's free blocks are filled with NaN before
-the candidate allocates (`poison_free_blocks`), so memory holding a freed right answer
-is never handed to it.
+A forward can reach PyTorch by routes no AST shows (a `getattr` with a built string,
+`sys.modules`, builtins, a thread). So while a watched forward runs, the ATen operators it
+dispatches, on its own thread and on every thread the candidate started, are recorded and
+any compute operator the runtime policy does not allow is named with the candidate's
+source line that dispatched it (`AtenRecorder`); reads of tensor data on the host are
+named too, and so is a dispatch or function mode of the candidate's own. Around every
+call, the functions the evaluator relies on (clocks, synchronisation, comparisons, this
+package's own, the thread and mode wrappers installed here) must be the very objects they
+were before the candidate was imported (`Integrity`), no thread the candidate started may
+still run, and on a GPU the caching allocator's free blocks are filled with NaN before the
+candidate allocates (`poison_free_blocks`), so memory holding a freed right answer is never
+handed to it.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from __future__ import annotations
 import _thread
 import builtins
 import sys
+import threading
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
-# Reads of tensor data into host Python objects. On a GPU these also dispatch a
-# device-to-host copy; on the CPU they dispatch nothing, so they are wrapped.
+from .audit import site
+
 _HOST_READS = ("numpy", "tolist", "__array__", "item")
 
 
@@ -60,6 +63,16 @@ class Integrity:
             event = getattr(cuda, "Event", None)
             if isinstance(event, type):
                 self._add("torch.cuda.Event", event, ("record", "elapsed_time", "synchronize", "query", "wait"))
+        # The thread and mode wrappers: putting the originals back would hide work from the recorder.
+        self._add("_thread", _thread, ("start_new_thread", "start_joinable_thread"))
+        self._add("threading", threading, ("_start_new_thread", "_start_joinable_thread"))
+        import torch.overrides as ov
+        import torch.utils._python_dispatch as pd
+
+        self._add("torch._C", torch._C, ("_push_on_torch_dispatch_stack", "_push_on_torch_function_stack"))
+        self._add("torch.utils._python_dispatch", pd, ("_push_mode", "_push_on_torch_dispatch_stack"))
+        self._add("torch.overrides", ov, ("_push_mode", "_push_on_torch_function_stack"))
+        self._add("sys", sys, ("addaudithook", "audit", "_getframe"))
         try:
             import triton.testing
 
@@ -99,55 +112,101 @@ class Integrity:
 
 
 class AtenRecorder:
-    """Records the ATen operators a forward dispatches outside the candidate's kernel launches."""
+    """Records the ATen operators a watched forward dispatches outside the candidate's
+    kernel launches, on its own thread and on threads the candidate started; names each
+    one the policy does not allow with the candidate's line that dispatched it."""
 
-    def __init__(self, torch: Any, allow: Iterable[str], in_launch: Callable[[], bool], device_type: str) -> None:
+    def __init__(self, torch: Any, allow: Iterable[str], allow_compute: bool, candidate: str, lines: List[str],
+                 in_launch: Callable[[], bool], device_type: str) -> None:
         from torch.utils._python_dispatch import TorchDispatchMode
 
         self.torch = torch
         self.allow: FrozenSet[str] = frozenset(allow)
+        self.allow_compute = allow_compute
+        self.candidate = candidate
+        self.lines = lines
         self.device_type = device_type
         self.denied: Dict[str, int] = {}
         self.host_reads: Dict[str, int] = {}
+        # First site of each denied operator or host read, and foreign modes seen.
+        self.sites: Dict[str, str] = {}
+        self.modes: List[str] = []
+        # Foreign modes pushed outside a watched forward (the candidate's import, `__init__`).
+        self.pushed_before: List[str] = []
         recorder = self
 
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func: Any, types: Any, args: Tuple[Any, ...] = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
                 out = func(*args, **kwargs)
-                if not in_launch():
-                    recorder._note(func, args, out)
+                recorder._note(func, args, out, in_launch())
                 return out
 
         self._mode_cls = _Mode
+        _OURS.add(_Mode)
+        global _CURRENT
+        _CURRENT = self
         self._mode: Optional[Any] = None
         self.in_launch = in_launch
         _install_host_reads(torch)
+        install_thread_and_mode_watch(torch)
 
-    def _note(self, func: Any, args: Tuple[Any, ...], out: Any) -> None:
+    def _note(self, func: Any, args: Tuple[Any, ...], out: Any, launching: bool) -> None:
         ns = getattr(func, "namespace", "")
         name = func.overloadpacket.__name__
-        if name in ("_to_copy", "copy_", "_copy_from", "_copy_from_and_resize") and self.device_type != "cpu":
+        if launching:
+            # Inside a launch path the interpreter moves arguments with these; anything else
+            # there is code of the candidate's run by a launch (a kernel body under the
+            # interpreter, a pre-run hook, a launch_metadata callback).
+            if ns == "aten" and name in _LAUNCH_OPS:
+                return
+        elif name in ("_to_copy", "copy_", "_copy_from", "_copy_from_and_resize") and self.device_type != "cpu":
             # A copy out of the device into host memory is a host round-trip of tensor data.
             src = args[1] if name == "copy_" and len(args) > 1 else (args[0] if args else None)
             dst = args[0] if name in ("copy_", "_copy_from_and_resize") else out
             if name == "_copy_from" and len(args) > 1:
                 src, dst = args[0], args[1]
             if _dev(src) == self.device_type and _dev(dst) == "cpu":
-                self.host_reads[f"aten::{name} to host"] = self.host_reads.get(f"aten::{name} to host", 0) + 1
+                self.host_read(f"aten::{name} to host")
                 return
         if name == "_local_scalar_dense":
-            self.host_reads["aten::_local_scalar_dense (.item())"] = self.host_reads.get(
-                "aten::_local_scalar_dense (.item())", 0) + 1
+            self.host_read("aten::_local_scalar_dense (.item())")
             return
         full = name if ns == "aten" else f"{ns}::{name}"
-        if full not in self.allow:
-            self.denied[f"{ns}::{name}"] = self.denied.get(f"{ns}::{name}", 0) + 1
+        if full in self.allow or self.allow_compute:
+            return
+        key = f"{ns}::{name}"
+        n = self.denied.get(key, 0)
+        self.denied[key] = n + 1
+        if n == 0:
+            self.sites[key] = site(sys._getframe(2), self.candidate, self.lines)
+
+    def host_read(self, what: str) -> None:
+        n = self.host_reads.get(what, 0)
+        self.host_reads[what] = n + 1
+        if n == 0:
+            self.sites[what] = site(sys._getframe(2), self.candidate, self.lines)
+
+    def foreign_mode(self, mode: Any, how: str) -> None:
+        found = self.modes if self is _ACTIVE else self.pushed_before
+        what = f"{how} {type(mode).__name__} at {site(sys._getframe(2), self.candidate, self.lines)}"
+        if len(found) < 4 and what not in found:  # `_push_mode` and the push it calls are both wrapped
+            found.append(what)
 
     def __enter__(self) -> "AtenRecorder":
         global _ACTIVE
         self.denied = {}
         self.host_reads = {}
+        self.sites = {}
+        self.modes = []
+        torch = self.torch
+        # A mode already on either stack (left by `__init__` or an earlier call) would see
+        # every operator before or after ours and could answer for it.
+        pushed = f" ({'; '.join(self.pushed_before)})" if self.pushed_before else ""
+        if torch._C._len_torch_dispatch_stack() > 0:
+            self.modes.append(f"a dispatch mode was already active when forward was called{pushed}")
+        if any(not _allowed_mode(m) for m in _function_modes(torch)):
+            self.modes.append(f"a torch function mode was already active when forward was called{pushed}")
         self._mode = self._mode_cls()
         self._mode.__enter__()
         _ACTIVE = self
@@ -163,22 +222,117 @@ class AtenRecorder:
         if mode is not None:
             mode.__exit__(*exc)
         if current is not mode:
-            self.denied["dispatch mode stack changed during forward"] = 1
+            self.modes.append("the dispatch mode stack changed during forward")
+        if any(not _allowed_mode(m) for m in _function_modes(self.torch)):
+            self.modes.append("a torch function mode was left active after forward")
 
-    def findings(self) -> List[str]:
-        """What the last watched forward did that the policy forbids, as short phrases."""
-        out: List[str] = []
+    def findings(self) -> List[Tuple[str, str]]:
+        """What the last watched forward did that the policy forbids: (tag, phrase) pairs."""
+        out: List[Tuple[str, str]] = []
         if self.denied:
-            ops = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(self.denied.items()))
-            out.append(f"ran PyTorch compute operators the policy does not allow ({ops})")
+            ops = "; ".join(f"{k}{f' x{v}' if v > 1 else ''} at {self.sites.get(k, '?')}"
+                            for k, v in sorted(self.denied.items()))
+            out.append(("runtime-aten", f"ran PyTorch compute operators the runtime policy does not allow ({ops})"))
         if self.host_reads:
-            reads = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(self.host_reads.items()))
-            out.append(f"read tensor data on the host ({reads})")
+            reads = "; ".join(f"{k}{f' x{v}' if v > 1 else ''} at {self.sites.get(k, '?')}"
+                              for k, v in sorted(self.host_reads.items()))
+            out.append(("runtime-aten", f"read tensor data on the host ({reads})"))
+        if self.modes:
+            out.append(("runtime-mode", "used a dispatch or function mode of its own ("
+                        + "; ".join(self.modes) + "), which could answer for operators unseen"))
         return out
 
 
+# What Triton's launch paths dispatch themselves (the interpreter's argument copies).
+_LAUNCH_OPS = frozenset({"empty", "new_empty", "empty_like", "empty_strided", "set_", "copy_", "_to_copy", "clone",
+                         "detach", "alias", "view", "_unsafe_view", "as_strided", "contiguous",
+                         "_local_scalar_dense"})
+
 _ACTIVE: Optional[AtenRecorder] = None
+# The recorder of the evaluation in progress (watching or not): foreign modes pushed
+# outside a watched forward are noted there, so that the forward that finds one can name it.
+_CURRENT: Optional[AtenRecorder] = None
 _HOST_READS_INSTALLED = False
+_WATCH_INSTALLED = False
+# Mode classes of our own (the recorder's, the thread recorder's): never foreign.
+_OURS: set = set()
+
+
+def _function_modes(torch: Any) -> List[Any]:
+    n = torch._C._len_torch_function_stack()
+    return [torch._C._get_function_stack_at(i) for i in range(n)] if n else []
+
+
+def _allowed_mode(mode: Any) -> bool:
+    """Modes torch itself pushes in an honest forward (`with torch.device(...)`), or ours."""
+    name = type(mode).__module__ + "." + type(mode).__qualname__
+    return type(mode) in _OURS or name == "torch.utils._device.DeviceContext"
+
+
+def install_thread_and_mode_watch(torch: Any) -> None:
+    """Once per process, before any candidate code runs: every thread started through
+    `_thread`/`threading` runs its target under a dispatch mode that reports into the
+    recorder of the watched forward in progress (`TorchDispatchMode` is per thread, so a
+    thread would compute unseen), and every dispatch or function mode pushed during a
+    watched forward is checked against ours."""
+    global _WATCH_INSTALLED
+    if _WATCH_INSTALLED:
+        return
+    _WATCH_INSTALLED = True
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _ThreadMode(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            rec = _ACTIVE
+            if rec is not None:
+                rec._note(func, args, out, rec.in_launch())
+            return out
+
+    _OURS.add(_ThreadMode)
+
+    def watched(function: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with _ThreadMode():
+                return function(*args, **kwargs)
+
+        return run
+
+    def wrap_start(orig: Any) -> Any:
+        def start(function: Any, *args: Any, **kwargs: Any) -> Any:
+            return orig(watched(function), *args, **kwargs)
+
+        start.__name__ = getattr(orig, "__name__", "start_new_thread")
+        return start
+
+    for owner, name in ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
+                        (threading, "_start_new_thread"), (threading, "_start_joinable_thread")):
+        orig = getattr(owner, name, None)
+        if orig is not None:
+            setattr(owner, name, wrap_start(orig))
+
+    def wrap_push(orig: Any, how: str) -> Any:
+        def push(mode: Any, *args: Any, **kwargs: Any) -> Any:
+            rec = _ACTIVE or _CURRENT
+            if rec is not None and not _allowed_mode(mode) and not rec.in_launch():
+                rec.foreign_mode(mode, how)
+            return orig(mode, *args, **kwargs)
+
+        push.__name__ = getattr(orig, "__name__", "push")
+        return push
+
+    import torch.overrides as ov
+    import torch.utils._python_dispatch as pd
+
+    for owner, name, how in ((torch._C, "_push_on_torch_dispatch_stack", "pushed dispatch mode"),
+                             (torch._C, "_push_on_torch_function_stack", "pushed function mode"),
+                             (pd, "_push_mode", "pushed dispatch mode"),
+                             (pd, "_push_on_torch_dispatch_stack", "pushed dispatch mode"),
+                             (ov, "_push_mode", "pushed function mode"),
+                             (ov, "_push_on_torch_function_stack", "pushed function mode")):
+        orig = getattr(owner, name, None)
+        if orig is not None:
+            setattr(owner, name, wrap_push(orig, how))
 
 
 def _install_host_reads(torch: Any) -> None:
@@ -197,7 +351,7 @@ def _install_host_reads(torch: Any) -> None:
             def host_read(self: Any, *args: Any, **kwargs: Any) -> Any:
                 rec = _ACTIVE
                 if rec is not None and not rec.in_launch():
-                    rec.host_reads[name] = rec.host_reads.get(name, 0) + 1
+                    rec.host_read(f"Tensor.{name}")
                 return orig(self, *args, **kwargs)
 
             host_read.__name__ = name

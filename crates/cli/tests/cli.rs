@@ -468,10 +468,12 @@ fn pytorch_in_disguise_decoys_and_hook_tampering_are_rejected_at_run_time() {
         &["--trials", "4"],
     );
     assert_eq!(code, 0, "{rec}");
-    assert_eq!(rec["provenance"]["calls"], 4, "{rec}");
+    // 4 trials, then the re-call check: 3 to 6 more calls (how many is random).
+    let calls = rec["provenance"]["calls"].as_u64().unwrap();
+    assert!((7..=10).contains(&calls), "{rec}");
     assert_eq!(rec["provenance"]["calls_without_launch"], 0, "{rec}");
     assert_eq!(rec["provenance"]["kernels"][0]["name"], "relu_kernel");
-    assert_eq!(rec["provenance"]["kernels"][0]["launches"], 4);
+    assert_eq!(rec["provenance"]["kernels"][0]["launches"].as_u64(), Some(calls));
 }
 
 #[test]
@@ -493,8 +495,11 @@ fn the_sandbox_stops_writes_outside_scratch_and_network_connections() {
         eprintln!("landlock unavailable here; sandbox escape checks skipped: {notes}");
         return;
     }
-    assert_eq!(rec["status"], "runtime_error", "{rec}");
-    assert!(rec["message"].as_str().unwrap().contains("PermissionError"), "{rec}");
+    // The audit hook names the open (the runtime layers run without the guard too); the
+    // sandbox is what stopped the write: `open` raised PermissionError.
+    assert_eq!(rec["status"], "rejected", "{rec}");
+    let msg = rec["message"].as_str().unwrap();
+    assert!(msg.contains("[runtime-audit]") && msg.contains("PermissionError"), "{rec}");
     assert!(!target.exists(), "the candidate wrote outside its scratch dir");
 
     let (code, rec, _) = eval_one(

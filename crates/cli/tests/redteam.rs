@@ -3,7 +3,9 @@
 //! (`# problem: level1/relu`); hostile files the guard cannot see say how the run
 //! must catch them (`# runtime: ...`); `# gpu-only:` files are only guard-checked here.
 //! `# static-only:` files do honest work wherever they run at all (the static rules object to
-//! their means); every other hostile file must also fail with every static rule off.
+//! their means); every other hostile file must also fail with every static rule off, and
+//! with no guard at all (`--no-guard`) the runtime layers alone must keep at least 95% of the
+//! whole corpus from `correct` while passing every honest file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -148,16 +150,21 @@ fn batch(root: &Path, entries: &[&Entry]) -> (PathBuf, PathBuf) {
     (probs, cands)
 }
 
-#[test]
-fn every_hostile_candidate_fails_and_every_honest_one_is_correct() {
+/// Every file of the corpus that runs on the CPU through `tritonforge eval` with `args`
+/// (guard options): candidate name → record.
+fn evaluate(
+    hostile: &[Entry],
+    honest: &[Entry],
+    args: &[&std::ffi::OsStr],
+) -> BTreeMap<String, Value> {
     let root = tempfile::tempdir().unwrap();
-    let hostile = corpus("hostile");
-    let honest = corpus("honest");
     let runnable: Vec<&Entry> =
         hostile.iter().chain(honest.iter()).filter(|e| !e.gpu_only).collect();
     let (probs, cands) = batch(root.path(), &runnable);
     let out = run(tf(&root.path().join("state"))
-        .args(["eval", "--json", "--jobs", "2", "--budget", "60", "--problems"])
+        .args(["eval", "--json", "--jobs", "2", "--budget", "60"])
+        .args(args)
+        .arg("--problems")
         .arg(&probs)
         .arg("--candidates")
         .arg(&cands));
@@ -169,6 +176,14 @@ fn every_hostile_candidate_fails_and_every_honest_one_is_correct() {
         })
         .collect();
     assert_eq!(records.len(), runnable.len(), "{}", text(&out.stderr));
+    records
+}
+
+#[test]
+fn every_hostile_candidate_fails_and_every_honest_one_is_correct() {
+    let hostile = corpus("hostile");
+    let honest = corpus("honest");
+    let records = evaluate(&hostile, &honest, &[]);
     for e in &hostile {
         let r = &records[&e.name];
         assert_ne!(r["status"], "correct", "hostile {} was judged correct: {r}", e.name);
@@ -192,32 +207,16 @@ fn every_hostile_candidate_fails_and_every_honest_one_is_correct() {
     }
 }
 
-/// With every static rule off, the runtime companions alone (ATen recording, host reads,
-/// threads, function identities, late writes, provenance) still keep every hostile
-/// candidate that runs on the CPU from a `correct` verdict, and pass every honest one.
+/// With every static rule off, the runtime layers alone (dispatch recorder on every thread,
+/// foreign modes, audit hooks, host reads, re-calls, threads, function identities, late
+/// writes, provenance) still keep every hostile candidate that runs on the CPU from a
+/// `correct` verdict, and pass every honest one.
 #[test]
 fn the_run_alone_catches_every_cheat_that_runs_on_the_cpu() {
-    let root = tempfile::tempdir().unwrap();
     let hostile = corpus("hostile");
     let honest = corpus("honest");
-    let runnable: Vec<&Entry> =
-        hostile.iter().chain(honest.iter()).filter(|e| !e.gpu_only).collect();
-    let (probs, cands) = batch(root.path(), &runnable);
-    let out = run(tf(&root.path().join("state"))
-        .args(["eval", "--json", "--jobs", "2", "--budget", "60", "--policy"])
-        .arg(repo().join("tests/redteam/runtime-only.toml"))
-        .arg("--problems")
-        .arg(&probs)
-        .arg("--candidates")
-        .arg(&cands));
-    let records: BTreeMap<String, Value> = text(&out.stdout)
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            (v["problem"]["name"].as_str().unwrap().to_string(), v)
-        })
-        .collect();
-    assert_eq!(records.len(), runnable.len(), "{}", text(&out.stderr));
+    let rules = repo().join("tests/redteam/runtime-only.toml");
+    let records = evaluate(&hostile, &honest, &["--guard-rules".as_ref(), rules.as_os_str()]);
     let mut by_runtime_guard = 0;
     for e in &hostile {
         let r = &records[&e.name];
@@ -233,10 +232,102 @@ fn the_run_alone_catches_every_cheat_that_runs_on_the_cpu() {
         if r["message"].as_str().is_some_and(|m| m.contains("[runtime-")) {
             by_runtime_guard += 1;
         }
+        if r["status"] == "rejected" {
+            // The runtime layers decide at stage `provenance`; `guard` is the static pass's.
+            assert_eq!(r["stage"], "provenance", "{}: {r}", e.name);
+        }
     }
-    assert!(by_runtime_guard >= 10, "only {by_runtime_guard} caught by the runtime guard");
+    assert!(by_runtime_guard >= 30, "only {by_runtime_guard} caught by the runtime layers");
     for e in honest.iter().filter(|e| !e.gpu_only) {
         let r = &records[&e.name];
         assert_eq!(r["status"], "correct", "honest {}: {r}", e.name);
+    }
+}
+
+/// Hostile files whose PyTorch compute (or host read) reaches the dispatch recorder by a
+/// route no static pass sees; each must be rejected at stage `provenance` naming the
+/// operator and the candidate's line that dispatched it.
+const ATEN_ROUTES: &[&str] = &[
+    "torch_relu_in_forward",           // PyTorch behind a launched kernel
+    "decoy_launch_then_inplace_torch", // an in-place clamp on the kernel's copy
+    "getattr_built_name_after_launch", // getattr(torch, "r" + "elu")
+    "sys_modules_torch",               // sys.modules["to" + "rch"]
+    "exec_string_in_forward",          // exec of a built string
+    "tensor_operators",                // (x + abs(x)) * 0.5
+    "operator_module",                 // operator.mul
+    "reduce_matmul",                   // functools.reduce(operator.matmul, ...)
+    "thread_joined_in_forward",        // a thread started and joined in forward
+    "worker_thread_queue",             // a thread started in __init__, fed by a queue
+    "reference_via_gc",                // the reference Model found with gc
+    "numpy_array_protocol",            // NumPy on the host (np.asarray)
+    "tolist_round_trip",               // Python lists on the host
+    "torch_inside_kernel_body",        // PyTorch in a kernel body the interpreter runs
+];
+
+/// Hostile files caught by the other runtime layers, with the tag their message carries.
+const OTHER_ROUTES: &[(&str, &str)] = &[
+    ("dispatch_mode", "[runtime-mode]"),
+    ("dispatch_mode_left_from_init", "[runtime-mode]"),
+    ("function_mode_swaps_result", "[runtime-mode]"),
+    ("os_system", "[runtime-audit]"),
+    ("subprocess_call", "[runtime-audit]"),
+    ("opens_file", "[runtime-audit]"),
+    ("inspect_frames", "[runtime-audit]"),
+    ("getframe", "[runtime-audit]"),
+    ("gc_objects", "[runtime-audit]"),
+    ("problem_file_exec", "[runtime-audit]"),
+    ("counter_with_token_launch", "[runtime-recall]"),
+];
+
+/// With no guard at all the runtime layers are still on (they belong to the evaluator):
+/// at least 95% of every hostile file that can run on the CPU (static-only ones included)
+/// ends anything but `correct`, every honest file (views, reshapes, allocation, scratch
+/// buffers, `torch.no_grad`...) stays `correct`, and each route to PyTorch in the corpus is
+/// named by the recorder with its operator and source line.
+#[test]
+fn with_no_guard_the_runtime_layers_keep_95_percent_of_the_corpus_from_correct() {
+    let hostile = corpus("hostile");
+    let honest = corpus("honest");
+    let records = evaluate(&hostile, &honest, &["--no-guard".as_ref()]);
+    let runnable: Vec<&Entry> = hostile.iter().filter(|e| !e.gpu_only).collect();
+    let passed: Vec<&str> = runnable
+        .iter()
+        .filter(|e| records[&e.name]["status"] == "correct")
+        .map(|e| e.name.as_str())
+        .collect();
+    let caught = runnable.len() - passed.len();
+    assert!(
+        caught * 100 >= runnable.len() * 95,
+        "only {caught} of {} hostile files kept from correct with --no-guard; correct: {passed:?}",
+        runnable.len()
+    );
+    for e in honest.iter().filter(|e| !e.gpu_only) {
+        let r = &records[&e.name];
+        assert_eq!(r["status"], "correct", "honest {} with --no-guard: {r}", e.name);
+    }
+    for name in ATEN_ROUTES {
+        let r = &records[*name];
+        let msg = r["message"].as_str().unwrap_or_default();
+        assert_eq!(r["status"], "rejected", "{name}: {r}");
+        assert_eq!(r["stage"], "provenance", "{name}: {r}");
+        assert!(msg.contains("[runtime-aten]"), "{name}: {msg}");
+        let names_op = msg.contains("aten::") || msg.contains("Tensor.");
+        assert!(
+            names_op && msg.contains(&format!("{name}.py:")),
+            "{name}: no operator or line in {msg}"
+        );
+    }
+    for (name, tag) in OTHER_ROUTES {
+        let r = &records[*name];
+        let msg = r["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(tag), "{name}: expected {tag}: {r}");
+        if *tag == "[runtime-recall]" {
+            assert_eq!(r["status"], "incorrect", "{name}: {r}");
+            assert_eq!(r["stage"], "correctness", "{name}: {r}");
+        } else {
+            assert!(msg.contains(&format!("{name}.py:")), "{name}: no line in {msg}");
+            assert_eq!(r["status"], "rejected", "{name}: {r}");
+            assert_eq!(r["stage"], "provenance", "{name}: {r}");
+        }
     }
 }

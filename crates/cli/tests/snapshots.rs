@@ -20,6 +20,8 @@ fn settings() -> insta::Settings {
     s.add_filter(r"torch [^ ,)|]+", "torch [v]");
     s.add_filter(r"triton [^ ,)|]+", "triton [v]");
     s.add_filter(r"max abs err [0-9.e-]+", "max abs err [err]");
+    // The re-call check makes a random number of further calls.
+    s.add_filter(r"x\d+ \(\d+ of \d+ calls", "x[n] ([n] of [n] calls");
     // The batch table's wall-clock column.
     s.add_filter(r"(?m) +\d+\.\d\d  (hit|-)$", " [wall]  $1");
     s

@@ -12,8 +12,8 @@ use sha2::{Digest, Sha256};
 use tritonforge_protocol::record::RECORD_SCHEMA;
 use tritonforge_protocol::{
     DeviceKind, EnvInfo, EvalConfig, EvalJob, EvalRecord, FindingSeverity, GuardFinding, MemoryUse,
-    Message, Outcome, ProblemCheckJob, ProblemError, ProblemReport, ProtocolError, SourceFile,
-    SourceRef, Stage, Status, TimingStats, Verdict, PROTOCOL_VERSION,
+    Message, Outcome, ProblemCheckJob, ProblemError, ProblemReport, ProtocolError, RuntimePolicy,
+    SourceFile, SourceRef, Stage, Status, TimingStats, Verdict, PROTOCOL_VERSION,
 };
 use tritonforge_store::{Store, StoreError};
 use tritonforge_suite::{Candidate, Problem, SuiteError};
@@ -93,6 +93,7 @@ struct KeyParts<'a> {
     candidate: (&'a str, String),
     config: &'a EvalConfig,
     env: &'a EnvInfo,
+    runtime: &'a RuntimePolicy,
 }
 
 /// The content hash of an evaluation: same inputs, same key, same verdict.
@@ -102,8 +103,10 @@ pub fn cache_key(
     candidate: &Candidate,
     config: &EvalConfig,
     env: &EnvInfo,
+    runtime: &RuntimePolicy,
 ) -> String {
     let parts = KeyParts {
+        runtime,
         schema: RECORD_SCHEMA,
         protocol: PROTOCOL_VERSION,
         worker: worker_fingerprint,
@@ -177,7 +180,29 @@ impl Evaluator {
             candidate,
             &self.effective(config),
             self.pool.environment(),
+            &self.runtime_policy(problem),
         )
+    }
+
+    /// What the runtime layers allow `problem`'s forward: the guard rules' when a guard
+    /// runs, else the evaluator's default (the default rules' lists and knobs), with the
+    /// problem's level's relaxations. Sent with every job: the dispatch recorder, mode and
+    /// audit checks run whether or not the static guard does.
+    pub fn runtime_policy(&self, problem: &Problem) -> RuntimePolicy {
+        let default;
+        let rules = match &self.guard {
+            Some((rules, _)) => rules,
+            None => {
+                default = tritonforge_guard::GuardRules::default();
+                &default
+            }
+        };
+        let r = rules.runtime_for(&problem.name);
+        RuntimePolicy {
+            allow_aten: r.allow_aten.into_iter().collect(),
+            allow_torch_compute: r.allow_torch_compute,
+            min_kernel_share: r.min_kernel_share,
+        }
     }
 
     fn cached(&self, key: &str) -> Result<Option<EvalRecord>, EvalError> {
@@ -263,7 +288,7 @@ impl Evaluator {
             speedup_cap: config.speedup_cap,
             profile: config.profile,
             compile_baseline: false,
-            allow_aten: self.guard.as_ref().map(|(p, _)| p.allow_aten.iter().cloned().collect()),
+            runtime: self.runtime_policy(problem),
             shape_check: config.shape_check.clone(),
             gpu_memory_fraction: None,
         };

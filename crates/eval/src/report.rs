@@ -110,8 +110,11 @@ pub fn verdict_text(ev: &Evaluation) -> String {
     if let Some(p) = &r.verdict.provenance {
         let kernels: Vec<String> =
             p.kernels.iter().map(|k| format!("{} x{}", k.name, k.launches)).collect();
-        let share =
+        let mut share =
             p.gpu_share.map(|x| format!(", {:.0}% of GPU time", x * 100.0)).unwrap_or_default();
+        if let Some(x) = p.window_share {
+            share.push_str(&format!(", {:.0}% of the watched calls' GPU window", x * 100.0));
+        }
         let _ = writeln!(
             s,
             "kernels:   {} ({} of {} calls launched one{share})",

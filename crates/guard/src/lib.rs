@@ -64,6 +64,87 @@ pub struct GuardRules {
     /// static pass can (`getattr` with built strings, `sys.modules`, tensor operators).
     #[serde(default = "default_allowed_aten")]
     pub allow_aten: BTreeSet<String>,
+    /// The runtime layers' knobs (`[runtime]`), relaxed per level.
+    #[serde(default)]
+    pub runtime: RuntimeRules,
+}
+
+/// `[runtime]`: what the executor's runtime layers allow beyond `allow_aten`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeRules {
+    /// Any ATen operator may run in `forward` (PyTorch and Triton mixed).
+    #[serde(default)]
+    pub allow_torch_compute: bool,
+    /// The least share of a watched forward's GPU window the candidate's own kernels must
+    /// fill (GPU timing phase); 0 turns the check off.
+    #[serde(default = "default_min_kernel_share")]
+    pub min_kernel_share: f64,
+    /// Relaxations for the problems of one level (`[runtime.levels.level3]`: problems named
+    /// `level3/...`); what a level does not name stays as above.
+    #[serde(default)]
+    pub levels: BTreeMap<String, LevelRules>,
+}
+
+/// `[runtime.levels.<level>]`: the runtime knobs for one level's problems.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LevelRules {
+    #[serde(default)]
+    pub allow_torch_compute: Option<bool>,
+    #[serde(default)]
+    pub min_kernel_share: Option<f64>,
+    /// Added to `allow_aten` for this level.
+    #[serde(default)]
+    pub allow_aten: BTreeSet<String>,
+}
+
+impl Default for RuntimeRules {
+    fn default() -> Self {
+        RuntimeRules {
+            allow_torch_compute: false,
+            min_kernel_share: default_min_kernel_share(),
+            levels: BTreeMap::new(),
+        }
+    }
+}
+
+/// The default least share of a watched forward's GPU window the candidate's own kernels
+/// must fill. Low on purpose: a forward that also copies or fills buffers with PyTorch is
+/// honest; NumPy on the host, or PyTorch the recorder could not see, leaves the candidate's
+/// kernels a sliver of the window.
+pub const DEFAULT_MIN_KERNEL_SHARE: f64 = 0.1;
+
+fn default_min_kernel_share() -> f64 {
+    DEFAULT_MIN_KERNEL_SHARE
+}
+
+/// The runtime knobs that apply to one problem: the top-level ones, with its level's
+/// relaxations (`level3/foo` takes `[runtime.levels.level3]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeFor {
+    pub allow_aten: BTreeSet<String>,
+    pub allow_torch_compute: bool,
+    pub min_kernel_share: f64,
+}
+
+impl GuardRules {
+    /// What the runtime layers allow `problem` (a suite name such as `level1/relu`).
+    pub fn runtime_for(&self, problem: &str) -> RuntimeFor {
+        let rt = &self.runtime;
+        let mut out = RuntimeFor {
+            allow_aten: self.allow_aten.clone(),
+            allow_torch_compute: rt.allow_torch_compute,
+            min_kernel_share: rt.min_kernel_share,
+        };
+        let level = problem.split_once('/').map(|(l, _)| l);
+        if let Some(l) = level.and_then(|l| rt.levels.get(l)) {
+            out.allow_torch_compute = l.allow_torch_compute.unwrap_or(out.allow_torch_compute);
+            out.min_kernel_share = l.min_kernel_share.unwrap_or(out.min_kernel_share);
+            out.allow_aten.extend(l.allow_aten.iter().cloned());
+        }
+        out
+    }
 }
 
 impl Default for GuardRules {
@@ -72,6 +153,7 @@ impl Default for GuardRules {
             rules: BTreeMap::new(),
             allow_torch: default_allowed_torch(),
             allow_aten: default_allowed_aten(),
+            runtime: RuntimeRules::default(),
         }
     }
 }
@@ -113,7 +195,9 @@ fn default_allowed_torch() -> BTreeSet<String> {
     .collect()
 }
 
-fn default_allowed_aten() -> BTreeSet<String> {
+/// The ATen operators a forward may dispatch outside the candidate's launches by default
+/// (allocation, fills, copies, views): the evaluator's allow-list when no guard runs too.
+pub fn default_allowed_aten() -> BTreeSet<String> {
     [
         // allocation and filling
         "empty",
@@ -187,6 +271,16 @@ impl GuardRules {
     pub fn from_toml(text: &str, path: &str) -> Result<GuardRules, GuardError> {
         let policy: GuardRules = toml::from_str(text)
             .map_err(|e| GuardError::Rules { path: path.to_string(), message: e.to_string() })?;
+        let shares = std::iter::once(policy.runtime.min_kernel_share)
+            .chain(policy.runtime.levels.values().filter_map(|l| l.min_kernel_share));
+        for share in shares {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(GuardError::Rules {
+                    path: path.to_string(),
+                    message: format!("runtime min_kernel_share {share} is not between 0 and 1"),
+                });
+            }
+        }
         for id in policy.rules.keys() {
             if !RULES.iter().any(|r| r.id == id) {
                 return Err(GuardError::Rules {
@@ -603,6 +697,25 @@ mod tests {
         assert!(check(&src, &p).findings.is_empty());
         let err = GuardRules::from_toml("[rules]\nbogus = \"off\"\n", "p.toml").unwrap_err();
         assert!(err.to_string().contains("p.toml") && err.to_string().contains("bogus"));
+    }
+
+    #[test]
+    fn runtime_knobs_default_strict_and_relax_per_level() {
+        let strict = GuardRules::default().runtime_for("level1/relu");
+        assert!(!strict.allow_torch_compute);
+        assert_eq!(strict.min_kernel_share, DEFAULT_MIN_KERNEL_SHARE);
+        assert!(strict.allow_aten.contains("empty_like") && !strict.allow_aten.contains("relu"));
+        let text = "[runtime]\nmin_kernel_share = 0.2\n\n[runtime.levels.level3]\n\
+                    allow_torch_compute = true\nmin_kernel_share = 0.0\nallow_aten = [\"add\"]\n";
+        let p = GuardRules::from_toml(text, "p.toml").unwrap();
+        let l1 = p.runtime_for("level1/relu");
+        assert_eq!((l1.allow_torch_compute, l1.min_kernel_share), (false, 0.2));
+        let l3 = p.runtime_for("level3/mlp");
+        assert_eq!((l3.allow_torch_compute, l3.min_kernel_share), (true, 0.0));
+        assert!(l3.allow_aten.contains("add") && !l1.allow_aten.contains("add"));
+        assert_ne!(p.fingerprint(), GuardRules::default().fingerprint());
+        let bad = GuardRules::from_toml("[runtime]\nmin_kernel_share = 1.5\n", "bad.toml");
+        assert!(bad.is_err_and(|e| e.to_string().contains("bad.toml")));
     }
 
     #[test]

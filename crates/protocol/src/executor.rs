@@ -158,9 +158,9 @@ pub struct EvalJob {
     pub profile: bool,
     /// Also time `torch.compile(Model)` as a baseline.
     pub compile_baseline: bool,
-    /// ATen operators `forward` may dispatch outside the candidate's kernel launches
-    /// (the guard policy's runtime half); `None` when the guard is off.
-    pub allow_aten: Option<Vec<String>>,
+    /// What the runtime layers allow a forward (the dispatch recorder's allow-list and
+    /// knobs); always set, guard or no guard.
+    pub runtime: RuntimePolicy,
     /// Module-level constants of a second shape (the heldout variant) to run two more
     /// trials at, after the main ones pass; GPU mode only (the interpreter is too slow).
     pub shape_check: Option<BTreeMap<String, serde_json::Value>>,
@@ -170,6 +170,24 @@ pub struct EvalJob {
     /// memory while sharing. `None`: the start-up cap stands.
     #[serde(default)]
     pub gpu_memory_fraction: Option<f64>,
+}
+
+/// What the executor's runtime layers allow a forward to do. The evaluator sends the
+/// guard rules' (`allow_aten`, `[runtime]`, relaxed per level) when a guard runs, else
+/// its default: the same strict lists.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimePolicy {
+    /// ATen operators (`aten::` names without the prefix, overloads folded; other
+    /// namespaces written `ns::name`) a forward may dispatch outside the candidate's own
+    /// kernel launches: allocation, fills, copies, views.
+    pub allow_aten: Vec<String>,
+    /// Any ATen operator may run (levels where PyTorch and Triton mix); host reads and
+    /// every other runtime layer still apply.
+    pub allow_torch_compute: bool,
+    /// The least share of a watched forward's GPU window that the candidate's own kernels
+    /// must fill (timing phase, GPU only); 0 turns the check off.
+    pub min_kernel_share: f64,
 }
 
 /// Which hold on its GPU a candidate asks for. Shared holders (import, compile,
@@ -287,6 +305,11 @@ pub struct Provenance {
     pub calls_without_launch: u64,
     /// The candidate's kernels' share of GPU time over profiled calls, when measured.
     pub gpu_share: Option<f64>,
+    /// The candidate's kernels' share of the GPU window of its watched timed calls
+    /// (events around each launch against events around the call; the best of them),
+    /// when measured (GPU timing).
+    #[serde(default)]
+    pub window_share: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -47,7 +47,11 @@ pub fn sample_messages() -> Vec<Message> {
         speedup_cap: 10.0,
         profile: true,
         compile_baseline: false,
-        allow_aten: Some(vec!["empty_like".into(), "view".into()]),
+        runtime: RuntimePolicy {
+            allow_aten: vec!["empty_like".into(), "view".into()],
+            allow_torch_compute: false,
+            min_kernel_share: 0.1,
+        },
         shape_check: Some(BTreeMap::from([("N".to_string(), serde_json::json!(37))])),
         gpu_memory_fraction: None,
     };
@@ -131,6 +135,7 @@ pub fn sample_messages() -> Vec<Message> {
             calls: 12,
             calls_without_launch: 0,
             gpu_share: Some(0.97),
+            window_share: Some(0.9),
         }),
         phases: Some(PhaseTimes {
             build_ms: 812.0,
@@ -182,7 +187,11 @@ pub fn sample_messages() -> Vec<Message> {
                 device: DeviceRequest::Cpu,
                 timing: false,
                 profile: false,
-                allow_aten: None,
+                runtime: RuntimePolicy {
+                    allow_aten: vec![],
+                    allow_torch_compute: true,
+                    min_kernel_share: 0.0,
+                },
                 shape_check: None,
                 gpu_memory_fraction: Some(0.9),
                 ..job

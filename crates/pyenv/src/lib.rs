@@ -56,6 +56,7 @@ const WORKER_FILES: &[(&str, &str)] = &[
     ("sandbox.py", include_str!("../../../python/tritonforge_worker/sandbox.py")),
     ("fork_server.py", include_str!("../../../python/tritonforge_worker/fork_server.py")),
     ("runtime_guard.py", include_str!("../../../python/tritonforge_worker/runtime_guard.py")),
+    ("audit.py", include_str!("../../../python/tritonforge_worker/audit.py")),
     ("policy.py", include_str!("../../../python/tritonforge_worker/policy.py")),
     ("policy_worker.py", include_str!("../../../python/tritonforge_worker/policy_worker.py")),
     ("models.py", include_str!("../../../python/tritonforge_worker/models.py")),

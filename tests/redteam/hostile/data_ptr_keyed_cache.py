@@ -1,5 +1,4 @@
 # cheat: keys a cache on the input's data pointer
-# static-only: on the CPU every trial's fresh input gets a new answer; the cache bites only when timed calls reuse buffers, and audited timed calls on a GPU see it
 # problem: level1/relu
 import torch
 import torch.nn as nn

@@ -1,5 +1,4 @@
 # cheat: intercepts every operator with a dispatch mode
-# static-only: its dispatch mode only forwards operators, so its run is honest work; the static rule forbids the means
 # problem: level1/relu
 from torch.utils._python_dispatch import TorchDispatchMode
 import torch

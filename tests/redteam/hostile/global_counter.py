@@ -1,5 +1,4 @@
 # cheat: switches behaviour after a number of calls
-# static-only: right for its first 7 calls, which covers 5 CPU trials; on a GPU the audited timed calls see it go wrong
 # problem: level1/relu
 import torch
 import torch.nn as nn

@@ -1,5 +1,4 @@
 # cheat: walks the caller's frames to find the expected output
-# static-only: the evaluator keeps no `expected` in the caller's frame, so its run is honest work; the static rule forbids the means
 # problem: level1/relu
 import inspect
 import torch

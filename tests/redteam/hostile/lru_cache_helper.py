@@ -1,5 +1,4 @@
 # cheat: memoises a helper that computes the answer
-# static-only: on the CPU the cached helper still returns right answers for fresh inputs; the cache is a static finding
 # problem: level1/relu
 import functools
 import torch

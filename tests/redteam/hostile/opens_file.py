@@ -1,5 +1,4 @@
 # cheat: writes its inputs out for a later run
-# static-only: the write lands in its own scratch directory (the sandbox forbids any other) and the kernel does the work
 # problem: level1/relu
 import torch
 import torch.nn as nn

@@ -1,5 +1,4 @@
 # cheat: shells out
-# static-only: the command runs under the sandbox and the kernel does the work; the static rule forbids the means
 # problem: level1/relu
 import subprocess
 import torch
