@@ -294,19 +294,7 @@ impl Store {
 
     /// A stored baseline timing, if any.
     pub fn get_baseline(&self, key: &str) -> Result<Option<TimingStats>, StoreError> {
-        let text: Option<String> = self
-            .conn
-            .query_row("SELECT stats FROM baselines WHERE key = ?1", params![key], |r| r.get(0))
-            .optional()
-            .map_err(self.sql())?;
-        text.map(|t| {
-            serde_json::from_str(&t).map_err(|source| StoreError::Corrupt {
-                path: self.path.clone(),
-                key: key.to_owned(),
-                source,
-            })
-        })
-        .transpose()
+        self.get_json("SELECT stats FROM baselines WHERE key = ?1", key)
     }
 
     pub fn put_baseline(
@@ -315,35 +303,17 @@ impl Store {
         problem: &str,
         stats: &TimingStats,
     ) -> Result<(), StoreError> {
-        let text = serde_json::to_string(stats).map_err(|source| StoreError::Corrupt {
-            path: self.path.clone(),
-            key: key.to_owned(),
-            source,
-        })?;
-        self.conn
-            .execute(
-                "INSERT OR REPLACE INTO baselines (key, problem, created_at, stats) VALUES (?1, ?2, ?3, ?4)",
-                params![key, problem, unix_now(), text],
-            )
-            .map_err(self.sql())?;
-        Ok(())
+        self.put_json(
+            "INSERT OR REPLACE INTO baselines (key, problem, created_at, stats) VALUES (?1, ?2, ?3, ?4)",
+            key,
+            problem,
+            stats,
+        )
     }
 
     /// A problem's stored memory need (`key`: its content, shapes, device and worker).
     pub fn get_memory_need(&self, key: &str) -> Result<Option<MemoryNeed>, StoreError> {
-        let text: Option<String> = self
-            .conn
-            .query_row("SELECT need FROM memory_needs WHERE key = ?1", params![key], |r| r.get(0))
-            .optional()
-            .map_err(self.sql())?;
-        text.map(|t| {
-            serde_json::from_str(&t).map_err(|source| StoreError::Corrupt {
-                path: self.path.clone(),
-                key: key.to_owned(),
-                source,
-            })
-        })
-        .transpose()
+        self.get_json("SELECT need FROM memory_needs WHERE key = ?1", key)
     }
 
     /// Store (or replace) a problem's memory need under `key`.
@@ -353,17 +323,46 @@ impl Store {
         problem: &str,
         need: &MemoryNeed,
     ) -> Result<(), StoreError> {
-        let text = serde_json::to_string(need).map_err(|source| StoreError::Corrupt {
+        self.put_json(
+            "INSERT OR REPLACE INTO memory_needs (key, problem, created_at, need) VALUES (?1, ?2, ?3, ?4)",
+            key,
+            problem,
+            need,
+        )
+    }
+
+    /// One JSON value read by `sql` (one `?1` for the key); a value that does not parse is `Corrupt`.
+    fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        sql: &str,
+        key: &str,
+    ) -> Result<Option<T>, StoreError> {
+        let text: Option<String> =
+            self.conn.query_row(sql, params![key], |r| r.get(0)).optional().map_err(self.sql())?;
+        text.map(|t| {
+            serde_json::from_str(&t).map_err(|source| StoreError::Corrupt {
+                path: self.path.clone(),
+                key: key.to_owned(),
+                source,
+            })
+        })
+        .transpose()
+    }
+
+    /// One JSON value written by `sql` (key, problem, created_at, value).
+    fn put_json<T: serde::Serialize>(
+        &self,
+        sql: &str,
+        key: &str,
+        problem: &str,
+        value: &T,
+    ) -> Result<(), StoreError> {
+        let text = serde_json::to_string(value).map_err(|source| StoreError::Corrupt {
             path: self.path.clone(),
             key: key.to_owned(),
             source,
         })?;
-        self.conn
-            .execute(
-                "INSERT OR REPLACE INTO memory_needs (key, problem, created_at, need) VALUES (?1, ?2, ?3, ?4)",
-                params![key, problem, unix_now(), text],
-            )
-            .map_err(self.sql())?;
+        self.conn.execute(sql, params![key, problem, unix_now(), text]).map_err(self.sql())?;
         Ok(())
     }
 
