@@ -219,6 +219,13 @@ def _hook(event: str, args: Tuple[Any, ...]) -> None:
         _BUSY.on = False
 
 
+def candidate_running() -> bool:
+    """True while the candidate's code runs under a watch (its import, `ModelNew(...)`, a
+    watched forward)."""
+    w = _WATCH
+    return w is not None and w.phase is not None
+
+
 def install(watch: Watch) -> None:
     """Make `watch` the one the process's audit hook reports into (adding the hook once)."""
     global _WATCH, _INSTALLED

@@ -22,7 +22,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
-from .audit import site
+from .audit import candidate_running, site
 
 _HOST_READS = ("numpy", "tolist", "__array__", "item")
 
@@ -258,6 +258,18 @@ _WATCH_INSTALLED = False
 _OURS: set = set()
 
 
+def _on_candidate_stack(frame: Any) -> bool:
+    rec = _CURRENT
+    if rec is None:
+        return False
+    f = frame
+    while f is not None:
+        if f.f_code.co_filename == rec.candidate:
+            return True
+        f = f.f_back
+    return False
+
+
 def _function_modes(torch: Any) -> List[Any]:
     n = torch._C._len_torch_function_stack()
     return [torch._C._get_function_stack_at(i) for i in range(n)] if n else []
@@ -291,16 +303,24 @@ def install_thread_and_mode_watch(torch: Any) -> None:
 
     _OURS.add(_ThreadMode)
 
+    mine = threading.local()
+
     def watched(function: Any) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
+            mine.on = True
             with _ThreadMode():
                 return function(*args, **kwargs)
 
         return run
 
     def wrap_start(orig: Any) -> Any:
+        # Threads started while the candidate's code runs, from its code (an unwatched timed
+        # call included), or by such a thread are its own; the executor's (a compile, the
+        # profiler) and torch's are left alone.
         def start(function: Any, *args: Any, **kwargs: Any) -> Any:
-            return orig(watched(function), *args, **kwargs)
+            if candidate_running() or getattr(mine, "on", False) or _on_candidate_stack(sys._getframe(1)):
+                function = watched(function)
+            return orig(function, *args, **kwargs)
 
         start.__name__ = getattr(orig, "__name__", "start_new_thread")
         return start

@@ -262,6 +262,22 @@ const ATEN_ROUTES: &[&str] = &[
     "numpy_array_protocol",            // NumPy on the host (np.asarray)
     "tolist_round_trip",               // Python lists on the host
     "torch_inside_kernel_body",        // PyTorch in a kernel body the interpreter runs
+    "numpy_on_host",                   // .cpu().numpy() and NumPy
+    "fp16_compute",                    // a PyTorch add after a half-precision kernel
+    // Launching none of their kernels as well (the message says both):
+    "functional_relu",               // torch.nn.functional
+    "tensor_method_clamp",           // a tensor method
+    "matmul_operator",               // the @ operator
+    "nn_module_in_init",             // an nn.ReLU held by ModelNew
+    "getattr_built_name",            // getattr with a built name
+    "dunder_import",                 // __import__ of a built name
+    "eval_builtin",                  // eval of a string
+    "builtins_escape",               // eval reached through __builtins__
+    "exec_built_code",               // forward built from a string at import
+    "importlib_load",                // a module loaded at run time
+    "sys_modules_reference",         // the reference module from sys.modules
+    "decoy_kernel_never_launched",   // a kernel defined, never launched
+    "decoy_launched_from_dead_code", // the launch in dead code
 ];
 
 /// Hostile files caught by the other runtime layers, with the tag their message carries.
