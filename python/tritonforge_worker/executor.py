@@ -1084,7 +1084,8 @@ def time_candidate(
         xs = np.asarray(dev[name])
         q1, m, q3 = np.percentile(xs, [25, 50, 75])
         return TimingStats(median_ms=float(m), iqr_ms=float(q3 - q1), samples=len(xs),
-                           host_median_ms=med(audit[name]))
+                           host_median_ms=med(audit[name]), mean_ms=float(xs.mean()),
+                           std_ms=float(xs.std()), min_ms=float(xs.min()), max_ms=float(xs.max()))
 
     r = stats("reference")
     c = stats("candidate")

@@ -145,6 +145,10 @@ class TimingStats:
     iqr_ms: float
     samples: int
     host_median_ms: float
+    mean_ms: Optional[float] = None
+    std_ms: Optional[float] = None
+    min_ms: Optional[float] = None
+    max_ms: Optional[float] = None
 
 
 @dataclass

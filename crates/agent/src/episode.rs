@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use tritonforge_eval::Evaluator;
+use tritonforge_eval::EvalService;
 use tritonforge_protocol::{EvalConfig, EvalRecord, Status};
 use tritonforge_suite::{Candidate, Problem};
 
@@ -37,7 +37,7 @@ pub enum EpisodeError {
 #[allow(clippy::too_many_arguments)]
 pub async fn run_episode(
     backend: &dyn Backend,
-    evaluator: &Evaluator,
+    evaluator: &dyn EvalService,
     prompts: &Prompts,
     problem: &Problem,
     eval: &EvalConfig,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tritonforge_eval::{sha256_hex, EvalError, EvalSettings, Evaluator};
+use tritonforge_eval::{sha256_hex, EvalError, EvalService, EvalSettings};
 use tritonforge_protocol::{DeviceKind, EnvInfo};
 use tritonforge_store::{Store, StoreError};
 use tritonforge_suite::{Problem, Selection, SelectionError, Suite, SuiteEntry, SuiteError};
@@ -330,7 +330,7 @@ pub async fn run(
     spec: &RunSpec,
     suite: &Suite,
     backend: Arc<dyn Backend>,
-    evaluator: Arc<Evaluator>,
+    evaluator: Arc<dyn EvalService>,
     prompts: Prompts,
     store: &Store,
     events: &mut (dyn FnMut(RunEvent) + Send),
@@ -404,7 +404,7 @@ fn spawn_episodes(
     jobs: Vec<Job>,
     parallel: usize,
     backend: &Arc<dyn Backend>,
-    evaluator: &Arc<Evaluator>,
+    evaluator: &Arc<dyn EvalService>,
     prompts: Prompts,
     cfg: &Arc<EpisodeConfig>,
     run_id: &str,
@@ -421,7 +421,7 @@ fn spawn_episodes(
             let Job { problem, config, labels, sample } = job;
             let played = run_episode(
                 backend.as_ref(),
-                &evaluator,
+                &*evaluator,
                 &prompts,
                 &problem,
                 &config,

@@ -33,6 +33,13 @@ pub struct Global {
     /// this binary].
     #[arg(long, global = true, env = "TRITONFORGE_SUITE")]
     pub suite: Option<PathBuf>,
+    /// Evaluate on these `tritonforge serve` instances (comma-separated URLs) instead of a
+    /// local pool (`run`, `suite validate`, `data build --verify`); their guard applies.
+    #[arg(long, global = true, env = "TRITONFORGE_EVAL_SERVER", value_delimiter = ',')]
+    pub eval_server: Vec<String>,
+    /// File holding the bearer token the evaluation servers want.
+    #[arg(long, global = true, env = "TRITONFORGE_EVAL_TOKEN_FILE")]
+    pub eval_token_file: Option<PathBuf>,
 }
 
 impl Global {
@@ -85,6 +92,35 @@ impl Global {
         let ev = self.workspace().open_evaluator(&env, pool, guard, store).await;
         ev.context("starting the executor pool")
     }
+}
+
+impl Global {
+    /// Where verdicts come from: the evaluation servers when `--eval-server` names some,
+    /// else a local pool (with `pool` and `guard`) and the store.
+    pub async fn eval_service(
+        &self,
+        pool: impl FnOnce() -> anyhow::Result<PoolConfig>,
+        guard: Option<tritonforge_guard::GuardRules>,
+    ) -> anyhow::Result<std::sync::Arc<dyn tritonforge_eval::EvalService>> {
+        if self.eval_server.is_empty() {
+            return Ok(std::sync::Arc::new(self.open_evaluator(pool()?, guard, true).await?));
+        }
+        let mut cfg = tritonforge_client::ClientConfig::new(self.eval_server.clone());
+        cfg.token = read_token(self.eval_token_file.as_deref())?;
+        let remote = tritonforge_client::RemoteEvaluator::connect(cfg).await;
+        Ok(std::sync::Arc::new(remote.context("connecting to the evaluation servers")?))
+    }
+}
+
+/// A bearer token from its file (trimmed); an empty file is an error naming it.
+pub fn read_token(path: Option<&Path>) -> anyhow::Result<Option<String>> {
+    let Some(p) = path else { return Ok(None) };
+    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    let t = text.trim().to_string();
+    if t.is_empty() {
+        return Err(usage(format!("{}: the token file is empty", p.display())));
+    }
+    Ok(Some(t))
 }
 
 /// Level, family and split filters over the suite.

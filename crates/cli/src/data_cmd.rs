@@ -6,7 +6,7 @@ use std::sync::Arc;
 use clap::Subcommand;
 use tritonforge_data::{synth, write, Config, RowStatus, RowVerdict, Verifier};
 use tritonforge_eval::{
-    evaluate_sources, EvalSettings, Evaluator, PairOutcome, SourcePair, TimingSettings,
+    evaluate_sources, EvalService, EvalSettings, PairOutcome, SourcePair, TimingSettings,
 };
 
 use crate::args::{load_rules, Global, PoolArgs};
@@ -114,7 +114,7 @@ async fn build(global: &Global, config: &Path, json: bool, verify: bool) -> anyh
 /// The real evaluator behind `data build --verify`: a pool of executor processes and the
 /// store, so each verdict is kept as it comes and a rerun only evaluates what is new.
 struct EvalVerifier {
-    evaluator: Arc<Evaluator>,
+    evaluator: Arc<dyn EvalService>,
     settings: EvalSettings,
     handle: tokio::runtime::Handle,
 }
@@ -124,8 +124,7 @@ impl EvalVerifier {
         let v = &cfg.verify;
         let pool_args = PoolArgs { jobs: v.jobs, ..PoolArgs::default() };
         let rules = load_rules(cfg.quality.rules.as_deref())?;
-        let evaluator =
-            global.open_evaluator(pool_args.config(usize::MAX)?, Some(rules), true).await?;
+        let evaluator = global.eval_service(|| pool_args.config(usize::MAX), Some(rules)).await?;
         let settings = EvalSettings {
             trials: v.trials,
             budget: std::time::Duration::try_from_secs_f64(v.budget_s).map_err(usage)?,
@@ -133,7 +132,7 @@ impl EvalVerifier {
             ..EvalSettings::default()
         };
         Ok(EvalVerifier {
-            evaluator: Arc::new(evaluator),
+            evaluator,
             settings,
             handle: tokio::runtime::Handle::current(),
         })

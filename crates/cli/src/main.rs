@@ -18,6 +18,7 @@ mod exit;
 mod guard_cmd;
 mod progress;
 mod run_cmd;
+mod serve_cmd;
 mod suite_cmd;
 mod tokenizer_cmd;
 mod train_cmd;
@@ -44,6 +45,9 @@ enum Cmd {
     /// Play a policy model on problems of the suite: it writes kernels, reads the
     /// evaluator's verdicts and refines them over several turns; report and episodes stored.
     Run(Box<run_cmd::RunArgs>),
+    /// Serve the evaluator over HTTP: the native /v1 API, a KernelBench-style /eval,
+    /// a durable queue, Prometheus metrics.
+    Serve(Box<serve_cmd::ServeArgs>),
     /// Static checks of candidate files: is it really a Triton kernel, does it cheat.
     Guard(guard_cmd::GuardArgs),
     /// The problem suite: list, show, validate.
@@ -89,6 +93,7 @@ fn main() -> ExitCode {
         match cli.command {
             Cmd::Eval(args) => eval_cmd::run(g, args).await,
             Cmd::Run(args) => run_cmd::run(g, *args).await,
+            Cmd::Serve(args) => serve_cmd::run(g, *args).await,
             Cmd::Suite(cmd) => suite_cmd::run(g, cmd).await,
             Cmd::Guard(args) => guard_cmd::run(args),
             Cmd::Doctor { json } => doctor::run(g, json).await,

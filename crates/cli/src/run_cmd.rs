@@ -3,7 +3,6 @@
 //! storage, summary); this parses flags, shows progress and prints the report.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -208,7 +207,7 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     let pool = args.pool.config(usize::MAX)?;
     let guard = args.guard.load()?;
     let model = args.embedded_model()?;
-    let evaluator = Arc::new(global.open_evaluator(pool, guard, true).await?);
+    let evaluator = global.eval_service(|| Ok(pool), guard).await?;
     let env = tritonforge_eval::report::env_line(evaluator.environment());
     let spec_of_backend = args.backend(global, model, evaluator.device())?;
     let sglang = matches!(spec_of_backend, BackendSpec::Sglang { .. }); // its tokenizer is input

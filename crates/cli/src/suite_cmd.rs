@@ -1,6 +1,5 @@
 //! `tritonforge suite` (alias `bench`): list, show and validate the problem suite.
 
-use std::sync::Arc;
 
 use clap::Subcommand;
 use tritonforge_eval::{validate_suite, ValidateSpec};
@@ -85,11 +84,11 @@ async fn validate(
     guard: &GuardOpts,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let evaluator = global.open_evaluator(pool.config(usize::MAX)?, guard.load()?, true).await?;
+    let evaluator = global.eval_service(|| pool.config(usize::MAX), guard.load()?).await?;
     if !json {
         eprintln!("{}", tritonforge_eval::report::env_line(evaluator.environment()));
     }
-    let report = validate_suite(Arc::new(evaluator), suite, &spec, &mut |c| {
+    let report = validate_suite(evaluator, suite, &spec, &mut |c| {
         if !json {
             eprintln!("{}", c.line());
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 use tritonforge_suite::{Candidate, Problem, SourcePair};
 
-use crate::{EvalError, EvalSettings, Evaluation, Evaluator};
+use crate::{EvalError, EvalService, EvalSettings, Evaluation};
 
 /// What became of one pair.
 #[derive(Debug, Clone)]
@@ -29,8 +29,8 @@ pub type OnDone<'a> =
 /// Evaluate every pair at once (the pool bounds how many run). `on_done(i, &result)` hears
 /// each as it ends; returning `Break` stops the batch: the rest are aborted and every
 /// process killed. Dropping the future (Ctrl-C) aborts the rest too.
-pub async fn evaluate_all(
-    evaluator: &Arc<Evaluator>,
+pub async fn evaluate_all<E: EvalService + ?Sized + 'static>(
+    evaluator: &Arc<E>,
     pairs: Vec<(Problem, Candidate)>,
     settings: &EvalSettings,
     on_done: &mut OnDone<'_>,
@@ -54,7 +54,7 @@ pub async fn evaluate_all(
         let flow = on_done(i, &result);
         results[i] = Some(result);
         if flow.is_break() {
-            evaluator.pool().kill_all();
+            evaluator.abort_all();
             set.abort_all();
             break;
         }
@@ -64,8 +64,8 @@ pub async fn evaluate_all(
 
 /// Evaluate rows given as source (one outcome each, in order); `progress` hears the count
 /// done every ten and at the end. The evaluator's own failure stops the batch.
-pub async fn evaluate_sources(
-    evaluator: &Arc<Evaluator>,
+pub async fn evaluate_sources<E: EvalService + ?Sized + 'static>(
+    evaluator: &Arc<E>,
     pairs: &[SourcePair],
     settings: &EvalSettings,
     progress: &(dyn Fn(usize) + Sync),

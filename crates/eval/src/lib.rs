@@ -26,6 +26,7 @@ pub mod memory;
 mod need;
 pub mod pool;
 pub mod report;
+pub mod service;
 pub mod setup;
 pub mod validate;
 
@@ -35,6 +36,7 @@ pub use need::{Measured, MemoryPlan};
 pub use pool::{
     AdmissionEvent, Execution, Exit, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec,
 };
+pub use service::{BoxFuture, EvalService};
 pub use setup::{EvalSettings, EvaluatorSetup, ShapeCheck, TimingSettings, Workspace};
 pub use tritonforge_suite::SourcePair;
 pub use validate::{validate_suite, CheckDone, Checked, ValidateSpec, ValidationReport};
@@ -69,6 +71,9 @@ pub enum EvalError {
     /// A setting from the environment that cannot be used.
     #[error("{0}")]
     Setting(String),
+    /// An evaluation server could not give a verdict (none healthy, a refusal, a failure).
+    #[error("evaluation server: {0}")]
+    Remote(String),
 }
 
 fn tail(stderr: &str) -> String {
@@ -138,6 +143,10 @@ pub struct Evaluator {
     /// Problems' memory needs by measurement key, each measured once however many
     /// candidates of a batch ask at the same time.
     needs: Mutex<HashMap<String, need::NeedCell>>,
+    /// One lock per evaluation key in flight: an identical request arriving meanwhile
+    /// (G samples of a group writing the same code, a client's retry) waits for the first
+    /// and then reads its stored verdict instead of running again.
+    inflight: Mutex<HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Evaluator {
@@ -149,6 +158,7 @@ impl Evaluator {
             refresh: false,
             guard: None,
             needs: Mutex::default(),
+            inflight: Mutex::default(),
         }
     }
 
@@ -239,7 +249,8 @@ impl Evaluator {
         }
     }
 
-    /// Evaluate one pair (or return the stored verdict); the record is stored before this returns.
+    /// Evaluate one pair (or return the stored verdict); the record is stored before this
+    /// returns. With a store, identical pairs evaluated at once run once.
     pub async fn evaluate(
         &self,
         problem: &Problem,
@@ -250,6 +261,37 @@ impl Evaluator {
         if let Some(record) = self.cached(&key)? {
             return Ok(Evaluation { record, cached: true });
         }
+        if self.store.is_none() || self.refresh {
+            return self.evaluate_key(key, problem, candidate, config).await;
+        }
+        let lock = {
+            let mut map = self.inflight.lock().map_err(|_| EvalError::PoolClosed)?;
+            map.entry(key.clone()).or_default().clone()
+        };
+        let result = async {
+            let _turn = lock.lock().await;
+            if let Some(record) = self.cached(&key)? {
+                return Ok(Evaluation { record, cached: true });
+            }
+            self.evaluate_key(key.clone(), problem, candidate, config).await
+        }
+        .await;
+        if let Ok(mut map) = self.inflight.lock() {
+            // The last one out removes the entry (the map holds one reference, we another).
+            if map.get(&key).is_some_and(|l| std::sync::Arc::strong_count(l) <= 2) {
+                map.remove(&key);
+            }
+        }
+        result
+    }
+
+    async fn evaluate_key(
+        &self,
+        key: String,
+        problem: &Problem,
+        candidate: &Candidate,
+        config: &EvalConfig,
+    ) -> Result<Evaluation, EvalError> {
         let config = &self.effective(config);
         let guard_started = std::time::Instant::now();
         let report =

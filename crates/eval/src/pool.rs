@@ -649,6 +649,16 @@ impl Pool {
         self.slots.len()
     }
 
+    /// Jobs running now on each device (an evaluation server's `/metrics`, `/health`).
+    pub fn in_flight(&self) -> Vec<usize> {
+        self.slots.iter().map(|s| s.in_flight.load(Ordering::Relaxed)).collect()
+    }
+
+    /// Candidates that can run at once on one device.
+    pub fn per_device(&self) -> usize {
+        self.cfg.workers.max(1)
+    }
+
     /// Candidates that can run at once over all devices.
     pub fn capacity(&self) -> usize {
         self.slots.len() * self.cfg.workers.max(1)

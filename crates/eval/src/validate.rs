@@ -12,7 +12,7 @@ use tritonforge_protocol::{DeviceKind, Status};
 use tritonforge_suite::{Candidate, Filter, Problem, Suite};
 
 use crate::setup::{EvalSettings, ShapeCheck, TimingSettings};
-use crate::{EvalError, Evaluator};
+use crate::{EvalError, EvalService};
 
 /// A trial of a `small` variant must stay under this on one CPU core (interpreter).
 pub const SMALL_TRIAL_BUDGET_MS: f64 = 2000.0;
@@ -98,8 +98,8 @@ impl ValidationReport {
 type Outcome = (Checked, String, String, Vec<String>, Vec<String>);
 
 /// Validate `suite` with `evaluator`, calling `progress` as each check ends.
-pub async fn validate_suite(
-    evaluator: Arc<Evaluator>,
+pub async fn validate_suite<E: EvalService + ?Sized + 'static>(
+    evaluator: Arc<E>,
     suite: &Suite,
     spec: &ValidateSpec,
     progress: &mut (dyn FnMut(CheckDone) + Send),
@@ -152,7 +152,7 @@ pub async fn validate_suite(
             let overrides = config.overrides.clone();
             let (checked, problem_checked) = tokio::sync::oneshot::channel::<()>();
             set.spawn(async move {
-                let (f, slow) = check_problem(&ev, &p, overrides, &key, &l, cpu_mode).await;
+                let (f, slow) = check_problem(&*ev, &p, overrides, &key, &l, cpu_mode).await;
                 let _ = checked.send(());
                 (Checked::Problem, key, l, f, slow)
             });
@@ -167,7 +167,7 @@ pub async fn validate_suite(
                 // so that the solution's evaluation finds it instead of measuring again.
                 let _ = problem_checked.await;
                 let (f, slow) =
-                    check_solution(&ev, &p, &candidate, &config, &key, &l, cpu_mode).await;
+                    check_solution(&*ev, &p, &candidate, &config, &key, &l, cpu_mode).await;
                 (Checked::Solution, key, l, f, slow)
             });
         }
@@ -187,8 +187,8 @@ pub async fn validate_suite(
     Ok(report)
 }
 
-async fn check_problem(
-    ev: &Evaluator,
+async fn check_problem<E: EvalService + ?Sized>(
+    ev: &E,
     p: &Problem,
     overrides: std::collections::BTreeMap<String, serde_json::Value>,
     key: &str,
@@ -214,8 +214,8 @@ async fn check_problem(
     (f, slow)
 }
 
-async fn check_solution(
-    ev: &Evaluator,
+async fn check_solution<E: EvalService + ?Sized>(
+    ev: &E,
     p: &Problem,
     candidate: &Candidate,
     config: &tritonforge_protocol::EvalConfig,

@@ -275,6 +275,16 @@ pub struct TimingStats {
     /// Median host wall-clock time of the audited calls (each followed by a device-wide
     /// synchronisation): the cross-check against the device events.
     pub host_median_ms: f64,
+    /// Mean, standard deviation and extremes of the device-event times: what
+    /// KernelBench-style clients read (`runtime_stats`). Absent from older records.
+    #[serde(default)]
+    pub mean_ms: Option<f64>,
+    #[serde(default)]
+    pub std_ms: Option<f64>,
+    #[serde(default)]
+    pub min_ms: Option<f64>,
+    #[serde(default)]
+    pub max_ms: Option<f64>,
 }
 
 /// Something about a timing that makes it suspect; the record keeps it, a reader decides.

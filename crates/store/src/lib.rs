@@ -8,6 +8,9 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension};
 use tritonforge_protocol::{EvalRecord, MemoryNeed, TimingStats};
 
+mod jobs;
+pub use jobs::{now_ms, Added, Job, JobFilter, JobState, NewJob};
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("store {path}: {source}")]
@@ -33,7 +36,7 @@ pub enum StoreError {
     },
 }
 
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 pub struct Store {
     conn: Connection,
@@ -151,6 +154,10 @@ impl Store {
                  COMMIT;",
             )
             .map_err(sql)?;
+        }
+        if version < 6 {
+            // The evaluation server's durable queue (`jobs.rs`).
+            conn.execute_batch(jobs::CREATE).map_err(sql)?;
         }
         Ok(Store { conn, path: path.to_owned() })
     }
@@ -476,7 +483,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sqlite");
         let stats =
-            TimingStats { median_ms: 0.5, iqr_ms: 0.01, samples: 100, host_median_ms: 0.55 };
+            TimingStats {
+            median_ms: 0.5,
+            iqr_ms: 0.01,
+            samples: 100,
+            host_median_ms: 0.55,
+            mean_ms: None,
+            std_ms: None,
+            min_ms: None,
+            max_ms: None,
+        };
         {
             let s = Store::open(&path).unwrap();
             assert_eq!(s.get_baseline("k1").unwrap(), None);
