@@ -91,7 +91,10 @@ pub fn response(record: &EvalRecord, job: &str, cached: bool) -> EvalResponse {
     let correct = v.status == Status::Correct;
     let mut metadata = Map::new();
     metadata.insert("hardware".into(), json!(hw));
-    metadata.insert("gpu_type".into(), json!(if record.environment.gpus.is_empty() { "CPU" } else { "NVIDIA" }));
+    metadata.insert(
+        "gpu_type".into(),
+        json!(if record.environment.gpus.is_empty() { "CPU" } else { "NVIDIA" }),
+    );
     metadata.insert("device".into(), json!(device));
     let passed = v.trials.iter().filter(|t| t.passed).count();
     if !v.trials.is_empty() || correct {

@@ -131,11 +131,7 @@ impl EvalVerifier {
             timing: TimingSettings { enabled: v.timing, ..TimingSettings::default() },
             ..EvalSettings::default()
         };
-        Ok(EvalVerifier {
-            evaluator,
-            settings,
-            handle: tokio::runtime::Handle::current(),
-        })
+        Ok(EvalVerifier { evaluator, settings, handle: tokio::runtime::Handle::current() })
     }
 }
 

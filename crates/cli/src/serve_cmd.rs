@@ -62,10 +62,10 @@ pub async fn run(global: &Global, args: ServeArgs) -> anyhow::Result<u8> {
     let store = global.workspace().store_path();
     let server = Server::start(evaluator, &store, suite, cfg).await.map_err(usage)?;
     let requeued = server.requeued();
-    eprintln!("serving on http://{} (store {})", server.addr, store.display());
     if requeued > 0 {
         eprintln!("{requeued} evaluation(s) left running by the last server are queued again");
     }
+    eprintln!("serving on http://{} (store {})", server.addr, store.display());
     stopped().await;
     eprintln!("stopping: no new work; running evaluations get {:.0}s", grace.as_secs_f64());
     server.shutdown().await?;

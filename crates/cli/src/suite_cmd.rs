@@ -1,6 +1,5 @@
 //! `tritonforge suite` (alias `bench`): list, show and validate the problem suite.
 
-
 use clap::Subcommand;
 use tritonforge_eval::{validate_suite, ValidateSpec};
 use tritonforge_suite::{Filter, SuiteEntry};

@@ -115,7 +115,11 @@ impl Balancer {
             if !(base.starts_with("http://") || base.starts_with("https://")) {
                 return Err(ClientError::BadUrl(s.clone()));
             }
-            servers.push(Server { base, breaker: Mutex::default(), outstanding: AtomicUsize::new(0) });
+            servers.push(Server {
+                base,
+                breaker: Mutex::default(),
+                outstanding: AtomicUsize::new(0),
+            });
         }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
@@ -138,7 +142,12 @@ impl Balancer {
                     self.mark(i, true);
                     if let Some((name, f)) = &first {
                         if f.device != info.device {
-                            return Err(ClientError::Disagree(name.clone(), f.device, s.base.clone(), info.device));
+                            return Err(ClientError::Disagree(
+                                name.clone(),
+                                f.device,
+                                s.base.clone(),
+                                info.device,
+                            ));
                         }
                     } else {
                         first = Some((s.base.clone(), info));
@@ -189,11 +198,18 @@ impl Balancer {
         }
     }
 
-    async fn reply<T: DeserializeOwned>(&self, i: usize, r: reqwest::Response) -> Result<T, TryError> {
+    async fn reply<T: DeserializeOwned>(
+        &self,
+        i: usize,
+        r: reqwest::Response,
+    ) -> Result<T, TryError> {
         let server = self.servers[i].base.clone();
         let status = r.status();
         if status.is_success() {
-            return r.json::<T>().await.map_err(|e| TryError::Server(format!("unreadable reply: {e}")));
+            return r
+                .json::<T>()
+                .await
+                .map_err(|e| TryError::Server(format!("unreadable reply: {e}")));
         }
         let detail = r
             .json::<ApiError>()
@@ -212,7 +228,12 @@ impl Balancer {
         Err(TryError::Final(ClientError::Refused { server, status: status.as_u16(), detail }))
     }
 
-    async fn get<T: DeserializeOwned>(&self, i: usize, path: &str, timeout: Duration) -> Result<T, TryError> {
+    async fn get<T: DeserializeOwned>(
+        &self,
+        i: usize,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<T, TryError> {
         let url = format!("{}{path}", self.servers[i].base);
         let r = self.request(self.http.get(url)).timeout(timeout).send().await;
         let r = r.map_err(|e| TryError::Server(e.to_string()))?;
@@ -268,7 +289,10 @@ impl Balancer {
     }
 
     /// Validate a problem on the best server.
-    pub async fn check_problem(&self, req: &ProblemCheckRequest) -> Result<ProblemReport, ClientError> {
+    pub async fn check_problem(
+        &self,
+        req: &ProblemCheckRequest,
+    ) -> Result<ProblemReport, ClientError> {
         let timeout = Duration::from_millis(req.budget_ms) + self.cfg.request_timeout * 2;
         self.with_retries(|i| self.post(i, "/v1/problem-checks", req, timeout)).await
     }
@@ -315,7 +339,9 @@ impl Balancer {
             errors = self
                 .servers
                 .iter()
-                .map(|s| (s.base.clone(), "its circuit breaker is open after repeated failures".into()))
+                .map(|s| {
+                    (s.base.clone(), "its circuit breaker is open after repeated failures".into())
+                })
                 .collect();
         }
         Err(ClientError::NoneHealthy(errors))
@@ -344,7 +370,12 @@ impl RemoteEvaluator {
         &self.balancer
     }
 
-    fn request(&self, problem: &Problem, candidate: &Candidate, config: &EvalConfig) -> SubmitRequest {
+    fn request(
+        &self,
+        problem: &Problem,
+        candidate: &Candidate,
+        config: &EvalConfig,
+    ) -> SubmitRequest {
         let spec = |name: &str, source: &str, path: &std::path::Path| SourceSpec {
             name: Some(name.to_string()),
             source: source.to_string(),
@@ -397,9 +428,9 @@ impl EvalService for RemoteEvaluator {
         Box::pin(async move {
             let req = self.request(problem, candidate, config);
             let view = self.balancer.evaluate(&req).await.map_err(remote)?;
-            let record = view
-                .record
-                .ok_or_else(|| EvalError::Remote(format!("evaluation {} came back without its record", view.id)))?;
+            let record = view.record.ok_or_else(|| {
+                EvalError::Remote(format!("evaluation {} came back without its record", view.id))
+            })?;
             Ok(Evaluation { record, cached: view.cached })
         })
     }

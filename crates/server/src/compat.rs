@@ -52,9 +52,17 @@ pub(crate) async fn eval(
         )));
     }
     let native = SubmitRequest {
-        problem: Some(SourceSpec { name: Some("original_model".into()), source: req.original_model_src, path: None }),
+        problem: Some(SourceSpec {
+            name: Some("original_model".into()),
+            source: req.original_model_src,
+            path: None,
+        }),
         problem_id: None,
-        candidate: SourceSpec { name: Some("custom_model".into()), source: req.custom_model_src, path: None },
+        candidate: SourceSpec {
+            name: Some("custom_model".into()),
+            source: req.custom_model_src,
+            path: None,
+        },
         options: EvalOptions {
             trials: Some(req.num_correct_trials),
             seed: Some(req.seed_num),
@@ -84,7 +92,10 @@ pub(crate) async fn eval(
         return Err(HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "no job was created"));
     };
     let Some(job) = jobs::wait_final(&state, &s.id, EVAL_WAIT).await? else {
-        return Err(HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("job {} vanished", s.id)));
+        return Err(HttpError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("job {} vanished", s.id),
+        ));
     };
     match job.state {
         JobState::Done => {}
@@ -95,7 +106,10 @@ pub(crate) async fn eval(
             ))
         }
         JobState::Cancelled => {
-            return Err(HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("evaluation {} was cancelled", job.id)))
+            return Err(HttpError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("evaluation {} was cancelled", job.id),
+            ))
         }
         JobState::Queued | JobState::Running => {
             return Err(HttpError::unavailable(format!(
@@ -107,7 +121,10 @@ pub(crate) async fn eval(
     let cached = job.cached || s.existing;
     let view = jobs::view(&state, job, true)?;
     let Some(record) = view.record else {
-        return Err(HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "the record is missing from the store"));
+        return Err(HttpError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the record is missing from the store",
+        ));
     };
     Ok(Json(compat::response(&record, &view.id, cached)).into_response())
 }

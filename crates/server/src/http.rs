@@ -36,15 +36,24 @@ impl HttpError {
 
     /// A 422 about one request field.
     pub fn field(field: impl Into<String>, detail: impl Into<String>) -> HttpError {
-        HttpError { field: Some(field.into()), ..HttpError::new(StatusCode::UNPROCESSABLE_ENTITY, detail) }
+        HttpError {
+            field: Some(field.into()),
+            ..HttpError::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
+        }
     }
 
     pub fn busy(detail: impl Into<String>, retry_after: u64) -> HttpError {
-        HttpError { retry_after: Some(retry_after.max(1)), ..HttpError::new(StatusCode::TOO_MANY_REQUESTS, detail) }
+        HttpError {
+            retry_after: Some(retry_after.max(1)),
+            ..HttpError::new(StatusCode::TOO_MANY_REQUESTS, detail)
+        }
     }
 
     pub fn unavailable(detail: impl Into<String>) -> HttpError {
-        HttpError { retry_after: Some(5), ..HttpError::new(StatusCode::SERVICE_UNAVAILABLE, detail) }
+        HttpError {
+            retry_after: Some(5),
+            ..HttpError::new(StatusCode::SERVICE_UNAVAILABLE, detail)
+        }
     }
 }
 
@@ -58,9 +67,8 @@ impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let body = match (self.fastapi, &self.field) {
             (Some(kind), Some(f)) => {
-                let loc: Vec<serde_json::Value> = std::iter::once(json!("body"))
-                    .chain(f.split('.').map(|p| json!(p)))
-                    .collect();
+                let loc: Vec<serde_json::Value> =
+                    std::iter::once(json!("body")).chain(f.split('.').map(|p| json!(p))).collect();
                 json!({"detail": [{"type": kind, "loc": loc, "msg": self.detail}]})
             }
             _ => serde_json::to_value(ApiError { detail: self.detail, field: self.field })
@@ -87,14 +95,12 @@ pub(crate) async fn parse<T: DeserializeOwned>(
 
 pub(crate) async fn read(state: &AppState, body: Body) -> Result<Bytes, HttpError> {
     let limit = state.cfg.limits.max_body_bytes;
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
-        HttpError {
-            field: Some("body".into()),
-            ..HttpError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the request body is larger than {limit} bytes"),
-            )
-        }
+    axum::body::to_bytes(body, limit).await.map_err(|_| HttpError {
+        field: Some("body".into()),
+        ..HttpError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than {limit} bytes"),
+        )
     })
 }
 
@@ -113,14 +119,15 @@ pub(crate) fn parse_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpEr
         if inner.is_syntax() || inner.is_eof() {
             return HttpError {
                 field: Some("body".into()),
-                ..HttpError::new(StatusCode::BAD_REQUEST, format!("the body is not valid JSON: {inner}"))
+                ..HttpError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("the body is not valid JSON: {inner}"),
+                )
             };
         }
         let msg = inner.to_string();
         // A missing or unknown field is reported at its parent; name the field itself.
-        let named = ["missing field `", "unknown field `"]
-            .iter()
-            .find_map(|p| msg.split(p).nth(1).and_then(|r| r.split('`').next()));
+        let named = msg.split("missing field `").nth(1).and_then(|r| r.split('`').next());
         let field = match (named, path.as_str()) {
             (Some(f), "." | "") => f.to_string(),
             (Some(f), p) => format!("{p}.{f}"),
@@ -150,7 +157,11 @@ async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
             .and_then(|v| v.strip_prefix("Bearer "));
         if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
             state.metrics.refused(401);
-            let mut r = HttpError::new(StatusCode::UNAUTHORIZED, "a bearer token is required (Authorization: Bearer <token>)").into_response();
+            let mut r = HttpError::new(
+                StatusCode::UNAUTHORIZED,
+                "a bearer token is required (Authorization: Bearer <token>)",
+            )
+            .into_response();
             r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             return r;
         }

@@ -62,7 +62,9 @@ impl Resolved {
         let candidate = Candidate {
             name: self.candidate_name.clone(),
             path: PathBuf::from(
-                self.candidate_path.clone().unwrap_or_else(|| format!("{}.py", self.candidate_name)),
+                self.candidate_path
+                    .clone()
+                    .unwrap_or_else(|| format!("{}.py", self.candidate_name)),
             ),
             source: self.candidate_source.clone(),
         };
@@ -74,7 +76,11 @@ impl Resolved {
 pub(crate) fn inline_problem(spec: &SourceSpec, default: &str) -> Problem {
     let name = spec.name.clone().unwrap_or_else(|| default.to_string());
     Problem {
-        path: spec.path.as_ref().map(PathBuf::from).unwrap_or_else(|| PathBuf::from(format!("{name}.py"))),
+        path: spec
+            .path
+            .as_ref()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(format!("{name}.py"))),
         name,
         source: spec.source.clone(),
         meta: ProblemMeta::default(),
@@ -83,8 +89,11 @@ pub(crate) fn inline_problem(spec: &SourceSpec, default: &str) -> Problem {
 
 pub(crate) fn inline_candidate(spec: &SourceSpec, default: &str) -> Candidate {
     let name = spec.name.clone().unwrap_or_else(|| default.to_string());
-    let path =
-        spec.path.as_ref().map(PathBuf::from).unwrap_or_else(|| PathBuf::from(format!("{name}.py")));
+    let path = spec
+        .path
+        .as_ref()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(format!("{name}.py")));
     Candidate { path, name, source: spec.source.clone() }
 }
 
@@ -124,7 +133,11 @@ pub(crate) fn submit(
         match a {
             Added::New(id) => {
                 state.metrics.accepted.fetch_add(1, Ordering::Relaxed);
-                out.push(Submitted { id, state: tritonforge_api::JobState::Queued, existing: false })
+                out.push(Submitted {
+                    id,
+                    state: tritonforge_api::JobState::Queued,
+                    existing: false,
+                })
             }
             Added::Existing(id, s) => {
                 state.metrics.deduplicated.fetch_add(1, Ordering::Relaxed);
@@ -170,7 +183,9 @@ pub(crate) async fn wait_final(
     loop {
         let Some(job) = state.queue()?.job(id)? else { return Ok(None) };
         let left = deadline.saturating_duration_since(Instant::now());
-        if job.state.is_final() || left.is_zero() || (state.draining() && job.state == JobState::Queued)
+        if job.state.is_final()
+            || left.is_zero()
+            || (state.draining() && job.state == JobState::Queued)
         {
             return Ok(Some(job));
         }
@@ -256,7 +271,9 @@ async fn run_job(state: &AppState, job: Job) {
         }
         Err(msg) => {
             state.metrics.failed.fetch_add(1, Ordering::Relaxed);
-            state.queue().and_then(|q| q.finish_job(&job.id, JobState::Failed, None, Some(msg), false))
+            state
+                .queue()
+                .and_then(|q| q.finish_job(&job.id, JobState::Failed, None, Some(msg), false))
         }
     };
     if let Err(e) = finished {

@@ -9,9 +9,8 @@ use std::time::Duration;
 use tritonforge_protocol::{EvalRecord, Stage, Status};
 
 /// Bucket bounds in milliseconds: 1 ms to 10 min.
-const BUCKETS_MS: [f64; 14] = [
-    1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1e3, 2.5e3, 5e3, 1e4, 3e4, 1.2e5, 6e5,
-];
+const BUCKETS_MS: [f64; 14] =
+    [1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1e3, 2.5e3, 5e3, 1e4, 3e4, 1.2e5, 6e5];
 
 #[derive(Debug, Default, Clone)]
 struct Histogram {
@@ -57,13 +56,22 @@ impl Metrics {
     }
 
     pub(crate) fn refused(&self, code: u16) {
-        *self.rejected_requests.lock().unwrap_or_else(|p| p.into_inner()).entry(code).or_default() +=
-            1;
+        *self
+            .rejected_requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(code)
+            .or_default() += 1;
     }
 
     /// One job done: its status, whether cached, and its stage latencies.
     pub(crate) fn finished(&self, r: &EvalRecord, cached: bool, took: Duration) {
-        *self.by_status.lock().unwrap_or_else(|p| p.into_inner()).entry(r.verdict.status.as_str()).or_default() += 1;
+        *self
+            .by_status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(r.verdict.status.as_str())
+            .or_default() += 1;
         if cached {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
             self.observe_stage("cached", took.as_secs_f64() * 1000.0);
@@ -97,14 +105,49 @@ impl Metrics {
         let _ = writeln!(o, "# HELP tritonforge_uptime_seconds Since the server started.\n# TYPE tritonforge_uptime_seconds gauge\ntritonforge_uptime_seconds {:.1}", gauges.uptime_s);
         let _ = writeln!(o, "# HELP tritonforge_draining 1 while the server shuts down.\n# TYPE tritonforge_draining gauge\ntritonforge_draining {}", u8::from(gauges.draining));
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        c(&mut o, "tritonforge_jobs_accepted_total", "Jobs accepted into the queue.", ld(&self.accepted));
-        c(&mut o, "tritonforge_jobs_deduplicated_total", "Submissions answered with an existing job.", ld(&self.deduplicated));
-        c(&mut o, "tritonforge_jobs_failed_total", "Jobs the evaluator could not judge.", ld(&self.failed));
+        c(
+            &mut o,
+            "tritonforge_jobs_accepted_total",
+            "Jobs accepted into the queue.",
+            ld(&self.accepted),
+        );
+        c(
+            &mut o,
+            "tritonforge_jobs_deduplicated_total",
+            "Submissions answered with an existing job.",
+            ld(&self.deduplicated),
+        );
+        c(
+            &mut o,
+            "tritonforge_jobs_failed_total",
+            "Jobs the evaluator could not judge.",
+            ld(&self.failed),
+        );
         c(&mut o, "tritonforge_jobs_cancelled_total", "Jobs cancelled.", ld(&self.cancelled));
-        c(&mut o, "tritonforge_cache_hits_total", "Verdicts answered from the store.", ld(&self.cache_hits));
-        c(&mut o, "tritonforge_jobs_requeued_total", "Jobs requeued at start after a crash.", ld(&self.requeued));
-        c(&mut o, "tritonforge_pool_processes_replaced_total", "Candidate processes that crashed or ran out of time.", ld(&self.processes_replaced));
-        c(&mut o, "tritonforge_store_errors_total", "Store failures in the background.", ld(&self.store_errors));
+        c(
+            &mut o,
+            "tritonforge_cache_hits_total",
+            "Verdicts answered from the store.",
+            ld(&self.cache_hits),
+        );
+        c(
+            &mut o,
+            "tritonforge_jobs_requeued_total",
+            "Jobs requeued at start after a crash.",
+            ld(&self.requeued),
+        );
+        c(
+            &mut o,
+            "tritonforge_pool_processes_replaced_total",
+            "Candidate processes that crashed or ran out of time.",
+            ld(&self.processes_replaced),
+        );
+        c(
+            &mut o,
+            "tritonforge_store_errors_total",
+            "Store failures in the background.",
+            ld(&self.store_errors),
+        );
         let _ = writeln!(o, "# HELP tritonforge_evaluations_total Finished evaluations by status.\n# TYPE tritonforge_evaluations_total counter");
         for (s, n) in self.by_status.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let _ = writeln!(o, "tritonforge_evaluations_total{{status=\"{s}\"}} {n}");
@@ -116,9 +159,18 @@ impl Metrics {
         let _ = writeln!(o, "# HELP tritonforge_stage_seconds Latency by stage (queue, evaluation, cached, lease_wait, build, trials, shape_check, timing).\n# TYPE tritonforge_stage_seconds histogram");
         for (stage, h) in self.stages.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             for (i, b) in BUCKETS_MS.iter().enumerate() {
-                let _ = writeln!(o, "tritonforge_stage_seconds_bucket{{stage=\"{stage}\",le=\"{}\"}} {}", b / 1000.0, h.counts[i]);
+                let _ = writeln!(
+                    o,
+                    "tritonforge_stage_seconds_bucket{{stage=\"{stage}\",le=\"{}\"}} {}",
+                    b / 1000.0,
+                    h.counts[i]
+                );
             }
-            let _ = writeln!(o, "tritonforge_stage_seconds_bucket{{stage=\"{stage}\",le=\"+Inf\"}} {}", h.n);
+            let _ = writeln!(
+                o,
+                "tritonforge_stage_seconds_bucket{{stage=\"{stage}\",le=\"+Inf\"}} {}",
+                h.n
+            );
             let _ = writeln!(o, "tritonforge_stage_seconds_sum{{stage=\"{stage}\"}} {}", h.sum);
             let _ = writeln!(o, "tritonforge_stage_seconds_count{{stage=\"{stage}\"}} {}", h.n);
         }

@@ -110,10 +110,16 @@ fn check_config(c: &EvalConfig, f: &str) -> Result<(), HttpError> {
 pub(crate) fn resolve(state: &AppState, r: &SubmitRequest, f: &str) -> Result<Resolved, HttpError> {
     let mut problem: Problem = match (&r.problem, &r.problem_id) {
         (Some(_), Some(_)) => {
-            return Err(HttpError::field(format!("{f}problem_id"), "give `problem` or `problem_id`, not both"))
+            return Err(HttpError::field(
+                format!("{f}problem_id"),
+                "give `problem` or `problem_id`, not both",
+            ))
         }
         (None, None) => {
-            return Err(HttpError::field(format!("{f}problem"), "missing: give `problem` (source) or `problem_id`"))
+            return Err(HttpError::field(
+                format!("{f}problem"),
+                "missing: give `problem` (source) or `problem_id`",
+            ))
         }
         (Some(p), None) => {
             check_source(state, p, &format!("{f}problem"))?;
@@ -121,10 +127,16 @@ pub(crate) fn resolve(state: &AppState, r: &SubmitRequest, f: &str) -> Result<Re
         }
         (None, Some(id)) => {
             let Some(suite) = &state.suite else {
-                return Err(HttpError::field(format!("{f}problem_id"), "this server has no suite; send the problem's source"));
+                return Err(HttpError::field(
+                    format!("{f}problem_id"),
+                    "this server has no suite; send the problem's source",
+                ));
             };
             let Some(entry) = suite.find(id) else {
-                return Err(HttpError::field(format!("{f}problem_id"), format!("no problem `{id}` in the server's suite")));
+                return Err(HttpError::field(
+                    format!("{f}problem_id"),
+                    format!("no problem `{id}` in the server's suite"),
+                ));
             };
             Problem::load_with(&entry.problem_path, Some(&suite.manifest))
                 .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
@@ -132,7 +144,10 @@ pub(crate) fn resolve(state: &AppState, r: &SubmitRequest, f: &str) -> Result<Re
     };
     if let Some(t) = r.tolerance {
         if !(t.atol >= 0.0 && t.rtol >= 0.0) {
-            return Err(HttpError::field(format!("{f}tolerance"), "atol and rtol must be non-negative numbers"));
+            return Err(HttpError::field(
+                format!("{f}tolerance"),
+                "atol and rtol must be non-negative numbers",
+            ));
         }
         problem.meta.atol = Some(t.atol);
         problem.meta.rtol = Some(t.rtol);
@@ -154,7 +169,9 @@ pub(crate) fn resolve(state: &AppState, r: &SubmitRequest, f: &str) -> Result<Re
 /// Refuse work the queue or this client has no room for (429 with Retry-After).
 pub(crate) fn admit(state: &AppState, client: &str, n: usize) -> Result<(), HttpError> {
     if state.draining() {
-        return Err(HttpError::unavailable("the server is shutting down; try another or retry later"));
+        return Err(HttpError::unavailable(
+            "the server is shutting down; try another or retry later",
+        ));
     }
     let q = state.queue()?;
     let queued = q.job_counts()?.iter().find(|c| c.0 == JobState::Queued).map(|c| c.1).unwrap_or(0);
@@ -169,7 +186,10 @@ pub(crate) fn admit(state: &AppState, client: &str, n: usize) -> Result<(), Http
     let open = q.open_jobs_of(client)?;
     if open + n as u64 > lim.per_client {
         return Err(HttpError::busy(
-            format!("client `{client}` has {open} unfinished evaluations (limit {})", lim.per_client),
+            format!(
+                "client `{client}` has {open} unfinished evaluations (limit {})",
+                lim.per_client
+            ),
             open / per_second,
         ));
     }
@@ -235,7 +255,10 @@ pub(crate) async fn get_one(
     let q = q.map_err(|e| HttpError::field("wait", e.body_text()))?;
     let wait = q.wait.unwrap_or(0.0);
     if !(0.0..=state.cfg.limits.max_wait_s as f64).contains(&wait) {
-        return Err(HttpError::field("wait", format!("seconds from 0 to {}", state.cfg.limits.max_wait_s)));
+        return Err(HttpError::field(
+            "wait",
+            format!("seconds from 0 to {}", state.cfg.limits.max_wait_s),
+        ));
     }
     let job = jobs::wait_final(&state, &id, Duration::from_secs_f64(wait)).await?;
     let Some(job) = job else {
@@ -264,7 +287,10 @@ pub(crate) async fn list(
     let st = match q.state.as_deref() {
         None => None,
         Some(s) => Some(JobState::parse(s).ok_or_else(|| {
-            HttpError::field("state", format!("`{s}` is not one of queued, running, done, failed, cancelled"))
+            HttpError::field(
+                "state",
+                format!("`{s}` is not one of queued, running, done, failed, cancelled"),
+            )
         })?),
     };
     let filter = JobFilter {
@@ -365,7 +391,11 @@ pub(crate) async fn events(
 }
 
 fn event(v: &tritonforge_api::JobView) -> Event {
-    Event::default().event("done").id(v.id.clone()).json_data(v).unwrap_or_else(|_| Event::default())
+    Event::default()
+        .event("done")
+        .id(v.id.clone())
+        .json_data(v)
+        .unwrap_or_else(|_| Event::default())
 }
 
 pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Result<Response, HttpError> {

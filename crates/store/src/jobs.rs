@@ -20,8 +20,13 @@ pub enum JobState {
 }
 
 impl JobState {
-    pub const ALL: [JobState; 5] =
-        [JobState::Queued, JobState::Running, JobState::Done, JobState::Failed, JobState::Cancelled];
+    pub const ALL: [JobState; 5] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Done,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -366,9 +371,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sqlite");
         let mut s = Store::open(&path).unwrap();
-        let added = s
-            .add_jobs(&[new("a", "c1", None, "h1"), new("b", "c1", None, "h2")], false)
-            .unwrap();
+        let added =
+            s.add_jobs(&[new("a", "c1", None, "h1"), new("b", "c1", None, "h2")], false).unwrap();
         assert_eq!(added, vec![Added::New("a".into()), Added::New("b".into())]);
         let a = s.claim_job().unwrap().unwrap();
         assert_eq!((a.id.as_str(), a.state, a.attempts), ("a", JobState::Running, 1));
@@ -413,7 +417,11 @@ mod tests {
         let listed = s.list_jobs(&JobFilter { limit: 10, ..Default::default() }).unwrap();
         assert_eq!(listed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), vec!["c", "a"]);
         let queued = s
-            .list_jobs(&JobFilter { state: Some(JobState::Queued), limit: 10, ..Default::default() })
+            .list_jobs(&JobFilter {
+                state: Some(JobState::Queued),
+                limit: 10,
+                ..Default::default()
+            })
             .unwrap();
         assert_eq!(queued.len(), 1);
         assert_eq!(s.cancel_job("nope").unwrap(), None);

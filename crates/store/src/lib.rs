@@ -482,8 +482,7 @@ mod tests {
     fn baselines_are_stored_by_key_and_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sqlite");
-        let stats =
-            TimingStats {
+        let stats = TimingStats {
             median_ms: 0.5,
             iqr_ms: 0.01,
             samples: 100,
