@@ -9,7 +9,7 @@
 //! as malformed (4xx) is not retried. [`RemoteEvaluator`] puts this behind the same
 //! [`EvalService`] trait as the local pool.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -459,21 +459,4 @@ impl EvalService for RemoteEvaluator {
     /// Outstanding evaluations are left to their servers (they end and are stored there,
     /// where a later run finds them in the cache).
     fn abort_all(&self) {}
-}
-
-/// Per-server counts, for reports: (server, outstanding, breaker open).
-pub fn snapshot(b: &Balancer) -> HashMap<String, (usize, bool)> {
-    let now = Instant::now();
-    b.servers
-        .iter()
-        .map(|s| {
-            let open = s
-                .breaker
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .open_until
-                .is_some_and(|t| t > now);
-            (s.base.clone(), (s.outstanding.load(Ordering::Relaxed), open))
-        })
-        .collect()
 }

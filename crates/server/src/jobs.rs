@@ -259,7 +259,7 @@ async fn run_job(state: &AppState, job: Job) {
         Err(e) => Err(format!("the stored request does not parse: {e}")),
         Ok(r) => {
             let (p, c) = r.pair();
-            state.evaluator.evaluate(&p, &c, &r.config).await.map_err(|e| crate::failure_text(&e))
+            state.evaluator.evaluate(&p, &c, &r.config).await.map_err(|e| e.to_string())
         }
     };
     let finished = match &outcome {

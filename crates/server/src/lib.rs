@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, Notify};
 use tokio::task::AbortHandle;
-use tritonforge_eval::{EvalError, Evaluator};
+use tritonforge_eval::Evaluator;
 use tritonforge_store::{JobState, Store, StoreError};
 use tritonforge_suite::Suite;
 
@@ -189,11 +189,6 @@ impl Server {
     pub fn requeued(&self) -> u64 {
         self.state.metrics.requeued.load(Ordering::Relaxed)
     }
-}
-
-/// A job that failed because of the evaluator, not the candidate.
-pub(crate) fn failure_text(e: &EvalError) -> String {
-    e.to_string()
 }
 
 pub(crate) fn api_state(s: JobState) -> tritonforge_api::JobState {

@@ -176,11 +176,12 @@ pub(crate) fn admit(state: &AppState, client: &str, n: usize) -> Result<(), Http
     let q = state.queue()?;
     let queued = q.job_counts()?.iter().find(|c| c.0 == JobState::Queued).map(|c| c.1).unwrap_or(0);
     let lim = &state.cfg.limits;
-    let per_second = state.evaluator.pool().capacity().max(1) as u64;
+    // Retry-After: roughly the seconds the work ahead takes at one evaluation per slot per second.
+    let slots = state.evaluator.pool().capacity().max(1) as u64;
     if queued + n as u64 > lim.max_queue {
         return Err(HttpError::busy(
             format!("the queue is full ({queued} waiting, limit {})", lim.max_queue),
-            queued / per_second,
+            queued / slots,
         ));
     }
     let open = q.open_jobs_of(client)?;
@@ -190,7 +191,7 @@ pub(crate) fn admit(state: &AppState, client: &str, n: usize) -> Result<(), Http
                 "client `{client}` has {open} unfinished evaluations (limit {})",
                 lim.per_client
             ),
-            open / per_second,
+            open / slots,
         ));
     }
     Ok(())
