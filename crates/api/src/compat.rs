@@ -181,6 +181,10 @@ pub struct State<'a> {
     pub capacity_per_device: usize,
     /// Worker processes replaced after a crash, per device.
     pub crashes: Vec<u64>,
+    /// Device memory admitted to running candidates, per device (`None`: not admitted by
+    /// memory). Their server reports its own process's torch allocations; ours holds no
+    /// tensors, so the candidates' admitted share is the honest figure.
+    pub admitted_bytes: Vec<Option<u64>>,
     pub draining: bool,
 }
 
@@ -237,11 +241,13 @@ pub fn gpu_status(state: &State<'_>) -> Value {
     let devices: Vec<Value> = per_device(state)
         .iter()
         .zip(&state.env.gpus)
-        .map(|(d, g)| {
+        .enumerate()
+        .map(|(i, (d, g))| {
+            let admitted = state.admitted_bytes.get(i).copied().flatten().unwrap_or(0);
             let cc: Vec<u32> = g.capability.split('.').filter_map(|x| x.parse().ok()).collect();
             json!({
                 "device_id": d.0, "name": d.1, "available": d.2 < cap,
-                "memory_allocated": 0, "memory_cached": 0, "memory_total": g.memory_bytes,
+                "memory_allocated": admitted, "memory_cached": admitted, "memory_total": g.memory_bytes,
                 "compute_capability": cc, "fault_count": d.3, "running": d.2,
             })
         })

@@ -3,61 +3,14 @@
 //! evaluation, bad input, auth, `kill -9` durability, a bounded load, and the balancing
 //! client failing over when a server dies.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 mod common;
-use common::{fixture, tf};
-
-/// A server child process; killed when dropped.
-struct Served {
-    child: Child,
-    url: String,
-    log: Arc<Mutex<String>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Served {
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-fn serve(state: &Path, extra: &[&str]) -> Served {
-    let mut c = tf(state);
-    c.args(["serve", "--bind", "127.0.0.1:0"]).args(extra);
-    if !extra.contains(&"--jobs") {
-        c.args(["--jobs", "2"]);
-    }
-    let mut child = c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn serve");
-    let stderr = child.stderr.take().unwrap();
-    let log = Arc::new(Mutex::new(String::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let l2 = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix("serving on ") {
-                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
-            }
-            l2.lock().unwrap().push_str(&(line + "\n"));
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(600))
-        .unwrap_or_else(|_| panic!("the server did not start:\n{}", log.lock().unwrap()));
-    Served { child, url, log }
-}
+use common::{fixture, serve, tf};
 
 fn src(rel: &str) -> String {
     std::fs::read_to_string(fixture(rel)).unwrap()
@@ -513,4 +466,194 @@ async fn the_client_fails_over_when_one_of_two_servers_is_killed() {
     let candidate = tritonforge_suite::Candidate::load(&fixture("candidates/relu_ok.py")).unwrap();
     let err = remote.evaluate(&problem, &candidate, &config).await.unwrap_err().to_string();
     assert!(err.contains("no evaluation server is healthy"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_refuses_new_work_finishes_the_running_one_and_keeps_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 6;
+    let evals: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"problem": {"name": "relu_small", "source": src("problems/relu_small.py")},
+                   "candidate": {"name": format!("relu_{i}"), "source": format!("{}\n# term {i}\n", src("candidates/slow_correct.py"))},
+                   "options": {"trials": 3}})
+        })
+        .collect();
+    let mut s = serve(dir.path(), &["--jobs", "1", "--no-suite", "--grace", "120"]);
+    let (code, b) =
+        post(&format!("{}/v1/evaluations/batch", s.url), &json!({"evaluations": evals})).await;
+    assert_eq!(code, 202, "{b}");
+    let t0 = Instant::now();
+    while !store_jobs(dir.path()).iter().any(|j| j.1 == "running") {
+        assert!(t0.elapsed() < Duration::from_secs(300), "nothing started: {}", s.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(s.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    // While it drains, new work is refused with 503 and a reason; reads still work.
+    let mut refused = false;
+    for _ in 0..100 {
+        match http()
+            .post(format!("{}/v1/evaluations", s.url))
+            .json(
+                &json!({"problem": {"name": "relu_small", "source": src("problems/relu_small.py")},
+                          "candidate": {"name": "late", "source": src("candidates/relu_ok.py")}}),
+            )
+            .send()
+            .await
+        {
+            Ok(r) if r.status().as_u16() == 503 => {
+                let v: Value = r.json().await.unwrap();
+                assert!(v["detail"].as_str().unwrap().contains("shutting down"), "{v}");
+                refused = true;
+                break;
+            }
+            Ok(r) => assert_ne!(r.status().as_u16(), 202, "accepted work while draining"),
+            Err(_) => break,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused, "no 503 while draining: {}", s.log());
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "SIGTERM is a clean exit: {status:?}\n{}", s.log());
+    // The running one finished within the grace; nothing failed; the rest wait, queued.
+    let jobs = store_jobs(dir.path());
+    assert_eq!(jobs.len(), n, "the late request was not stored");
+    let done = jobs.iter().filter(|j| j.1 == "done").count();
+    assert!(done >= 1, "{jobs:?}");
+    assert!(jobs.iter().all(|j| j.1 == "done" || j.1 == "queued"), "{jobs:?}");
+    assert!(done < n, "all ended before SIGTERM; the test proves nothing");
+    // The next server finishes the queue, each pair evaluated once.
+    let s2 = serve(dir.path(), &["--jobs", "2", "--no-suite"]);
+    for j in &jobs {
+        let (code, v) = get(&format!("{}/v1/evaluations/{}?wait=300", s2.url, j.0)).await;
+        assert_eq!((code, v["record"]["status"].as_str()), (200, Some("correct")), "{v}");
+    }
+    let db = rusqlite::Connection::open(dir.path().join("tritonforge.sqlite")).unwrap();
+    let records: i64 = db.query_row("SELECT COUNT(*) FROM evaluations", [], |r| r.get(0)).unwrap();
+    assert_eq!(records, n as i64);
+}
+
+/// A chat-completions mock (non-streaming, the OpenAI wire shape): a wrong relu on the
+/// first turn, the suite's solution on the next.
+fn mock_policy() -> String {
+    use axum::{routing::post as route_post, Json, Router};
+    let right =
+        std::fs::read_to_string(common::repo().join("bench/solutions/level1/relu.py")).unwrap();
+    let wrong = right.replace("tl.maximum(x, 0.0)", "x");
+    assert_ne!(wrong, right);
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        route_post(move |Json(body): Json<Value>| {
+            let (wrong, right) = (wrong.clone(), right.clone());
+            async move {
+                let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+                let turn = msgs.iter().filter(|m| m["role"] == "assistant").count();
+                let code = if turn == 0 { wrong } else { right };
+                Json(json!({
+                    "id": "c1", "object": "chat.completion", "model": body["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": format!("```python\n{code}```\n")}}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150},
+                }))
+            }
+        }),
+    );
+    format!("http://{}/v1", common::serve_on_loopback(app))
+}
+
+fn store_rows(state: &Path, sql: &str) -> Vec<(String, String)> {
+    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
+    let mut st = db.prepare(sql).unwrap();
+    st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+}
+
+/// `run`, `suite validate` and `data build --verify` with `--eval-server` give the records
+/// the local pool gives: the same keys, verdicts and decisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn run_validate_and_verify_through_a_server_match_the_local_pool() {
+    let root = tempfile::tempdir().unwrap();
+    let (local, remote, served) =
+        (root.path().join("local"), root.path().join("remote"), root.path().join("served"));
+    let srv = serve(&served, &["--jobs", "2"]);
+    let llm = mock_policy();
+    let with = |state: &Path, server: bool, args: &[&str]| {
+        let mut c = tf(state);
+        c.args(["--device", "cpu"]);
+        if server {
+            c.args(["--eval-server", &srv.url]);
+        }
+        let out = common::run(c.args(args));
+        assert_eq!(out.status.code(), Some(0), "{args:?}\n{}", common::text(&out.stderr));
+        common::text(&out.stdout)
+    };
+    let run = ["run", "--base-url", &llm, "--model", "m", "--problem", "relu", "--turns", "3"];
+    with(&local, false, &run);
+    with(&remote, true, &run);
+    let turns = |state: &Path| -> Vec<Value> {
+        let eps = common::episodes(state);
+        assert_eq!(eps.len(), 1);
+        eps[0]["turns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| json!([t["outcome"], t["record"], t["reward"], t["message"]]))
+            .collect()
+    };
+    let (a, b) = (turns(&local), turns(&remote));
+    assert_eq!(a.len(), 2, "{a:?}");
+    assert_eq!((a[0][0].as_str(), a[1][0].as_str()), (Some("incorrect"), Some("correct")));
+    assert_eq!(a, b, "the same turns, verdict keys, rewards and feedback");
+    let q = "SELECT key, status FROM evaluations ORDER BY key";
+    let evaluated = store_rows(&served, q);
+    assert_eq!(store_rows(&local, q), evaluated, "the server stored the local pool's records");
+
+    // The suite's check, remotely: the same report, and the same records evaluated.
+    let validate = ["suite", "validate", "--family", "softmax", "--json"];
+    let report = |out: String| -> Value {
+        let mut v: Value = serde_json::from_str(out.trim()).unwrap();
+        v.as_object_mut().unwrap().remove("slow");
+        v
+    };
+    let a = report(with(&local, false, &validate));
+    assert!(a["solutions_checked"].as_u64().unwrap() > 0, "{a}");
+    assert_eq!(a, report(with(&remote, true, &validate)));
+    assert_eq!(store_rows(&local, q), store_rows(&served, q), "the same suite verdicts");
+
+    // data build --verify, remotely: the same rows kept, the same verdict keys.
+    let rows = root.path().join("rows.jsonl");
+    let problem = src("problems/relu_small.py");
+    let good = src("candidates/relu_ok.py");
+    let lines: Vec<String> = [("good", good.clone()), ("wrong", src("candidates/wrong_values.py"))]
+        .iter()
+        .map(|(id, code)| {
+            json!({"uuid": id, "entry_point": "Model", "python_code": problem, "triton_code": code})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&rows, lines.join("\n")).unwrap();
+    let built = |state: &Path, server: bool| -> Vec<Value> {
+        let out = root.path().join(if server { "data-remote" } else { "data-local" });
+        let cfg = root.path().join("data.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[[input]]\nkind = \"kernelbook\"\npath = {rows:?}\n\n[output]\ndir = {out:?}\nvalidation = 0.0\n\n[decontaminate]\nenabled = false\n\n[dedup]\nnear = false\n\n[verify]\ntrials = 2\n"
+            ),
+        )
+        .unwrap();
+        let cfg = cfg.to_str().unwrap().to_string();
+        with(state, server, &["data", "build", "--json", "--verify", "--config", &cfg]);
+        std::fs::read_to_string(out.join("train.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|r| json!([r["id"], r["meta"]["verdict"]["status"], r["meta"]["verdict"]["key"]]))
+            .collect()
+    };
+    let kept = built(&local, false);
+    assert_eq!(kept.len(), 1, "only the correct pair is kept: {kept:?}");
+    assert_eq!(kept[0][0], "good");
+    assert_eq!(kept, built(&remote, true));
+    assert_eq!(store_rows(&local, q), store_rows(&served, q), "the same verify verdicts");
 }

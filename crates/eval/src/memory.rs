@@ -136,6 +136,12 @@ impl Admission {
         Admission { budget, permits: Arc::new(Semaphore::new(units as usize)), unit, units }
     }
 
+    /// Bytes admitted to running jobs now (an evaluation server's `/gpu_status`).
+    pub(crate) fn admitted_bytes(&self) -> u64 {
+        let free = self.permits.available_permits() as u64;
+        (self.units as u64).saturating_sub(free).saturating_mul(self.unit)
+    }
+
     /// Wait until `charge` fits beside what is admitted (and everything admitted before
     /// it has been); a charge above the device is clamped to the whole device, so that
     /// it runs alone rather than never.
@@ -244,7 +250,10 @@ mod tests {
             fixed_cap: None,
         };
         let a = Arc::new(Admission::new(b));
+        assert_eq!(a.admitted_bytes(), 0);
         let first = a.admit(Charge::Bytes(60 << 20)).await.unwrap();
+        let held = a.admitted_bytes();
+        assert!((60 << 20..(60 << 20) + a.unit).contains(&held), "{held}");
         // 60 + 60 MiB do not fit in 90: the second waits for the first.
         let waiting = tokio::spawn({
             let a = a.clone();
@@ -254,6 +263,7 @@ mod tests {
         assert!(!waiting.is_finished());
         drop(first);
         assert_eq!(waiting.await.unwrap().unwrap(), 60 << 20);
+        assert_eq!(a.admitted_bytes(), 0, "given back when the admission drops");
         // A charge above the device is clamped: it runs alone, not never.
         let whole = a.admit(Charge::Bytes(1 << 40)).await.unwrap();
         assert_eq!(whole.bytes, 1 << 40);

@@ -654,6 +654,12 @@ impl Pool {
         self.slots.iter().map(|s| s.in_flight.load(Ordering::Relaxed)).collect()
     }
 
+    /// Device memory admitted to running jobs on each device; `None` per device where
+    /// memory is not admitted (CPU mode without a capacity, exclusive mode).
+    pub fn admitted_bytes(&self) -> Vec<Option<u64>> {
+        self.slots.iter().map(|s| s.admission.as_ref().map(Admission::admitted_bytes)).collect()
+    }
+
     /// Candidates that can run at once on one device.
     pub fn per_device(&self) -> usize {
         self.cfg.workers.max(1)

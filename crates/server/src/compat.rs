@@ -136,6 +136,7 @@ fn snapshot(state: &AppState) -> compat::State<'_> {
         running: pool.in_flight().into_iter().map(|n| n as u64).collect(),
         capacity_per_device: pool.per_device(),
         crashes: vec![state.metrics.processes_replaced.load(std::sync::atomic::Ordering::Relaxed)],
+        admitted_bytes: pool.admitted_bytes(),
         draining: state.draining(),
     }
 }

@@ -4,8 +4,11 @@
 // Each test crate uses its own subset of these.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
@@ -70,4 +73,49 @@ pub fn episodes(state: &Path) -> Vec<serde_json::Value> {
         .map(|t| serde_json::from_str(&t.unwrap()).unwrap())
         .collect();
     rows
+}
+
+/// A `tritonforge serve` child process on a loopback port; killed when dropped.
+pub struct Served {
+    pub child: Child,
+    pub url: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+pub fn serve(state: &Path, extra: &[&str]) -> Served {
+    let mut c = tf(state);
+    c.args(["serve", "--bind", "127.0.0.1:0"]).args(extra);
+    if !extra.contains(&"--jobs") {
+        c.args(["--jobs", "2"]);
+    }
+    let mut child = c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn serve");
+    let stderr = child.stderr.take().unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let l2 = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("serving on ") {
+                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
+            }
+            l2.lock().unwrap().push_str(&(line + "\n"));
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(600))
+        .unwrap_or_else(|_| panic!("the server did not start:\n{}", log.lock().unwrap()));
+    Served { child, url, log }
 }
