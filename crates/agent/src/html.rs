@@ -127,6 +127,7 @@ pub fn html(title: &str, header: &[(String, String)], s: &Summary) -> String {
     for (k, v) in &g.pass_at {
         overall.push(vec![format!("pass@{k}"), pct(*v)]);
     }
+    overall.push(vec!["compile rate (turns)".into(), pct(g.compile_rate)]);
     overall.push(vec![
         "geometric-mean speedup (correct, timed)".into(),
         g.geomean_speedup.map(|x| format!("{x:.3}x")).unwrap_or("- (untimed)".into()),
@@ -285,6 +286,9 @@ mod tests {
         assert!(html.contains("&lt;activation&gt;"), "family names are escaped");
         assert_eq!(html.matches("<svg").count(), 5, "fast_p, outcomes, two turn plots, speedups");
         assert!(html.contains("<td>pass@1</td><td>50.0%</td>"), "{html}");
+        // Two of three turns compiled (incorrect, correct; not the compile error).
+        assert!((s.overall.compile_rate - 2.0 / 3.0).abs() < 1e-12);
+        assert!(html.contains("<td>compile rate (turns)</td><td>66.7%</td>"), "{html}");
         assert!(html.contains(
             "<td>relu</td><td>1</td><td>&lt;activation&gt;</td><td>1/1</td><td>1.50x</td>"
         ));

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::episode::Episode;
+use crate::episode::{Episode, TurnOutcome};
 
 /// The `p` thresholds of fast_p.
 pub const FAST_P: [f64; 6] = [0.0, 0.5, 0.8, 1.0, 1.5, 2.0];
@@ -46,6 +46,21 @@ pub struct Group {
     pub geomean_speedup: Option<f64>,
     /// Final outcome of each episode, counted.
     pub outcomes: BTreeMap<String, usize>,
+    /// Share of the turns played whose code compiled and ran (ended runtime_error,
+    /// timeout, incorrect or correct): what a model has learned before it is right.
+    #[serde(default)]
+    pub compile_rate: f64,
+}
+
+/// Whether a turn's code got past extraction, the guard and compilation.
+fn compiled(t: &crate::Turn) -> bool {
+    use tritonforge_protocol::Status;
+    matches!(
+        t.outcome,
+        TurnOutcome::Evaluated(
+            Status::RuntimeError | Status::Timeout | Status::Incorrect | Status::Correct
+        )
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +122,9 @@ fn group(eps: &[(&Episode, &Labels)]) -> Group {
             logs.push(s.ln());
         }
     }
+    let turns: Vec<_> = eps.iter().flat_map(|(e, _)| e.turns.iter()).collect();
+    let compile_rate =
+        turns.iter().filter(|t| compiled(t)).count() as f64 / turns.len().max(1) as f64;
     let max_n = per_problem.values().map(|(n, _)| *n).min().unwrap_or(0);
     let mut pass_at = BTreeMap::new();
     for k in [1usize, 2, 5, 10, 20, 50, 100] {
@@ -139,6 +157,7 @@ fn group(eps: &[(&Episode, &Labels)]) -> Group {
         geomean_speedup: (!logs.is_empty())
             .then(|| (logs.iter().sum::<f64>() / logs.len() as f64).exp()),
         outcomes,
+        compile_rate,
     }
 }
 
@@ -233,6 +252,7 @@ pub fn markdown(title: &str, header: &[(String, String)], s: &Summary) -> String
     for (k, v) in &g.pass_at {
         let _ = writeln!(out, "| pass@{k} | {} |", pct(*v));
     }
+    let _ = writeln!(out, "| compile rate (turns) | {} |", pct(g.compile_rate));
     for (p, v) in &g.fast_p {
         let _ = writeln!(out, "| fast_{p} | {} |", pct(*v));
     }
