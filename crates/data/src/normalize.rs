@@ -153,7 +153,9 @@ fn lex(src: &str) -> Vec<Line<'_>> {
             }
             b'#' => i = src[i..].find('\n').map_or(b.len(), |n| i + n),
             b'\\' if b.get(i + 1) == Some(&b'\n') => i += 2,
-            b'\\' if b.get(i + 1) == Some(&b'\r') => i += 2,
+            b'\\' if b.get(i + 1) == Some(&b'\r') => {
+                i += if b.get(i + 2) == Some(&b'\n') { 3 } else { 2 }
+            }
             _ if c.is_ascii_whitespace() => i += 1,
             _ => {
                 let (kind, end) = token_at(src, i);
@@ -271,7 +273,7 @@ fn string_len(rest: &str, prefix: usize) -> usize {
 /// exponent's sign.
 fn number_len(rest: &str) -> usize {
     let b = rest.as_bytes();
-    let hex = rest.len() > 1 && matches!(&rest[..2], "0x" | "0X");
+    let hex = matches!(b.get(..2), Some(b"0x" | b"0X"));
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
@@ -680,6 +682,7 @@ mod tests {
         );
         // A line continuation joins lines; a `#` inside a string is no comment.
         assert_eq!(canonical_text("y = 1 + \\\n    2\n"), "v0 = 1 + 2 NL");
+        assert_eq!(canonical_text("y = 1 + \\\r\n    2\r\n"), "v0 = 1 + 2 NL");
         assert_eq!(canonical_text("s = 'a#b'  # c\n"), "v0 = 'a#b' NL");
     }
 
@@ -766,8 +769,13 @@ mod tests {
 
     #[test]
     fn broken_code_still_gives_tokens() {
-        for src in ["s = 'unterminated\nx = (1,\n", "x = '''never closed", "\\", "x = 0x_ff + .5j"]
-        {
+        for src in [
+            "s = 'unterminated\nx = (1,\n",
+            "x = '''never closed",
+            "\\",
+            "x = 0x_ff + .5j",
+            "x = 1é + 2\\\r\n",
+        ] {
             assert!(!canonical_tokens(src).is_empty(), "{src:?}");
         }
     }
