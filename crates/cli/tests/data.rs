@@ -98,7 +98,10 @@ fn every_stage_keeps_and_drops_what_it_should() {
     assert_eq!(dropped["bad-exact-dup"]["instead"], "ok-000000", "the better row stays");
     assert_eq!(reason("bad-near-dup"), ("dedup_near".into(), "near_duplicate".into()));
     assert_eq!(dropped["bad-near-dup"]["instead"], "ok-000001");
-    assert_eq!(reason("bad-heldout-leak"), ("decontaminate".into(), "heldout_lookalike".into()));
+    assert_eq!(
+        reason("bad-heldout-leak"),
+        ("decontaminate".into(), "heldout_normalised_match".into())
+    );
     assert!(
         dropped.keys().all(|id| id.starts_with("bad-")),
         "a valid row was dropped: {dropped:?}"

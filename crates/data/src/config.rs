@@ -212,8 +212,8 @@ pub struct Dedup {
     /// Tokens per shingle.
     #[serde(default = "default_shingle")]
     pub shingle: usize,
-    /// Shingles found in more than this share of files are boilerplate and ignored when
-    /// comparing (here and in decontamination); 1.0 compares everything.
+    /// Shingles found in more than this share of rows are boilerplate and ignored when
+    /// comparing; 1.0 compares everything.
     #[serde(default = "default_boilerplate")]
     pub boilerplate: f64,
 }
@@ -260,8 +260,8 @@ pub struct Decontaminate {
     /// The suite whose `heldout` problems no training row may resemble.
     #[serde(default = "default_suite")]
     pub suite: PathBuf,
-    /// Jaccard similarity (of distinctive token shingles, boilerplate set aside) of a
-    /// row's PyTorch module to a heldout problem at or above which the row is dropped.
+    /// Jaccard similarity of the normalised token shingles of a row's PyTorch module and
+    /// a heldout problem with the same anchors, at or above which the row is dropped.
     #[serde(default = "default_contamination")]
     pub threshold: f64,
 }

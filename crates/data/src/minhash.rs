@@ -102,9 +102,13 @@ fn fnv1a(parts: &[&str]) -> u64 {
 /// Hashes of the `k`-token shingles of (normalised) code, as a set.
 pub fn shingles(code: &str, k: usize) -> Shingles {
     let norm = normalize_code(code);
-    let toks = tokens(&norm);
+    shingles_of_tokens(&tokens(&norm), k)
+}
+
+/// Hashes of the `k`-token shingles of a token sequence, as a set.
+pub fn shingles_of_tokens(toks: &[&str], k: usize) -> Shingles {
     if toks.len() <= k {
-        return vec![fnv1a(&toks)];
+        return vec![fnv1a(toks)];
     }
     let mut out: Vec<u64> = toks.windows(k).map(fnv1a).collect();
     out.sort_unstable();

@@ -183,12 +183,30 @@ pub fn rows(n: usize, seed: u64, defects: bool, heldout: Option<&str>) -> Vec<Va
         None,
         n + 7,
     ));
-    // A heldout suite problem under another name.
+    // A heldout suite problem under another name, its docstrings reworded and a comment
+    // added: decontamination compares normalised code, so none of that hides it.
     if let Some(src) = heldout {
-        let renamed = src.replace("class Model(", &format!("class {e}Leak("));
+        let renamed = format!(
+            "# found in the wild\n{}",
+            reword_docstrings(&src.replace("class Model(", &format!("class {e}Leak(")))
+        );
         let (_, t2, e2, _) = pair(&mut rng, n + 8);
         let t2 = t2.replace(&format!("class {e2}New("), &format!("class {e}LeakNew("));
         out.push(row("bad-heldout-leak", &renamed, &t2, &format!("{e}Leak"), None, n + 8));
+    }
+    out
+}
+
+/// Every `"""..."""` docstring's text replaced by other words.
+fn reword_docstrings(src: &str) -> String {
+    let parts: Vec<&str> = src.split("\"\"\"").collect();
+    let mut out = String::with_capacity(src.len());
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push_str("\"\"\"");
+        }
+        // Odd parts are the insides of triple-quoted strings.
+        out.push_str(if i % 2 == 1 { "Said in other words." } else { part });
     }
     out
 }
