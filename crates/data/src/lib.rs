@@ -315,6 +315,16 @@ pub fn build(
     let mut bad: Vec<Bad> = Vec::new();
     let mut stages = Vec::new();
 
+    // The agent's templates: synthetic conversations are rendered at ingest, the others
+    // when normalised.
+    let prompts =
+        Prompts::load(cfg.prompts.dir.as_deref()).map_err(|e| DataError::Setup(e.to_string()))?;
+    let target = Target {
+        device: cfg.prompts.device.clone(),
+        dtype: cfg.prompts.dtype.clone(),
+        timing: true,
+    };
+
     // 1. Ingest.
     progress("ingest");
     let t = Instant::now();
@@ -324,6 +334,7 @@ pub fn build(
         let (r, b) = match input {
             Input::Kernelbook { path } => ingest::kernelbook(path, &cfg.thinking.field)?,
             Input::Suite { path } => ingest::suite(path)?,
+            Input::Synthetic { path } => ingest::synthetic(path, &prompts, &target)?,
             Input::Episodes { store, run } => ingest::episodes(store, run.as_deref())?,
         };
         rows.extend(r);
@@ -345,13 +356,6 @@ pub fn build(
 
     // 2-4. Normalise to conversations with the agent's templates; thinking tags.
     progress("normalise");
-    let prompts =
-        Prompts::load(cfg.prompts.dir.as_deref()).map_err(|e| DataError::Setup(e.to_string()))?;
-    let target = Target {
-        device: cfg.prompts.device.clone(),
-        dtype: cfg.prompts.dtype.clone(),
-        timing: true,
-    };
     let system = prompts.system().map_err(|e| DataError::Setup(e.to_string()))?;
     let mode = cfg.thinking.mode;
     let mut stage = Stage::start("normalise", rows.len(), &mut bad);
@@ -378,7 +382,7 @@ pub fn build(
             r.meta.get("module_name").and_then(Value::as_str).unwrap_or(&r.entry_point).to_string();
         let task =
             prompts.task(&name, &r.problem, &target).map_err(|e| format!("template_error: {e}"))?;
-        let fenced = format!("```python\n{}\n```", r.answer.trim_end());
+        let fenced = ingest::fenced(&r.answer);
         let reply = match (&r.reasoning, mode) {
             (Some(why), ThinkingMode::Wrap) => {
                 format!("<think>\n{}\n</think>\n\n{fenced}", why.trim())
@@ -725,6 +729,47 @@ fn dedup(
     rows
 }
 
+/// For each PyTorch module source, the key of the `heldout` problem of the suite at
+/// `suite_root` it resembles (Jaccard of their distinctive `shingle`-token shingles at or
+/// above `threshold`, boilerplate set aside), and how many heldout problems were compared.
+/// The decontamination stage, and the synthetic generator before it keeps a problem.
+pub fn heldout_lookalikes(
+    suite_root: &std::path::Path,
+    problems: &[&str],
+    shingle: usize,
+    boilerplate: f64,
+    threshold: f64,
+) -> Result<(Vec<Option<String>>, usize), DataError> {
+    let suite = tritonforge_suite::Suite::load(suite_root)
+        .map_err(|e| DataError::Input { path: suite_root.to_path_buf(), reason: e.to_string() })?;
+    let mut keys = Vec::new();
+    let mut sets = Vec::new();
+    for e in &suite.entries {
+        if e.meta.split.as_deref() == Some("heldout") {
+            if let Ok(src) = std::fs::read_to_string(&e.problem_path) {
+                keys.push(e.key.clone());
+                sets.push(minhash::shingles(&src, shingle));
+            }
+        }
+    }
+    let held = sets.len();
+    // Boilerplate is judged over the heldout problems and the rows' problems together.
+    sets.extend(problems.par_iter().map(|p| minhash::shingles(p, shingle)).collect::<Vec<_>>());
+    minhash::drop_boilerplate(&mut sets, boilerplate);
+    let (heldout, own) = sets.split_at(held);
+    let verdicts = own
+        .par_iter()
+        .map(|s| {
+            heldout
+                .iter()
+                .zip(&keys)
+                .find(|(h, _)| minhash::jaccard(s, h) >= threshold)
+                .map(|(_, key)| key.clone())
+        })
+        .collect();
+    Ok((verdicts, held))
+}
+
 fn decontaminate(
     cfg: &Config,
     rows: Vec<Row>,
@@ -737,36 +782,15 @@ fn decontaminate(
         stages.push(stage.finish(n, Some("off".into())));
         return Ok(rows);
     }
-    let suite = tritonforge_suite::Suite::load(&cfg.decontaminate.suite).map_err(|e| {
-        DataError::Input { path: cfg.decontaminate.suite.clone(), reason: e.to_string() }
-    })?;
-    let k = cfg.dedup.shingle;
-    let mut keys = Vec::new();
-    let mut sets = Vec::new();
-    for e in &suite.entries {
-        if e.meta.split.as_deref() == Some("heldout") {
-            if let Ok(src) = std::fs::read_to_string(&e.problem_path) {
-                keys.push(e.key.clone());
-                sets.push(minhash::shingles(&src, k));
-            }
-        }
-    }
-    let held = sets.len();
-    // Boilerplate is judged over the heldout problems and the rows' problems together.
-    sets.extend(rows.par_iter().map(|r| minhash::shingles(&r.problem, k)).collect::<Vec<_>>());
-    minhash::drop_boilerplate(&mut sets, cfg.dedup.boilerplate);
-    let (heldout, own) = sets.split_at(held);
-    let threshold = cfg.decontaminate.threshold;
-    let verdicts: Vec<Option<String>> = own
-        .par_iter()
-        .map(|s| {
-            heldout
-                .iter()
-                .zip(&keys)
-                .find(|(h, _)| minhash::jaccard(s, h) >= threshold)
-                .map(|(_, key)| key.clone())
-        })
-        .collect();
+    let problems: Vec<&str> = rows.iter().map(|r| r.problem.as_str()).collect();
+    let d = &cfg.decontaminate;
+    let (verdicts, held) = heldout_lookalikes(
+        &d.suite,
+        &problems,
+        cfg.dedup.shingle,
+        cfg.dedup.boilerplate,
+        d.threshold,
+    )?;
     let mut kept = Vec::with_capacity(rows.len());
     for (r, v) in rows.into_iter().zip(verdicts) {
         match v {
