@@ -57,19 +57,35 @@ pub async fn run(global: &Global, suite: &Suite, args: SynthArgs) -> anyhow::Res
     }
     let checker = EvalChecker { evaluator, handle: tokio::runtime::Handle::current() };
     let root = suite.root.clone();
+    let heldout: Vec<(String, String)> = suite
+        .entries
+        .iter()
+        .filter(|e| e.meta.split.as_deref() == Some("heldout"))
+        .filter_map(|e| Some((e.key.clone(), std::fs::read_to_string(&e.problem_path).ok()?)))
+        .collect();
     let (out, json) = (args.out.clone(), args.json);
     let built = tokio::task::spawn_blocking(move || {
         let (dedup, decon) = (Dedup::default(), Decontaminate::default());
+        // The same computation as a heldout problem, or text the data pipeline's
+        // decontamination would find too close to one.
         let lookalikes = move |sources: &[&str]| {
-            tritonforge_data::heldout_lookalikes(
+            let twins = tritonforge_synth::twins::heldout_twins(sources, &heldout);
+            let (near, _) = tritonforge_data::heldout_lookalikes(
                 &root,
                 sources,
                 dedup.shingle,
                 dedup.boilerplate,
                 decon.threshold,
             )
-            .map(|(found, _)| found)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+            Ok(twins
+                .into_iter()
+                .zip(near)
+                .map(|(twin, near)| {
+                    twin.map(|k| format!("suite:{k} (same computation)"))
+                        .or(near.map(|k| format!("suite:{k} (similar text)")))
+                })
+                .collect())
         };
         let progress = |line: &str| {
             if !json {

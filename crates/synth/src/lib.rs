@@ -14,6 +14,7 @@ mod families;
 mod ops;
 mod py;
 pub mod rng;
+pub mod twins;
 pub mod write;
 
 use serde::{Deserialize, Serialize};
@@ -135,7 +136,7 @@ impl Dtype {
         match self {
             Dtype::F32 => None,
             Dtype::F16 => Some((1e-2, 1e-2)),
-            Dtype::Bf16 => Some((3e-2, 3e-2)),
+            Dtype::Bf16 => Some((1e-2, 1e-2)),
         }
     }
 
@@ -292,8 +293,13 @@ fn problem_at(s: &Settings, index: usize) -> SynthProblem {
 
 /// One of the draft's mistakes, or a syntax slip, planted in its solution.
 fn plant(d: &Draft, rng: &mut Rng) -> Option<Attempt> {
+    // Syntax slips count as one choice among the family's own mistakes, however many
+    // lines could take one.
     let mut choices = d.mistakes.clone();
-    choices.extend(syntax_slips(&d.solution));
+    let slips = syntax_slips(&d.solution);
+    if !slips.is_empty() {
+        choices.push(slips[rng.below(slips.len())].clone());
+    }
     let m = choices.get(rng.below(choices.len()))?;
     m.apply(&d.solution).map(|source| Attempt { flaw: m.flaw, source })
 }
