@@ -136,7 +136,7 @@ impl Dtype {
         match self {
             Dtype::F32 => None,
             Dtype::F16 => Some((1e-2, 1e-2)),
-            Dtype::Bf16 => Some((1e-2, 1e-2)),
+            Dtype::Bf16 => Some((1e-2, 2e-2)),
         }
     }
 
