@@ -20,6 +20,7 @@ mod progress;
 mod run_cmd;
 mod serve_cmd;
 mod suite_cmd;
+mod synth_cmd;
 mod tokenizer_cmd;
 mod train_cmd;
 
@@ -50,7 +51,7 @@ enum Cmd {
     Serve(Box<serve_cmd::ServeArgs>),
     /// Static checks of candidate files: is it really a Triton kernel, does it cheat.
     Guard(guard_cmd::GuardArgs),
-    /// The problem suite: list, show, validate.
+    /// The problem suite: list, show, validate; synthesise new problems.
     #[command(subcommand, alias = "bench")]
     Suite(suite_cmd::SuiteCmd),
     /// Report the interpreter, versions, device, state directory and store.

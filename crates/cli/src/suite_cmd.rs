@@ -38,6 +38,10 @@ pub enum SuiteCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Generate problems with reference Triton solutions at graded difficulty (and planted
+    /// wrong first attempts), keep those the evaluator confirms, write them as a suite
+    /// (see docs/synth.md).
+    Synth(Box<crate::synth_cmd::SynthArgs>),
 }
 
 pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
@@ -72,6 +76,7 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
             };
             validate(global, &suite, spec, &pool, &guard, json).await
         }
+        SuiteCmd::Synth(args) => crate::synth_cmd::run(global, &suite, *args).await,
     }
 }
 

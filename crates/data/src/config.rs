@@ -40,6 +40,10 @@ pub enum Input {
         #[serde(default = "default_suite")]
         path: PathBuf,
     },
+    /// A set written by `tritonforge bench synth`: its `train` problems with their
+    /// reference solutions; where a planted wrong attempt was kept, the conversation is
+    /// the task, that attempt, the evaluator's feedback on it and the solution.
+    Synthetic { path: PathBuf },
     /// Episodes from a store that became correct: single-turn pairs, or the failed attempt,
     /// its feedback and the fix as one multi-turn conversation.
     Episodes {
@@ -332,7 +336,9 @@ impl Config {
         };
         for input in &mut cfg.inputs {
             match input {
-                Input::Kernelbook { path } | Input::Suite { path } => fix(path),
+                Input::Kernelbook { path } | Input::Suite { path } | Input::Synthetic { path } => {
+                    fix(path)
+                }
                 Input::Episodes { store, .. } => fix(store),
             }
         }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::{Map, Value};
-use tritonforge_episode::{ChatMessage, Episode};
+use tritonforge_episode::{ChatMessage, Episode, Prompts, Target};
 
 use crate::{Bad, DataError, Row};
 
@@ -130,6 +130,82 @@ pub fn suite(root: &Path) -> Result<(Vec<Row>, Vec<Bad>), DataError> {
         }
     }
     Ok((rows, bad))
+}
+
+/// A set written by `tritonforge bench synth`: its `train` problems with their reference
+/// solutions (heldout ones are never ingested). A problem whose planted wrong attempt was
+/// kept becomes the conversation the agent would have had: the task, that attempt, the
+/// evaluator's feedback on it (the agent's own template, from the stored record), then
+/// the solution. The task names the problem by its file stem, as `tritonforge run` does.
+pub fn synthetic(
+    root: &Path,
+    prompts: &Prompts,
+    target: &Target,
+) -> Result<(Vec<Row>, Vec<Bad>), DataError> {
+    let suite = tritonforge_suite::Suite::load(root)
+        .map_err(|e| DataError::Input { path: root.to_path_buf(), reason: e.to_string() })?;
+    let setup = |e: tritonforge_episode::prompts::PromptError| DataError::Setup(e.to_string());
+    let system = prompts.system().map_err(setup)?;
+    let mut rows = Vec::new();
+    let mut bad = Vec::new();
+    for e in suite.entries.iter().filter(|e| e.meta.split.as_deref() == Some("train")) {
+        let place = format!("synthetic:{}", e.key);
+        let read =
+            |p: &Path| std::fs::read_to_string(p).map_err(|err| format!("unreadable: {err}"));
+        let pair = match &e.solution_path {
+            None => Err("no_solution".to_string()),
+            Some(sol) => read(&e.problem_path).and_then(|p| Ok((p, read(sol)?))),
+        };
+        let attempt = tritonforge_synth::write::read_attempt(root, &e.key)
+            .map_err(|why| format!("bad_attempt: {why}"));
+        let ((problem, answer), attempt) = match (pair, attempt) {
+            (Ok(pair), Ok(attempt)) => (pair, attempt),
+            (Err(why), _) | (_, Err(why)) => {
+                bad.push(Bad::new("ingest", &why, &place));
+                continue;
+            }
+        };
+        let mut meta = Map::new();
+        meta.insert("synth_key".into(), Value::from(e.key.clone()));
+        meta.insert("module_name".into(), Value::from(e.name()));
+        meta.insert("level".into(), Value::from(e.meta.level));
+        meta.insert("family".into(), Value::from(e.meta.family.clone()));
+        meta.insert("difficulty".into(), Value::from(e.meta.difficulty));
+        let mut history = Vec::new();
+        let mut final_reply = None;
+        if let Some((wrong, rec)) = attempt {
+            let feedback = prompts
+                .feedback(&tritonforge_episode::prompts::Attempt::Evaluated(&rec.record), 1.0)
+                .map_err(setup)?;
+            meta.insert("flaw".into(), Value::from(rec.flaw.as_str()));
+            meta.insert("attempt_status".into(), Value::from(rec.record.verdict.status.as_str()));
+            history = vec![
+                ChatMessage::new("system", system.clone()),
+                ChatMessage::new("user", prompts.task(e.name(), &problem, target).map_err(setup)?),
+                ChatMessage::new("assistant", fenced(&wrong)),
+                ChatMessage::new("user", feedback),
+            ];
+            final_reply = Some(fenced(&answer));
+        }
+        rows.push(Row {
+            id: format!("synth/{}", e.key),
+            origin: place,
+            problem,
+            answer,
+            entry_point: "Model".into(),
+            history,
+            final_reply,
+            meta,
+            verified: true,
+            ..Row::default()
+        });
+    }
+    Ok((rows, bad))
+}
+
+/// Code as a reply: one `python` fence, as the normalise stage writes answers.
+pub fn fenced(code: &str) -> String {
+    format!("```python\n{}\n```", code.trim_end())
 }
 
 /// Episodes that became correct. Solved on the first turn: a plain pair. Solved later:

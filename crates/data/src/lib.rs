@@ -316,6 +316,16 @@ pub fn build(
     let mut bad: Vec<Bad> = Vec::new();
     let mut stages = Vec::new();
 
+    // The agent's templates: synthetic conversations are rendered at ingest, the others
+    // when normalised.
+    let prompts =
+        Prompts::load(cfg.prompts.dir.as_deref()).map_err(|e| DataError::Setup(e.to_string()))?;
+    let target = Target {
+        device: cfg.prompts.device.clone(),
+        dtype: cfg.prompts.dtype.clone(),
+        timing: true,
+    };
+
     // 1. Ingest.
     progress("ingest");
     let t = Instant::now();
@@ -325,6 +335,7 @@ pub fn build(
         let (r, b) = match input {
             Input::Kernelbook { path } => ingest::kernelbook(path, &cfg.thinking.field)?,
             Input::Suite { path } => ingest::suite(path)?,
+            Input::Synthetic { path } => ingest::synthetic(path, &prompts, &target)?,
             Input::Episodes { store, run } => ingest::episodes(store, run.as_deref())?,
         };
         rows.extend(r);
@@ -346,13 +357,6 @@ pub fn build(
 
     // 2-4. Normalise to conversations with the agent's templates; thinking tags.
     progress("normalise");
-    let prompts =
-        Prompts::load(cfg.prompts.dir.as_deref()).map_err(|e| DataError::Setup(e.to_string()))?;
-    let target = Target {
-        device: cfg.prompts.device.clone(),
-        dtype: cfg.prompts.dtype.clone(),
-        timing: true,
-    };
     let system = prompts.system().map_err(|e| DataError::Setup(e.to_string()))?;
     let mode = cfg.thinking.mode;
     let mut stage = Stage::start("normalise", rows.len(), &mut bad);
@@ -379,7 +383,7 @@ pub fn build(
             r.meta.get("module_name").and_then(Value::as_str).unwrap_or(&r.entry_point).to_string();
         let task =
             prompts.task(&name, &r.problem, &target).map_err(|e| format!("template_error: {e}"))?;
-        let fenced = format!("```python\n{}\n```", r.answer.trim_end());
+        let fenced = ingest::fenced(&r.answer);
         let reply = match (&r.reasoning, mode) {
             (Some(why), ThinkingMode::Wrap) => {
                 format!("<think>\n{}\n</think>\n\n{fenced}", why.trim())
@@ -761,10 +765,9 @@ struct Heldout {
 }
 
 impl Heldout {
-    fn load(cfg: &Config) -> Result<Heldout, DataError> {
-        let suite = tritonforge_suite::Suite::load(&cfg.decontaminate.suite).map_err(|e| {
-            DataError::Input { path: cfg.decontaminate.suite.clone(), reason: e.to_string() }
-        })?;
+    fn load(root: &std::path::Path, shingle: usize) -> Result<Heldout, DataError> {
+        let suite = tritonforge_suite::Suite::load(root)
+            .map_err(|e| DataError::Input { path: root.to_path_buf(), reason: e.to_string() })?;
         let read =
             |e: &tritonforge_suite::SuiteEntry| std::fs::read_to_string(&e.problem_path).ok();
         let is_heldout =
@@ -790,7 +793,7 @@ impl Heldout {
             };
             held.any_sized |= sized;
             held.exact.insert(text, e.key.clone());
-            let shingles = normalize::canonical_shingles(&src, cfg.dedup.shingle);
+            let shingles = normalize::canonical_shingles(&src, shingle);
             held.problems.push(Held { key: e.key.clone(), sized, anchors, shingles });
         }
         Ok(held)
@@ -823,6 +826,24 @@ impl Heldout {
     }
 }
 
+/// For each PyTorch module source, the key of the `heldout` problem of the suite at
+/// `suite_root` it is (the decontamination stage's matching: normalised code, or anchors
+/// and shingles at or above `threshold`), and how many heldout problems were compared.
+/// The decontamination stage, and the synthetic generator before it keeps a problem.
+pub fn heldout_lookalikes(
+    suite_root: &std::path::Path,
+    problems: &[&str],
+    shingle: usize,
+    threshold: f64,
+) -> Result<(Vec<Option<String>>, usize), DataError> {
+    let heldout = Heldout::load(suite_root, shingle)?;
+    let verdicts = problems
+        .par_iter()
+        .map(|p| heldout.matches(p, shingle, threshold).map(|(_, key)| key.to_string()))
+        .collect();
+    Ok((verdicts, heldout.problems.len()))
+}
+
 /// Drops rows whose PyTorch module is a heldout problem: the same normalised code, sizes
 /// aside (`heldout_normalised_match`), or the same anchors and normalised shingles with
 /// Jaccard at or above the threshold (`heldout_lookalike`). Normalised, so a renamed
@@ -842,7 +863,7 @@ fn decontaminate(
         stages.push(stage.finish(n, Some("off".into())));
         return Ok(rows);
     }
-    let heldout = Heldout::load(cfg)?;
+    let heldout = Heldout::load(&cfg.decontaminate.suite, cfg.dedup.shingle)?;
     let (k, threshold) = (cfg.dedup.shingle, cfg.decontaminate.threshold);
     let verdicts: Vec<Option<(&str, String)>> = rows
         .par_iter()

@@ -39,7 +39,9 @@ pub use pool::{
 pub use service::{BoxFuture, EvalService};
 pub use setup::{EvalSettings, EvaluatorSetup, ShapeCheck, TimingSettings, Workspace};
 pub use tritonforge_suite::SourcePair;
-pub use validate::{validate_suite, CheckDone, Checked, ValidateSpec, ValidationReport};
+pub use validate::{
+    validate_suite, CheckDone, Checked, FailedCheck, ValidateSpec, ValidationReport,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {

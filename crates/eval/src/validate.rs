@@ -69,6 +69,20 @@ pub struct ValidationReport {
     pub variants: Vec<String>,
     pub findings: Vec<String>,
     pub slow: Vec<String>,
+    /// The failed checks one by one, for callers that act per problem (the synthetic
+    /// generator drops those problems); `findings` has the same in words.
+    #[serde(skip)]
+    pub failed: Vec<FailedCheck>,
+}
+
+/// One failed check of one problem.
+#[derive(Debug, Clone)]
+pub struct FailedCheck {
+    pub key: String,
+    pub what: Checked,
+    /// The solution's verdict, when it got one.
+    pub status: Option<Status>,
+    pub finding: String,
 }
 
 impl ValidationReport {
@@ -95,7 +109,7 @@ impl ValidationReport {
     }
 }
 
-type Outcome = (Checked, String, String, Vec<String>, Vec<String>);
+type Outcome = (Checked, String, String, Vec<String>, Vec<String>, Option<Status>);
 
 /// Validate `suite` with `evaluator`, calling `progress` as each check ends.
 pub async fn validate_suite<E: EvalService + ?Sized + 'static>(
@@ -154,7 +168,7 @@ pub async fn validate_suite<E: EvalService + ?Sized + 'static>(
             set.spawn(async move {
                 let (f, slow) = check_problem(&*ev, &p, overrides, &key, &l, cpu_mode).await;
                 let _ = checked.send(());
-                (Checked::Problem, key, l, f, slow)
+                (Checked::Problem, key, l, f, slow, None)
             });
             let Some(candidate) = candidate.clone() else {
                 continue;
@@ -166,19 +180,24 @@ pub async fn validate_suite<E: EvalService + ?Sized + 'static>(
                 // After the problem's check, which measures (and stores) its memory need,
                 // so that the solution's evaluation finds it instead of measuring again.
                 let _ = problem_checked.await;
-                let (f, slow) =
+                let (f, slow, status) =
                     check_solution(&*ev, &p, &candidate, &config, &key, &l, cpu_mode).await;
-                (Checked::Solution, key, l, f, slow)
+                (Checked::Solution, key, l, f, slow, status)
             });
         }
     }
     let total = set.len();
     let mut done = 0;
     while let Some(joined) = set.join_next().await {
-        let (what, key, variant, f, s) =
+        let (what, key, variant, f, s, status) =
             joined.map_err(|e| EvalError::TaskFailed(e.to_string()))?;
         done += 1;
-        progress(CheckDone { done, total, what, key, variant, ok: f.is_empty() });
+        let ok = f.is_empty();
+        for finding in &f {
+            let (key, finding) = (key.clone(), finding.clone());
+            report.failed.push(FailedCheck { key, what, status, finding });
+        }
+        progress(CheckDone { done, total, what, key, variant, ok });
         report.findings.extend(f);
         report.slow.extend(s);
     }
@@ -222,12 +241,14 @@ async fn check_solution<E: EvalService + ?Sized>(
     key: &str,
     l: &str,
     cpu_mode: bool,
-) -> (Vec<String>, Vec<String>) {
+) -> (Vec<String>, Vec<String>, Option<Status>) {
     let mut f = Vec::new();
     let mut slow = Vec::new();
+    let mut status = None;
     match ev.evaluate(p, candidate, config).await {
         Ok(r) => {
             let rec = r.record;
+            status = Some(rec.verdict.status);
             if rec.verdict.status != Status::Correct {
                 f.push(format!(
                     "{key} [{l}]: reference solution is {}: {}",
@@ -246,5 +267,5 @@ async fn check_solution<E: EvalService + ?Sized>(
         }
         Err(err) => f.push(format!("{key} [{l}]: solution: {err}")),
     }
-    (f, slow)
+    (f, slow, status)
 }

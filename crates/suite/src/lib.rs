@@ -44,6 +44,9 @@ pub struct ProblemMeta {
     pub level: Option<u32>,
     pub family: Option<String>,
     pub split: Option<String>,
+    /// Graded difficulty, 1 (one elementwise operator) to 5 (a GEMM with a fused epilogue):
+    /// set by the synthetic generator so a curriculum can order problems; optional.
+    pub difficulty: Option<u32>,
     pub atol: Option<f64>,
     pub rtol: Option<f64>,
     /// Named overrides of module-level constants, e.g. `small = { N = 64 }`.
@@ -419,6 +422,9 @@ pub struct Suite {
 /// Splits a problem can belong to.
 pub const SPLITS: [&str; 2] = ["train", "heldout"];
 
+/// The difficulty grades a manifest may give.
+pub const DIFFICULTIES: std::ops::RangeInclusive<u32> = 1..=5;
+
 impl Suite {
     pub fn load(root: &Path) -> Result<Suite, SuiteError> {
         let manifest = Manifest::load(&root.join(MANIFEST_FILE))?;
@@ -508,6 +514,9 @@ impl Suite {
                 (Some(_), None) => findings.push(format!("{k}: not inside a levelN/ directory")),
                 _ => {}
             }
+            if let Some(d) = e.meta.difficulty.filter(|d| !DIFFICULTIES.contains(d)) {
+                findings.push(format!("{k}: difficulty {d} is outside 1..=5"));
+            }
             if e.meta.family.as_deref().unwrap_or("").is_empty() {
                 findings.push(format!("{k}: no family"));
             }
@@ -595,6 +604,7 @@ variants.heldout = { N = 7, M = 3 }
 id = "L1-001"
 level = 2
 split = "dev"
+difficulty = 9
 variants.small = { N = 4 }
 
 [problems."level1/ghost"]
@@ -616,6 +626,7 @@ split = "train"
             "level1/b: id L1-001 is also used by level1/a",
             "level1/b: level 2 but the file is in level1/",
             "level1/b: no family",
+            "level1/b: difficulty 9 is outside 1..=5",
             "level1/b: split must be train or heldout",
             "level1/b: no `heldout` shape variant",
             "level1/a: variant `heldout` overrides M",

@@ -45,6 +45,9 @@ pub fn show(e: &SuiteEntry) -> String {
     let _ = writeln!(s, "level:    {level}");
     let _ = writeln!(s, "family:   {}", opt(e.meta.family.as_deref()));
     let _ = writeln!(s, "split:    {}", opt(e.meta.split.as_deref()));
+    if let Some(d) = e.meta.difficulty {
+        let _ = writeln!(s, "difficulty: {d}");
+    }
     if let Some(t) = e.meta.tolerance() {
         let _ = writeln!(s, "tolerance: atol {} rtol {}", t.atol, t.rtol);
     }
@@ -64,7 +67,7 @@ pub fn show(e: &SuiteEntry) -> String {
 pub fn json(e: &SuiteEntry) -> serde_json::Value {
     serde_json::json!({
         "id": e.id(), "key": e.key, "name": e.name(), "level": e.meta.level,
-        "family": e.meta.family, "split": e.meta.split,
+        "family": e.meta.family, "split": e.meta.split, "difficulty": e.meta.difficulty,
         "variants": e.meta.variants, "path": e.problem_path,
         "solution": e.solution_path,
     })
