@@ -90,6 +90,73 @@ pub fn problem(m: &Module) -> String {
     s
 }
 
+/// How a module is built and called: constructor arguments and lines, what
+/// `get_init_inputs` and `get_inputs` return.
+#[derive(Debug, Clone, Default)]
+pub struct Interface {
+    pub init_args: Vec<String>,
+    pub init_lines: Vec<String>,
+    pub init_inputs: Vec<String>,
+    pub inputs: Vec<String>,
+}
+
+impl Interface {
+    pub fn problem(
+        &self,
+        doc: &str,
+        dims: &Dims,
+        forward_args: &[&str],
+        body: &[String],
+    ) -> String {
+        problem(&Module {
+            doc,
+            dims,
+            init_args: &self.init_args,
+            init_lines: &self.init_lines,
+            forward_args,
+            body,
+            inputs: &self.inputs,
+            init_inputs: &self.init_inputs,
+        })
+    }
+
+    /// A solution with one kernel and the same constructor.
+    pub fn solution(&self, kernel: String, forward_args: &[&str], body: &[String]) -> String {
+        solution(&Solution {
+            kernels: &[kernel],
+            init_args: &self.init_args,
+            init_lines: &self.init_lines,
+            forward_args,
+            body,
+        })
+    }
+}
+
+/// A problem with no constructor arguments and one input `x`.
+pub fn plain_problem(doc: &str, dims: &Dims, body: &[String], inputs: &[String]) -> String {
+    problem(&Module {
+        doc,
+        dims,
+        init_args: &[],
+        init_lines: &[],
+        forward_args: &["x"],
+        body,
+        inputs,
+        init_inputs: &[],
+    })
+}
+
+/// A solution with one kernel, no constructor arguments and one input `x`.
+pub fn plain_solution(kernel: String, body: &[String]) -> String {
+    solution(&Solution {
+        kernels: &[kernel],
+        init_args: &[],
+        init_lines: &[],
+        forward_args: &["x"],
+        body,
+    })
+}
+
 /// What a solution file says besides its kernels.
 pub struct Solution<'a> {
     pub kernels: &'a [String],

@@ -3,7 +3,7 @@
 
 use super::{activation_dims, load_cast};
 use crate::ops::{self, lit, OpSet};
-use crate::py::{self, kernel, lines, Module, Solution};
+use crate::py::{kernel, lines, Dims, Interface};
 use crate::rng::Rng;
 use crate::{dtype_word, Draft, Dtype, Flaw, Mistake};
 
@@ -88,52 +88,8 @@ pub fn draw(rng: &mut Rng) -> Draft {
     let pre = ops::chain(rng, &[pre_n], OpSet::All);
     let post = ops::chain(rng, &[post_n], OpSet::NoExp);
     let (op, torch_op, triton_op) = binop(rng, operand);
-    let last = dims.names.len() - 1;
-    let (init_args, init_lines, init_inputs, inputs): (
-        Vec<String>,
-        Vec<String>,
-        Vec<String>,
-        Vec<String>,
-    ) = match operand {
-        Operand::Full => (
-            vec![],
-            vec![],
-            vec![],
-            vec![dims.randn(&dims.all(), dtype), dims.randn(&dims.all(), dtype)],
-        ),
-        Operand::Row => (
-            vec![],
-            vec![],
-            vec![],
-            vec![dims.randn(&dims.all(), dtype), dims.randn(&[last], dtype)],
-        ),
-        Operand::Col => {
-            let col = dims.randn(&[0], dtype).replacen("ROWS", "ROWS, 1", 1);
-            (vec![], vec![], vec![], vec![dims.randn(&dims.all(), dtype), col])
-        }
-        Operand::Channel => (
-            vec!["channels: int".into()],
-            vec!["self.scale = nn.Parameter(torch.randn(channels, 1, 1))".into()],
-            vec!["CHANNELS".into()],
-            vec![dims.randn(&dims.all(), dtype)],
-        ),
-        Operand::RowParam => (
-            vec!["dim: int".into()],
-            vec!["self.bias = nn.Parameter(torch.randn(dim))".into()],
-            vec![dims.names[last].to_string()],
-            vec![dims.randn(&dims.all(), dtype)],
-        ),
-        Operand::Scalar => {
-            let a = lit(rng.pick(&[0.5, 1.5, -0.75, 2.0]));
-            (
-                vec!["alpha: float".into()],
-                vec!["self.alpha = alpha".into()],
-                vec![a],
-                vec![dims.randn(&dims.all(), dtype)],
-            )
-        }
-    };
-    let forward_args: &[&str] = if inputs.len() == 2 { &["x", "y"] } else { &["x"] };
+    let iface = interface(rng, operand, &dims, dtype);
+    let forward_args: &[&str] = if iface.inputs.len() == 2 { &["x", "y"] } else { &["x"] };
     let mut body = ops::torch_lines(&pre);
     body.push(format!("x = {torch_op}"));
     body.extend(ops::torch_lines(&post));
@@ -142,28 +98,9 @@ pub fn draw(rng: &mut Rng) -> Draft {
         "Elementwise {op} with a {} operand, broadcast against a {ndim}-D input.",
         describe(operand)
     );
-    let problem = py::problem(&Module {
-        doc: &doc,
-        dims: &dims,
-        init_args: &init_args,
-        init_lines: &init_lines,
-        forward_args,
-        body: &body,
-        inputs: &inputs,
-        init_inputs: &init_inputs,
-    });
-    let (solution, mistakes) = solve(
-        rng,
-        operand,
-        ndim,
-        dtype,
-        &pre,
-        &post,
-        &triton_op,
-        &init_args,
-        &init_lines,
-        forward_args,
-    );
+    let problem = iface.problem(&doc, &dims, forward_args, &body);
+    let (solution, mistakes) =
+        solve(rng, operand, ndim, dtype, (&pre, &post), &triton_op, &iface, forward_args);
     let mut words = vec![op.to_string(), word(operand).to_string()];
     words.extend(ops::names(&pre).into_iter().chain(ops::names(&post)).take(2));
     words.extend(dtype_word(dtype));
@@ -211,11 +148,9 @@ fn solve(
     operand: Operand,
     ndim: usize,
     dtype: Dtype,
-    pre: &[ops::Op],
-    post: &[ops::Op],
+    (pre, post): (&[ops::Op], &[ops::Op]),
     triton_op: &str,
-    init_args: &[String],
-    init_lines: &[String],
+    iface: &Interface,
     forward_args: &[&str],
 ) -> (String, Vec<Mistake>) {
     let (cast, out) = load_cast(dtype);
@@ -233,7 +168,23 @@ fn solve(
     kbody.push(format!("x = {triton_op}"));
     kbody.extend(ops::triton_lines(post));
     kbody.push(format!("tl.store(out_ptr + offsets, {out}, mask=mask)"));
-    let (args, launch_extra, setup) = match operand {
+    let (args, launch_extra, setup) = launch(operand);
+    let kname = "broadcast_kernel";
+    let k = kernel(&format!("{kname}({args}, BLOCK: tl.constexpr)"), &kbody);
+    let mut fbody = vec!["x = x.contiguous()".to_string()];
+    fbody.extend(setup.iter().map(|s| s.to_string()));
+    fbody.extend(lines(&["out = torch.empty_like(x)", "n = x.numel()", "BLOCK = 1024"]));
+    fbody.push(format!("{kname}[(triton.cdiv(n, BLOCK),)]({launch_extra}, BLOCK=BLOCK)"));
+    fbody.push("return out".into());
+    let solution = iface.solution(k, forward_args, &fbody);
+    let mistakes =
+        mistakes(rng, operand, ndim, (cast, &out), triton_op, pre.first().or(post.first()));
+    (solution, mistakes)
+}
+
+/// The kernel's parameters, the launch's arguments and the inputs to make contiguous.
+fn launch(operand: Operand) -> (&'static str, &'static str, Vec<&'static str>) {
+    match operand {
         Operand::Full => {
             ("x_ptr, y_ptr, out_ptr, n_elements", "x, y, out, n", vec!["y = y.contiguous()"])
         }
@@ -258,21 +209,19 @@ fn solve(
             vec![],
         ),
         Operand::Scalar => ("x_ptr, out_ptr, n_elements, alpha", "x, out, n, self.alpha", vec![]),
-    };
-    let kname = "broadcast_kernel";
-    let k = kernel(&format!("{kname}({args}, BLOCK: tl.constexpr)"), &kbody);
-    let mut fbody = vec!["x = x.contiguous()".to_string()];
-    fbody.extend(setup.iter().map(|s| s.to_string()));
-    fbody.extend(lines(&["out = torch.empty_like(x)", "n = x.numel()", "BLOCK = 1024"]));
-    fbody.push(format!("{kname}[(triton.cdiv(n, BLOCK),)]({launch_extra}, BLOCK=BLOCK)"));
-    fbody.push("return out".into());
-    let solution = py::solution(&Solution {
-        kernels: &[k],
-        init_args,
-        init_lines,
-        forward_args,
-        body: &fbody,
-    });
+    }
+}
+
+/// What a first attempt could get wrong; `around` is an elementwise step next to the operator.
+fn mistakes(
+    rng: &mut Rng,
+    operand: Operand,
+    ndim: usize,
+    (cast, out): (&str, &str),
+    triton_op: &str,
+    around: Option<&ops::Op>,
+) -> Vec<Mistake> {
+    let load = operand_load(operand);
     let mut mistakes = vec![Mistake::new(
         Flaw::MissingMask,
         &[
@@ -306,12 +255,57 @@ fn solve(
     if ndim >= 3 && matches!(operand, Operand::Row | Operand::RowParam) {
         mistakes.push(Mistake::new(Flaw::ShapeAssumption, &[("n, x.shape[-1]", "n, x.shape[1]")]));
     }
-    if let Some(op) = pre.first().or(post.first()) {
+    if let Some(op) = around {
         let other = ops::other_than(rng, op);
         mistakes.push(Mistake::new(
             Flaw::WrongOperator,
             &[(&op.triton.join("\n    "), &other.triton.join("\n    "))],
         ));
     }
-    (solution, mistakes)
+    mistakes
+}
+
+/// The constructor and inputs that bring the second operand in.
+fn interface(rng: &mut Rng, operand: Operand, dims: &Dims, dtype: Dtype) -> Interface {
+    let last = dims.names.len() - 1;
+    let (init_args, init_lines, init_inputs, inputs) = match operand {
+        Operand::Full => (
+            vec![],
+            vec![],
+            vec![],
+            vec![dims.randn(&dims.all(), dtype), dims.randn(&dims.all(), dtype)],
+        ),
+        Operand::Row => (
+            vec![],
+            vec![],
+            vec![],
+            vec![dims.randn(&dims.all(), dtype), dims.randn(&[last], dtype)],
+        ),
+        Operand::Col => {
+            let col = dims.randn(&[0], dtype).replacen("ROWS", "ROWS, 1", 1);
+            (vec![], vec![], vec![], vec![dims.randn(&dims.all(), dtype), col])
+        }
+        Operand::Channel => (
+            vec!["channels: int".into()],
+            vec!["self.scale = nn.Parameter(torch.randn(channels, 1, 1))".into()],
+            vec!["CHANNELS".into()],
+            vec![dims.randn(&dims.all(), dtype)],
+        ),
+        Operand::RowParam => (
+            vec!["dim: int".into()],
+            vec!["self.bias = nn.Parameter(torch.randn(dim))".into()],
+            vec![dims.names[last].to_string()],
+            vec![dims.randn(&dims.all(), dtype)],
+        ),
+        Operand::Scalar => {
+            let a = lit(rng.pick(&[0.5, 1.5, -0.75, 2.0]));
+            (
+                vec!["alpha: float".into()],
+                vec!["self.alpha = alpha".into()],
+                vec![a],
+                vec![dims.randn(&dims.all(), dtype)],
+            )
+        }
+    };
+    Interface { init_args, init_lines, init_inputs, inputs }
 }

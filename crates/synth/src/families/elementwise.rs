@@ -1,8 +1,8 @@
 //! A chain of 1–5 elementwise operators, one fused kernel over the flattened tensor.
 
 use super::{activation_dims, load_cast};
-use crate::ops::{self, OpSet};
-use crate::py::{self, kernel, lines, Module, Solution};
+use crate::ops::{self, Op, OpSet};
+use crate::py::{self, kernel, lines};
 use crate::rng::Rng;
 use crate::{dtype_word, Draft, Dtype, Flaw, Mistake};
 
@@ -31,16 +31,30 @@ pub fn draw(rng: &mut Rng) -> Draft {
         _ => format!("A chain of {n} elementwise operations over a {ndim}-D tensor."),
     };
     let inputs = [dims.randn(&dims.all(), dtype)];
-    let problem = py::problem(&Module {
-        doc: &doc,
-        dims: &dims,
-        init_args: &[],
-        init_lines: &[],
-        forward_args: &["x"],
-        body: &body,
-        inputs: &inputs,
-        init_inputs: &[],
-    });
+    let problem = py::plain_problem(&doc, &dims, &body, &inputs);
+    let (solution, mistakes) = solve(rng, &chain, dtype, ndim);
+    let mut words = ops::names(&chain);
+    words.extend(dtype_word(dtype));
+    let narrow = u32::from(dtype != Dtype::F32);
+    Draft {
+        words,
+        level: if n == 1 { 1 } else { 2 },
+        difficulty: match n {
+            1 => 1,
+            2 | 3 => 2,
+            _ => 3,
+        } + narrow,
+        dims,
+        tolerance: dtype.tolerance(),
+        problem,
+        solution,
+        mistakes,
+    }
+}
+
+/// The fused kernel and its launch, and the mistakes a first attempt could make in them.
+fn solve(rng: &mut Rng, chain: &[Op], dtype: Dtype, ndim: usize) -> (String, Vec<Mistake>) {
+    let n = chain.len();
     let kname = if n == 1 { format!("{}_kernel", chain[0].name) } else { "fused_kernel".into() };
     let (cast, out) = load_cast(dtype);
     let mut kbody = lines(&[
@@ -49,7 +63,7 @@ pub fn draw(rng: &mut Rng) -> Draft {
         "mask = offsets < n_elements",
     ]);
     kbody.push(format!("x = tl.load(x_ptr + offsets, mask=mask){cast}"));
-    kbody.extend(ops::triton_lines(&chain));
+    kbody.extend(ops::triton_lines(chain));
     kbody.push(format!("tl.store(y_ptr + offsets, {out}, mask=mask)"));
     let k = kernel(&format!("{kname}(x_ptr, y_ptr, n_elements, BLOCK: tl.constexpr)"), &kbody);
     let fbody = vec![
@@ -60,13 +74,7 @@ pub fn draw(rng: &mut Rng) -> Draft {
         format!("{kname}[(triton.cdiv(n, BLOCK),)](x, y, n, BLOCK=BLOCK)"),
         "return y".into(),
     ];
-    let solution = py::solution(&Solution {
-        kernels: &[k],
-        init_args: &[],
-        init_lines: &[],
-        forward_args: &["x"],
-        body: &fbody,
-    });
+    let solution = py::plain_solution(k, &fbody);
     let mut mistakes = vec![Mistake::new(
         Flaw::MissingMask,
         &[
@@ -93,21 +101,5 @@ pub fn draw(rng: &mut Rng) -> Draft {
             &[("n = x.numel()", "rows, cols = x.shape\n        n = rows * cols")],
         ),
     });
-    let mut words = ops::names(&chain);
-    words.extend(dtype_word(dtype));
-    let narrow = u32::from(dtype != Dtype::F32);
-    Draft {
-        words,
-        level: if n == 1 { 1 } else { 2 },
-        difficulty: match n {
-            1 => 1,
-            2 | 3 => 2,
-            _ => 3,
-        } + narrow,
-        dims,
-        tolerance: dtype.tolerance(),
-        problem,
-        solution,
-        mistakes,
-    }
+    (solution, mistakes)
 }

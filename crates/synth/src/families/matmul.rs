@@ -3,7 +3,7 @@
 //! small masked blocks.
 
 use crate::ops::{self, OpSet};
-use crate::py::{self, kernel, lines, nest, Dims, Module, Solution};
+use crate::py::{kernel, lines, nest, Dims, Interface};
 use crate::rng::Rng;
 use crate::{Draft, Dtype, Flaw, Mistake};
 
@@ -44,32 +44,7 @@ pub fn draw(rng: &mut Rng) -> Draft {
             &[m_held, k_held, n_held],
         ),
     };
-    let (init_args, init_lines, init_inputs, inputs, forward_args, first): Parts = match kind {
-        Kind::Linear { bias, seq } => {
-            let x = if seq {
-                dims.randn(&[0, 1, 2], Dtype::F32)
-            } else {
-                dims.randn(&[0, 1], Dtype::F32)
-            };
-            let bias_arg = if bias { "" } else { ", bias=False" };
-            (
-                vec!["in_features: int".into(), "out_features: int".into()],
-                vec![format!("self.linear = nn.Linear(in_features, out_features{bias_arg})")],
-                vec!["IN_FEATURES".into(), "OUT_FEATURES".into()],
-                vec![x],
-                &["x"],
-                "x = self.linear(x)".into(),
-            )
-        }
-        Kind::TwoInputs => (
-            vec![],
-            vec![],
-            vec![],
-            vec![dims.randn(&[0, 1], Dtype::F32), dims.randn(&[1, 2], Dtype::F32)],
-            &["a", "b"],
-            "x = torch.matmul(a, b)".into(),
-        ),
-    };
+    let (iface, forward_args, first) = interface(kind, &dims);
     let mut body = vec![first];
     body.extend(ops::torch_lines(&epilogue));
     body.push("return x".into());
@@ -83,17 +58,8 @@ pub fn draw(rng: &mut Rng) -> Draft {
     } else {
         format!("{what} followed by an elementwise epilogue.")
     };
-    let problem = py::problem(&Module {
-        doc: &doc,
-        dims: &dims,
-        init_args: &init_args,
-        init_lines: &init_lines,
-        forward_args,
-        body: &body,
-        inputs: &inputs,
-        init_inputs: &init_inputs,
-    });
-    let (solution, mistakes) = solve(rng, kind, &epilogue, &init_args, &init_lines, forward_args);
+    let problem = iface.problem(&doc, &dims, forward_args, &body);
+    let (solution, mistakes) = solve(rng, kind, &epilogue, &iface, forward_args);
     let mut words = vec![match kind {
         Kind::Linear { bias: true, .. } => "linear".to_string(),
         Kind::Linear { bias: false, .. } => "linear_nobias".into(),
@@ -153,8 +119,7 @@ fn solve(
     rng: &mut Rng,
     kind: Kind,
     epilogue: &[ops::Op],
-    init_args: &[String],
-    init_lines: &[String],
+    iface: &Interface,
     forward_args: &[&str],
 ) -> (String, Vec<Mistake>) {
     let bias = matches!(kind, Kind::Linear { bias: true, .. });
@@ -193,8 +158,49 @@ fn solve(
         Kind::Linear { seq: true, .. } => "return y.view(*x.shape[:-1], N)".into(),
         _ => "return y".into(),
     });
-    let solution =
-        py::solution(&Solution { kernels: &[k], init_args, init_lines, forward_args, body: &f });
+    let solution = iface.solution(k, forward_args, &f);
+    (solution, mistakes(rng, kind, bias, strides, epilogue))
+}
+
+/// The constructor and inputs of a GEMM problem, `forward`'s arguments and first line.
+fn interface(kind: Kind, dims: &Dims) -> (Interface, &'static [&'static str], String) {
+    let (init_args, init_lines, init_inputs, inputs, forward_args, first): Parts = match kind {
+        Kind::Linear { bias, seq } => {
+            let x = if seq {
+                dims.randn(&[0, 1, 2], Dtype::F32)
+            } else {
+                dims.randn(&[0, 1], Dtype::F32)
+            };
+            let bias_arg = if bias { "" } else { ", bias=False" };
+            (
+                vec!["in_features: int".into(), "out_features: int".into()],
+                vec![format!("self.linear = nn.Linear(in_features, out_features{bias_arg})")],
+                vec!["IN_FEATURES".into(), "OUT_FEATURES".into()],
+                vec![x],
+                &["x"],
+                "x = self.linear(x)".into(),
+            )
+        }
+        Kind::TwoInputs => (
+            vec![],
+            vec![],
+            vec![],
+            vec![dims.randn(&[0, 1], Dtype::F32), dims.randn(&[1, 2], Dtype::F32)],
+            &["a", "b"],
+            "x = torch.matmul(a, b)".into(),
+        ),
+    };
+    (Interface { init_args, init_lines, init_inputs, inputs }, forward_args, first)
+}
+
+/// What a first attempt at the GEMM could get wrong.
+fn mistakes(
+    rng: &mut Rng,
+    kind: Kind,
+    bias: bool,
+    strides: &str,
+    epilogue: &[ops::Op],
+) -> Vec<Mistake> {
     let swapped = match kind {
         Kind::Linear { .. } => "w.stride(0), w.stride(1)",
         Kind::TwoInputs => "w.stride(1), w.stride(0)",
@@ -231,5 +237,5 @@ fn solve(
     if matches!(kind, Kind::Linear { seq: true, .. }) {
         m.push(Mistake::new(Flaw::ShapeAssumption, &[("x2 = x.view(-1, x.shape[-1])", "x2 = x")]));
     }
-    (solution, m)
+    m
 }

@@ -5,7 +5,7 @@
 
 use super::row_dims;
 use crate::ops::{self, Op, OpSet};
-use crate::py::{self, kernel, lines, nest, Dims, Module, Solution};
+use crate::py::{self, kernel, lines, nest, Dims};
 use crate::rng::Rng;
 use crate::{Draft, Dtype, Flaw, Mistake};
 
@@ -103,21 +103,7 @@ pub fn draw(rng: &mut Rng) -> Draft {
         }
         _ => (ops::chain(rng, &[0, 1, 2], OpSet::All), ops::chain(rng, &[0, 1], OpSet::NoExp)),
     };
-    let dims = match layout {
-        Layout::Last => row_dims(rng, ndim, "COLS"),
-        Layout::Middle if ndim == 3 => Dims::new(
-            &["BATCH", "ROWS", "COLS"],
-            &[16, 256, rng.pick(&[1024, 2048])],
-            &[2, rng.range(5, 12), rng.odd(65, 301)],
-            &[3, rng.odd(37, 131), rng.odd(301, 1201)],
-        ),
-        Layout::Middle => Dims::new(
-            &["ROWS", "COLS"],
-            &[rng.pick(&[1024, 4096]), rng.pick(&[2048, 4096])],
-            &[rng.range(5, 12), rng.odd(65, 301)],
-            &[rng.odd(37, 131), rng.odd(1001, 5001)],
-        ),
-    };
+    let dims = dims_for(rng, layout, ndim);
     let dim = match (layout, ndim) {
         (Layout::Last, 2) => rng.pick(&["-1", "1"]),
         (Layout::Last, _) => rng.pick(&["-1", "2"]),
@@ -135,29 +121,14 @@ pub fn draw(rng: &mut Rng) -> Draft {
         if pre.is_empty() && post.is_empty() { "" } else { ", with elementwise work around it" }
     );
     let inputs = [dims.randn(&dims.all(), Dtype::F32)];
-    let problem = py::problem(&Module {
-        doc: &doc,
-        dims: &dims,
-        init_args: &[],
-        init_lines: &[],
-        forward_args: &["x"],
-        body: &body,
-        inputs: &inputs,
-        init_inputs: &[],
-    });
+    let problem = py::plain_problem(&doc, &dims, &body, &inputs);
     let (k, mut mistakes) = match layout {
         Layout::Last => last_kernel(red, &pre, &post),
         Layout::Middle => middle_kernel(red, &pre, &post),
     };
     let (fbody, shape_mistake) = forward(red, layout, ndim, keepdim);
     mistakes.push(shape_mistake);
-    let solution = py::solution(&Solution {
-        kernels: &[k],
-        init_args: &[],
-        init_lines: &[],
-        forward_args: &["x"],
-        body: &fbody,
-    });
+    let solution = py::plain_solution(k, &fbody);
     let mut words = vec![
         red.word().to_string(),
         if layout == Layout::Last { "rows".into() } else { format!("dim{dim}") },
@@ -260,26 +231,7 @@ fn last_kernel(red: Red, pre: &[Op], post: &[Op]) -> (String, Vec<Mistake>) {
     b.push(format!("tl.store(y_ptr + row, {stored})"));
     let name = format!("{}_rows_kernel", red.word());
     let k = kernel(&format!("{name}(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr)"), &b);
-    let (_, identity) = red.identity();
-    let other = if pre.is_empty() || red == Red::Argmax { identity } else { "0.0" };
-    let mut m = vec![
-        Mistake::new(Flaw::WrongOperator, &[wrong]),
-        Mistake::new(Flaw::WrongAxis, &[("base = x_ptr + row * n_cols", "base = x_ptr + row")]),
-        Mistake::new(
-            Flaw::MissingMask,
-            &[(
-                &format!("x = tl.load(base + cols, mask=mask, other={other})"),
-                "x = tl.load(base + cols)",
-            )],
-        ),
-    ];
-    if !pre.is_empty() && red != Red::Argmax {
-        m.push(Mistake::new(
-            Flaw::WrongPadding,
-            &[(&format!("\n        x = tl.where(mask, x, {identity})"), "")],
-        ));
-    }
-    (k, m)
+    (k, last_mistakes(red, pre, wrong))
 }
 
 fn middle_kernel(red: Red, pre: &[Op], post: &[Op]) -> (String, Vec<Mistake>) {
@@ -415,4 +367,47 @@ fn forward(red: Red, layout: Layout, ndim: usize, keepdim: bool) -> (Vec<String>
             (body, m)
         }
     }
+}
+
+/// Sizes: rows of more than one block over the last dim; a short loop over a middle one.
+fn dims_for(rng: &mut Rng, layout: Layout, ndim: usize) -> Dims {
+    match layout {
+        Layout::Last => row_dims(rng, ndim, "COLS"),
+        Layout::Middle if ndim == 3 => Dims::new(
+            &["BATCH", "ROWS", "COLS"],
+            &[16, 256, rng.pick(&[1024, 2048])],
+            &[2, rng.range(5, 12), rng.odd(65, 301)],
+            &[3, rng.odd(37, 131), rng.odd(301, 1201)],
+        ),
+        Layout::Middle => Dims::new(
+            &["ROWS", "COLS"],
+            &[rng.pick(&[1024, 4096]), rng.pick(&[2048, 4096])],
+            &[rng.range(5, 12), rng.odd(65, 301)],
+            &[rng.odd(37, 131), rng.odd(1001, 5001)],
+        ),
+    }
+}
+
+/// What a first attempt at a last-dim reduction could get wrong; `wrong` is the operator slip.
+fn last_mistakes(red: Red, pre: &[Op], wrong: (&str, &str)) -> Vec<Mistake> {
+    let (_, identity) = red.identity();
+    let other = if pre.is_empty() || red == Red::Argmax { identity } else { "0.0" };
+    let mut m = vec![
+        Mistake::new(Flaw::WrongOperator, &[wrong]),
+        Mistake::new(Flaw::WrongAxis, &[("base = x_ptr + row * n_cols", "base = x_ptr + row")]),
+        Mistake::new(
+            Flaw::MissingMask,
+            &[(
+                &format!("x = tl.load(base + cols, mask=mask, other={other})"),
+                "x = tl.load(base + cols)",
+            )],
+        ),
+    ];
+    if !pre.is_empty() && red != Red::Argmax {
+        m.push(Mistake::new(
+            Flaw::WrongPadding,
+            &[(&format!("\n        x = tl.where(mask, x, {identity})"), "")],
+        ));
+    }
+    m
 }

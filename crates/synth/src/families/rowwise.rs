@@ -4,7 +4,7 @@
 
 use super::row_dims;
 use crate::ops::{self, lit, Op, OpSet};
-use crate::py::{self, kernel, lines, nest, Module, Solution};
+use crate::py::{kernel, lines, nest, Interface};
 use crate::rng::Rng;
 use crate::{Draft, Dtype, Flaw, Mistake};
 
@@ -36,62 +36,10 @@ pub fn draw(rng: &mut Rng) -> Draft {
     body.push("return x".into());
     let x = dims.randn(&dims.all(), Dtype::F32);
     let inputs = [format!("{x} * {scale}")];
-    let doc = match kind {
-        Kind::Softmax { log, temperature } => format!(
-            "{} over the last dimension{}.",
-            if log { "Log-softmax" } else { "Softmax" },
-            if temperature.is_some() { " with a temperature" } else { "" }
-        ),
-        Kind::LayerNorm { affine } => format!(
-            "Layer normalisation over the last dimension{}.",
-            if affine { " with a learned scale and shift" } else { "" }
-        ),
-        Kind::RmsNorm => "RMS normalisation over the last dimension with a learned scale.".into(),
-    };
-    let problem = py::problem(&Module {
-        doc: &doc,
-        dims: &dims,
-        init_args: &init_args,
-        init_lines: &init_lines,
-        forward_args: &["x"],
-        body: &body,
-        inputs: &inputs,
-        init_inputs: &init_inputs,
-    });
-    let (k, mut mistakes, args) = match kind {
-        Kind::Softmax { log, temperature } => softmax(log, temperature),
-        Kind::LayerNorm { affine } => layer_norm(affine, &post),
-        Kind::RmsNorm => rms_norm(&post),
-    };
-    let name = format!("{word}_kernel");
-    let eps_arg =
-        if matches!(kind, Kind::Softmax { .. }) { String::new() } else { format!(", {eps}") };
-    let fbody = vec![
-        "x = x.contiguous()".to_string(),
-        "n_cols = x.shape[-1]".into(),
-        "rows = x.numel() // n_cols".into(),
-        "y = torch.empty_like(x)".into(),
-        "BLOCK = min(256, triton.next_power_of_2(n_cols))".into(),
-        format!("{name}[(rows,)](x, {args}y, n_cols{eps_arg}, BLOCK=BLOCK)"),
-        "return y".into(),
-    ];
-    mistakes.push(match ndim {
-        2 => {
-            Mistake::new(Flaw::ShapeAssumption, &[("n_cols = x.shape[-1]", "n_cols = x.shape[0]")])
-        }
-        _ => Mistake::new(
-            Flaw::ShapeAssumption,
-            &[("rows = x.numel() // n_cols", "rows = x.shape[0]")],
-        ),
-    });
-    mistakes.push(Mistake::new(Flaw::WrongAxis, &[("base = row * n_cols", "base = row")]));
-    let solution = py::solution(&Solution {
-        kernels: &[k],
-        init_args: &init_args,
-        init_lines: &init_lines,
-        forward_args: &["x"],
-        body: &fbody,
-    });
+    let doc = describe(kind);
+    let iface = Interface { init_args, init_lines, init_inputs, inputs: inputs.to_vec() };
+    let problem = iface.problem(&doc, &dims, &["x"], &body);
+    let (solution, mistakes) = solve(kind, ndim, eps, word, &post, &iface);
     let mut words = vec![word.to_string()];
     let plain = match kind {
         Kind::Softmax { temperature, .. } => {
@@ -260,4 +208,59 @@ fn rms_norm(post: &[Op]) -> (String, Vec<Mistake>, String) {
         Mistake::new(Flaw::MissingMask, &[(load, "x = tl.load(x_ptr + base + cols)")]),
     ];
     (k, m, "self.weight, ".into())
+}
+
+fn describe(kind: Kind) -> String {
+    match kind {
+        Kind::Softmax { log, temperature } => format!(
+            "{} over the last dimension{}.",
+            if log { "Log-softmax" } else { "Softmax" },
+            if temperature.is_some() { " with a temperature" } else { "" }
+        ),
+        Kind::LayerNorm { affine } => format!(
+            "Layer normalisation over the last dimension{}.",
+            if affine { " with a learned scale and shift" } else { "" }
+        ),
+        Kind::RmsNorm => "RMS normalisation over the last dimension with a learned scale.".into(),
+    }
+}
+
+/// The kernel, its launch, and what a first attempt could get wrong in them.
+fn solve(
+    kind: Kind,
+    ndim: usize,
+    eps: &str,
+    word: &str,
+    post: &[Op],
+    iface: &Interface,
+) -> (String, Vec<Mistake>) {
+    let (k, mut mistakes, args) = match kind {
+        Kind::Softmax { log, temperature } => softmax(log, temperature),
+        Kind::LayerNorm { affine } => layer_norm(affine, post),
+        Kind::RmsNorm => rms_norm(post),
+    };
+    let name = format!("{word}_kernel");
+    let eps_arg =
+        if matches!(kind, Kind::Softmax { .. }) { String::new() } else { format!(", {eps}") };
+    let fbody = vec![
+        "x = x.contiguous()".to_string(),
+        "n_cols = x.shape[-1]".into(),
+        "rows = x.numel() // n_cols".into(),
+        "y = torch.empty_like(x)".into(),
+        "BLOCK = min(256, triton.next_power_of_2(n_cols))".into(),
+        format!("{name}[(rows,)](x, {args}y, n_cols{eps_arg}, BLOCK=BLOCK)"),
+        "return y".into(),
+    ];
+    mistakes.push(match ndim {
+        2 => {
+            Mistake::new(Flaw::ShapeAssumption, &[("n_cols = x.shape[-1]", "n_cols = x.shape[0]")])
+        }
+        _ => Mistake::new(
+            Flaw::ShapeAssumption,
+            &[("rows = x.numel() // n_cols", "rows = x.shape[0]")],
+        ),
+    });
+    mistakes.push(Mistake::new(Flaw::WrongAxis, &[("base = row * n_cols", "base = row")]));
+    let solution = iface.solution(k, &["x"], &fbody);
+    (solution, mistakes)
 }
