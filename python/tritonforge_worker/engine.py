@@ -109,11 +109,14 @@ def sample(logits: Any, temp: Any, top_p: Any, top_k: Any, seed: Any, step: Any,
         # The smallest prefix whose mass reaches top_p (the first token always stays).
         drop = ((torch.cumsum(probs, dim=-1) - probs) >= top_p.unsqueeze(1)) | (rank >= k)
         scaled = torch.full_like(scaled, float("-inf")).scatter(1, order, ordered.masked_fill(drop, float("-inf")))
-    samp_lp = torch.log_softmax(scaled, dim=-1)
     token = torch.argmax(logits, dim=-1)
-    if drawn:
-        gumbel = -torch.log(-torch.log(uniform_noise(seed, step, scaled.shape[-1])))
-        token = torch.where(greedy, token, torch.argmax(samp_lp + gumbel, dim=-1))
+    pick = token.unsqueeze(1)
+    if not drawn:  # every row greedy: the sampling distribution is a point mass
+        lp = model_lp.gather(1, pick).squeeze(1)
+        return token, lp, torch.zeros_like(lp)
+    samp_lp = torch.log_softmax(scaled, dim=-1)
+    gumbel = -torch.log(-torch.log(uniform_noise(seed, step, scaled.shape[-1])))
+    token = torch.where(greedy, token, torch.argmax(samp_lp + gumbel, dim=-1))
     pick = token.unsqueeze(1)
     lp = model_lp.gather(1, pick).squeeze(1)
     slp = torch.where(greedy, torch.zeros_like(lp), samp_lp.gather(1, pick).squeeze(1))

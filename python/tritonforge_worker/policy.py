@@ -92,7 +92,8 @@ def _common_prefix(prompts: List[List[int]]) -> int:
     return n
 
 
-def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str) -> List[Generated]:
+def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str, prompts: "List[List[int]] | None" = None,
+                   stops: "set | None" = None) -> List[Generated]:
     """Answer several chats in one batch.
 
     The prompts' common prefix (at least one token short of the shortest prompt) comes
@@ -101,11 +102,13 @@ def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str) -> List[Gen
     leaving the batch as they finish. Each row keeps its own sampling parameters, length
     cap and seeded generator, so its sampling does not depend on which other requests
     shared its batch. Log-probs are those of the model's own (untempered, unfiltered)
-    distribution: what a trainer recomputes.
+    distribution: what a trainer recomputes. `prompts` (token ids, in place of the jobs'
+    chats) and `stops` (in place of the model's end-of-sequence ids) serve benchmarks.
     """
     import torch
 
-    prompts = [prompt_ids(tok, job) for job in jobs]
+    if prompts is None:
+        prompts = [prompt_ids(tok, job) for job in jobs]
     n = len(jobs)
     shared = min(_common_prefix(prompts), min(len(p) for p in prompts) - 1)
     past = None
@@ -126,7 +129,8 @@ def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str) -> List[Gen
     mask = torch.cat([torch.ones((n, shared), dtype=torch.long, device=device), own], dim=1)
     step_pos = shared + (own.cumsum(-1) - 1).clamp(min=0)
     gens = [_row_generator(job.seed, device) for job in jobs]
-    stops = _stop_ids(tok, net)
+    if stops is None:
+        stops = _stop_ids(tok, net)
     out_ids: List[List[int]] = [[] for _ in jobs]
     out_lp: List[List[float]] = [[] for _ in jobs]
     done = [job.max_tokens <= 0 for job in jobs]
