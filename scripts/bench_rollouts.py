@@ -76,8 +76,18 @@ def prompts(net: Any, batch: int, length: int) -> List[List[int]]:
     return torch.randint(100, vocab, (batch, length), generator=g).tolist()
 
 
+_ENGINES: Dict[Any, Engine] = {}
+
+
 def run_engine(net: Any, device: str, ps: List[List[int]], tokens: int) -> int:
-    eng = Engine(net, device, max_slots=len(ps), max_len=len(ps[0]) + tokens)
+    # One engine per model and batch size, so the timed run replays the graphs the warm-up
+    # captured; its remembered prefixes are dropped, so the timed run prefills in full.
+    key = (id(net), len(ps), len(ps[0]) + tokens)
+    if key not in _ENGINES:
+        _ENGINES.clear()
+        _ENGINES[key] = Engine(net, device, max_slots=len(ps), max_len=len(ps[0]) + tokens)
+    eng = _ENGINES[key]
+    eng.weights_changed()
     out = eng.run([Request(key=i, prompt=p, max_tokens=tokens) for i, p in enumerate(ps)])
     return sum(len(f.tokens) for f in out)
 
@@ -223,6 +233,7 @@ def main() -> int:
                 entry["results"].append(r)
                 sys.stderr.write(json.dumps({"model": name, **r}) + "\n")
         summary["models"].append(entry)
+        _ENGINES.clear()
         del net
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()

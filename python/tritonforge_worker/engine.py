@@ -49,7 +49,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 # Bounds of one row's stop tokens (padded with -1) and of the buckets.
 MAX_STOPS = 8
-LEN_BUCKET = 64
+LEN_BUCKET = 128
 _MASK64 = (1 << 64) - 1
 
 
@@ -271,6 +271,7 @@ class Engine:
         self.clock = 0
         self.since_sync = 0
         self.graphs: Dict[Tuple[int, int, bool, bool], Any] = {}
+        self.pool: Any = None
         self.batch_buckets = _buckets(S)
         self.stats = {"prefill_tokens": 0, "reused_tokens": 0, "decode_steps": 0, "graphs": 0}
 
@@ -512,7 +513,11 @@ class Engine:
                         self._forward_sample(B, keys, mode)
                 torch.cuda.current_stream().wait_stream(stream)
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
+                if self.pool is None:
+                    self.pool = torch.cuda.graph_pool_handle()
+                # One memory pool for every graph: they replay one at a time, and each
+                # one's outputs are read before the next replays.
+                with torch.cuda.graph(graph, pool=self.pool):
                     outs = self._forward_sample(B, keys, mode)
                 entry = (graph, outs)
                 self.graphs[key] = entry
