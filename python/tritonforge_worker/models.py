@@ -71,8 +71,9 @@ def load_tokenizer(model: str) -> Any:
     return AutoTokenizer.from_pretrained(path, **gguf_kwargs(gguf))
 
 
-def load(model: str, device: str) -> Tuple[Any, Any]:
-    """(tokenizer, model) for generation: fp32 weights on `device`, in eval mode."""
+def load(model: str, device: str, dtype: str = "float32") -> Tuple[Any, Any]:
+    """(tokenizer, model) for generation: weights of `dtype` (float32 or bfloat16) on
+    `device`, in eval mode."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -80,7 +81,9 @@ def load(model: str, device: str) -> Tuple[Any, Any]:
     path, gguf = resolve(model)
     kw = gguf_kwargs(gguf)
     tok = AutoTokenizer.from_pretrained(path, **kw)
-    net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **kw)
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"dtype {dtype!r}: expected float32 or bfloat16")
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), **kw)
     if adapter is not None:
         from peft import PeftModel
 

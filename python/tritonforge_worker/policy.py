@@ -1,9 +1,13 @@
 """The embedded policy's generation: a Hugging Face transformers model answering chats.
 
-`generate_batch` answers several chats in one batch with the text, the exact prompt and
-completion token ids, and each completion token's log-probability. The process around it
-(reading requests, batching them, training) is `policy_worker`; loading the model is
-`models`.
+The policy worker generates through `engine` (continuous batching); `to_request` and
+`to_generated` translate between the protocol's chats and the engine's token ids.
+`generate_batch` is the earlier path (one batch at a time, a Python decode loop, a
+dynamic cache), kept for comparison (`scripts/bench_rollouts.py`) and reachable in the
+worker with `TRITONFORGE_POLICY_ENGINE=0`: it answers several chats in one batch with the
+text, the exact prompt and completion token ids, and each completion token's
+log-probability. The process around both (reading requests, training) is
+`policy_worker`; loading the model is `models`.
 """
 
 from __future__ import annotations
@@ -88,7 +92,8 @@ def _common_prefix(prompts: List[List[int]]) -> int:
     return n
 
 
-def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str) -> List[Generated]:
+def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str, prompts: "List[List[int]] | None" = None,
+                   stops: "set | None" = None) -> List[Generated]:
     """Answer several chats in one batch.
 
     The prompts' common prefix (at least one token short of the shortest prompt) comes
@@ -97,15 +102,13 @@ def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str) -> List[Gen
     leaving the batch as they finish. Each row keeps its own sampling parameters, length
     cap and seeded generator, so its sampling does not depend on which other requests
     shared its batch. Log-probs are those of the model's own (untempered, unfiltered)
-    distribution: what a trainer recomputes.
+    distribution: what a trainer recomputes. `prompts` (token ids, in place of the jobs'
+    chats) and `stops` (in place of the model's end-of-sequence ids) serve benchmarks.
     """
     import torch
 
-    prompts: List[List[int]] = []
-    for job in jobs:
-        messages = [{"role": m.role, "content": m.content} for m in job.messages]
-        prompts.append(list(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                    return_dict=False)))
+    if prompts is None:
+        prompts = [prompt_ids(tok, job) for job in jobs]
     n = len(jobs)
     shared = min(_common_prefix(prompts), min(len(p) for p in prompts) - 1)
     past = None
@@ -126,7 +129,8 @@ def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str) -> List[Gen
     mask = torch.cat([torch.ones((n, shared), dtype=torch.long, device=device), own], dim=1)
     step_pos = shared + (own.cumsum(-1) - 1).clamp(min=0)
     gens = [_row_generator(job.seed, device) for job in jobs]
-    stops = _stop_ids(tok, net)
+    if stops is None:
+        stops = _stop_ids(tok, net)
     out_ids: List[List[int]] = [[] for _ in jobs]
     out_lp: List[List[float]] = [[] for _ in jobs]
     done = [job.max_tokens <= 0 for job in jobs]
@@ -174,6 +178,31 @@ def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str) -> List[Gen
                 rows = [rows[i] for i in keep_at]
     return [Generated(text=tok.decode(out_ids[r], skip_special_tokens=True), prompt_ids=prompts[r],
                       token_ids=out_ids[r], logprobs=out_lp[r], finish_reason=finish[r]) for r in range(n)]
+
+
+def prompt_ids(tok: Any, job: Any) -> List[int]:
+    """The job's chat rendered by the model's template, as token ids."""
+    messages = [{"role": m.role, "content": m.content} for m in job.messages]
+    return list(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+def to_request(tok: Any, net: Any, job: Any, key: Any) -> Any:
+    """A protocol `GenerateJob` as an engine request (the model's end-of-sequence tokens
+    and the job's own stop tokens end it)."""
+    from .engine import Request
+
+    stops = sorted(_stop_ids(tok, net) | set(job.stop_token_ids or []))
+    return Request(key=key, prompt=prompt_ids(tok, job), max_tokens=job.max_tokens, temperature=job.temperature,
+                   top_p=job.top_p, top_k=job.top_k or 0, seed=job.seed, stop=stops)
+
+
+def to_generated(tok: Any, fin: Any) -> Generated:
+    def finite(xs: List[float]) -> List[float]:
+        return [x if x == x and x > -1e30 else -1e30 for x in xs]
+
+    return Generated(text=tok.decode(fin.tokens, skip_special_tokens=True), prompt_ids=fin.prompt,
+                     token_ids=fin.tokens, logprobs=finite(fin.logprobs), finish_reason=fin.finish_reason,
+                     sampling_logprobs=finite(fin.sampling_logprobs))
 
 
 def generate(tok: Any, net: Any, job: Any, device: str) -> Generated:

@@ -1,8 +1,17 @@
 """The policy worker process: `python -m tritonforge_worker policy MODEL DEVICE [--train]`.
 
-It loads MODEL (see `models.resolve`), says hello, then answers `generate` messages in
-batches (every request waiting when a batch starts joins it) through `policy`, and
-training messages, strictly in order, through `trainer`. Also `tokenizer MODEL DIR`.
+It loads MODEL (see `models.resolve`), says hello, then answers `generate` messages
+through the continuous-batching `engine` (a request joins the running batch at the next
+step and is answered the moment it finishes), and training messages, strictly in order,
+through `trainer` (generations asked for before a training message finish first). A
+worker started with `--train` generates from the parameters it trains (colocated): after
+each optimizer step the engine forgets its cached prefixes and generates from the new
+weights, with no copy. Settings (environment): TRITONFORGE_POLICY_BATCH (slots, default
+16), TRITONFORGE_POLICY_MAX_LEN (tokens per slot, default 4096), TRITONFORGE_POLICY_SYNC
+(decode steps between reads of finished rows; default 8 on a GPU, 1 on the CPU),
+TRITONFORGE_POLICY_DTYPE (float32 or bfloat16; default bfloat16 on a GPU),
+TRITONFORGE_POLICY_ENGINE=0 (the earlier batch-at-a-time path, `policy.generate_batch`).
+Also `tokenizer MODEL DIR`.
 """
 
 from __future__ import annotations
@@ -15,8 +24,9 @@ import threading
 import time
 from typing import Any, List
 
+from .engine import Engine, EngineError
 from .models import load, load_tokenizer
-from .policy import generate_batch
+from .policy import generate_batch, to_generated, to_request
 from .protocol import (
     Checkpointed,
     Error,
@@ -114,7 +124,7 @@ def serve_policy(argv: List[str]) -> int:
     from .envinfo import collect
 
     # A training worker loads its model when `train_setup` says how.
-    tok, net = (None, None) if train else load(model, device)
+    tok, net = (None, None) if train else load(model, device, _dtype(device))
     trainer: List[Any] = []
     sandbox = Sandbox(landlock_abi=None, filesystem=False, network=False, signals=False,
                       gpu_memory_fraction=None, notes=["policy worker: no sandbox (it runs our model, not candidates)"])
@@ -124,6 +134,8 @@ def serve_policy(argv: List[str]) -> int:
     # generating (or a step training), and the next batch takes every request that waited
     # (generations are answered by id, in any order; training strictly in order).
     inbox = _reader()
+    if os.environ.get("TRITONFORGE_POLICY_ENGINE", "1") != "0":
+        return _serve_engine(inbox, _Generator(model, tok, net, device, limit))
     while True:
         jobs: List[Any] = []
         stop = False
@@ -157,6 +169,126 @@ def serve_policy(argv: List[str]) -> int:
             _answer(tok, net, jobs, device)
         if stop:
             return 0
+
+
+def _dtype(device: str) -> str:
+    return os.environ.get("TRITONFORGE_POLICY_DTYPE") or ("bfloat16" if device.startswith("cuda") else "float32")
+
+
+class _Generator:
+    """The engine as the worker uses it: requests by message id, the model it generates
+    from (the loaded one, or the trainer's once training is set up), its tokenizer."""
+
+    def __init__(self, model: str, tok: Any, net: Any, device: str, slots: int) -> None:
+        self.model, self.tok, self.net, self.device, self.slots = model, tok, net, device, slots
+        self.max_len = int(os.environ.get("TRITONFORGE_POLICY_MAX_LEN", "4096"))
+        sync = os.environ.get("TRITONFORGE_POLICY_SYNC")
+        self.sync = int(sync) if sync else None
+        self.engine: Any = None
+        self.ids: dict = {}
+
+    def use(self, net: Any) -> None:
+        """Generate from `net` from now on (a new engine when it is another model)."""
+        if net is not self.net:
+            self.net, self.engine = net, None
+
+    def busy(self) -> bool:
+        return self.engine is not None and self.engine.busy()
+
+    def _engine(self) -> Any:
+        if self.engine is None:
+            limit = int(getattr(self.net.config, "max_position_embeddings", 0) or self.max_len)
+            self.engine = Engine(self.net, self.device, max_slots=self.slots, max_len=min(self.max_len, limit),
+                                 sync_every=self.sync)
+        return self.engine
+
+    def submit(self, msg: Any) -> None:
+        if self.net is None:
+            _send(Error(type="error", id=msg.id, message="generation before train_setup: this policy worker "
+                        "was started for training and has no model yet"))
+            return
+        try:
+            if self.tok is None:
+                self.tok = load_tokenizer(self.model)
+            self._engine().submit(to_request(self.tok, self.net, msg.job, msg.id))
+        except EngineError as exc:
+            _send(Error(type="error", id=msg.id, message=f"generation refused: {exc}"))
+            return
+        except Exception as exc:  # noqa: BLE001 - a template that refuses its messages fails that request only
+            _send(Error(type="error", id=msg.id, message=f"{type(exc).__name__}: {exc}"))
+            return
+
+    def step(self) -> None:
+        """One engine step; finished requests are answered at once. A step that fails
+        fails the requests in flight, and the worker goes on serving."""
+        if self.engine is None:
+            return
+        training = bool(getattr(self.net, "training", False))
+        self.net.eval()
+        try:
+            done = self.engine.step()
+        except Exception as exc:  # noqa: BLE001 - reported to every caller in flight
+            for key in self.engine.abort():
+                _send(Error(type="error", id=key, message=f"generation failed: {type(exc).__name__}: {exc}"))
+            _free_device_memory(self.device)
+            return
+        finally:
+            if training:
+                self.net.train()
+        for fin in done:
+            _send(Generation(type="generation", id=fin.key, result=to_generated(self.tok, fin),
+                             elapsed_ms=fin.elapsed_ms))
+
+    def finish(self) -> None:
+        while self.busy():
+            self.step()
+
+
+def _free_device_memory(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def _pending(inbox: "queue.Queue[Any]", block: bool) -> List[Any]:
+    """Every message waiting (at least one when `block`), stopping after the end."""
+    items: List[Any] = [inbox.get()] if block else []
+    while not items or items[-1] is not None:
+        try:
+            items.append(inbox.get_nowait())
+        except queue.Empty:
+            break
+    return items
+
+
+def _serve_engine(inbox: "queue.Queue[Any]", gen: _Generator) -> int:
+    """The worker's loop with the engine: take what arrived, then one engine step."""
+    trainer: List[Any] = []
+    while True:
+        stop = False
+        for msg in _pending(inbox, block=not gen.busy()):
+            if msg is None or (not isinstance(msg, ProtocolError) and msg.type == "shutdown"):
+                stop = True
+                break
+            if isinstance(msg, ProtocolError):
+                _send(Error(type="error", id=None, message=str(msg)))
+            elif msg.type in TRAIN_MESSAGES:
+                gen.finish()  # training is strictly in order
+                _train(trainer, msg, gen.device)
+                if trainer:
+                    gen.use(trainer[0].net)
+                    if msg.type == "train_step" and gen.engine is not None:
+                        gen.engine.weights_changed()
+            elif msg.type == "generate":
+                gen.submit(msg)
+            else:
+                _send(Error(type="error", id=getattr(msg, "id", None),
+                            message=f"the policy worker does not handle {msg.type!r}"))
+        if stop:
+            gen.finish()
+            return 0
+        gen.step()
 
 
 def _answer(tok: Any, net: Any, msgs: List[Any], device: str) -> None:

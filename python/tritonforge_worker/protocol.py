@@ -396,6 +396,8 @@ class GenerateJob:
     top_p: float
     max_tokens: int
     seed: Optional[int]
+    top_k: Optional[int] = None
+    stop_token_ids: Optional[List[int]] = None
 
 
 @dataclass
@@ -405,6 +407,7 @@ class Generated:
     token_ids: List[int]
     logprobs: List[float]
     finish_reason: str
+    sampling_logprobs: Optional[List[float]] = None
 
 
 @dataclass

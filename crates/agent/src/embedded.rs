@@ -233,6 +233,8 @@ impl Backend for EmbeddedBackend {
                 top_p: f64::from(sampling.top_p),
                 max_tokens: sampling.max_tokens,
                 seed: sampling.seed,
+                top_k: None,
+                stop_token_ids: None,
             };
             match self.ask(&worker, job).await {
                 Ok(result) => Ok(Completion {

@@ -357,6 +357,8 @@ pub fn sample_messages() -> Vec<Message> {
                 top_p: 0.95,
                 max_tokens: 64,
                 seed: Some(3),
+                top_k: Some(50),
+                stop_token_ids: Some(vec![2, 7]),
             },
         },
         Message::Generation {
@@ -367,6 +369,7 @@ pub fn sample_messages() -> Vec<Message> {
                 token_ids: vec![4236, 2],
                 logprobs: vec![-0.25, -1.5],
                 finish_reason: "stop".into(),
+                sampling_logprobs: Some(vec![-0.125, -1.0]),
             },
             elapsed_ms: 812.5,
         },

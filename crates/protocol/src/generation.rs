@@ -20,6 +20,13 @@ pub struct GenerateJob {
     pub top_p: f64,
     pub max_tokens: u32,
     pub seed: Option<u64>,
+    /// Sample among the `top_k` most likely tokens only (`None` or 0: no limit).
+    #[serde(default)]
+    pub top_k: Option<u32>,
+    /// Token ids that end the completion besides the model's end-of-sequence tokens
+    /// (at most 8).
+    #[serde(default)]
+    pub stop_token_ids: Option<Vec<u32>>,
 }
 
 /// A completion from the embedded policy: the prompt exactly as tokenised (chat template
@@ -30,7 +37,14 @@ pub struct Generated {
     pub text: String,
     pub prompt_ids: Vec<u32>,
     pub token_ids: Vec<u32>,
+    /// Each token's log-probability under the model's own distribution (untempered,
+    /// unfiltered): what a trainer recomputes.
     pub logprobs: Vec<f64>,
     /// `stop` (end-of-sequence token) or `length`.
     pub finish_reason: String,
+    /// Each token's log-probability under the distribution it was drawn from
+    /// (temperature, top-k and top-p applied; 0 for greedy decoding), where the worker's
+    /// engine gives it.
+    #[serde(default)]
+    pub sampling_logprobs: Option<Vec<f64>>,
 }

@@ -58,6 +58,7 @@ const WORKER_FILES: &[(&str, &str)] = &[
     ("runtime_guard.py", include_str!("../../../python/tritonforge_worker/runtime_guard.py")),
     ("audit.py", include_str!("../../../python/tritonforge_worker/audit.py")),
     ("policy.py", include_str!("../../../python/tritonforge_worker/policy.py")),
+    ("engine.py", include_str!("../../../python/tritonforge_worker/engine.py")),
     ("policy_worker.py", include_str!("../../../python/tritonforge_worker/policy_worker.py")),
     ("models.py", include_str!("../../../python/tritonforge_worker/models.py")),
     ("trainer.py", include_str!("../../../python/tritonforge_worker/trainer.py")),

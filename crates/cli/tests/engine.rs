@@ -1,0 +1,53 @@
+//! The policy worker's generation engine (continuous batching, a slot KV cache, sampling
+//! on the device, prefix reuse, weights that change under it) on the CPU, with a tiny
+//! randomly initialised Llama-architecture model (`configs/models/tiny-llama`): fixture
+//! scripts run under the test interpreter and print what they measured.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+mod common;
+use common::*;
+
+/// Runs a fixture script with the worker's source directory and the tiny model's config;
+/// it must succeed and print one JSON object.
+fn fixture_json(script: &str) -> Value {
+    let model = repo().join("configs/models/tiny-llama");
+    let python = repo().join("python");
+    let args: [&Path; 2] = [&python, &model];
+    let out = std::process::Command::new(venv().join("bin/python"))
+        .arg(fixture(script))
+        .args(args)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("PYTHONPATH", &python)
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    assert!(out.status.success(), "{report}\n{}", text(&out.stderr));
+    serde_json::from_str(report.trim()).unwrap()
+}
+
+/// Log-probs against a full forward, batched rows the same as alone (a request joining a
+/// running batch included), stop tokens, zero and maximum lengths, refusals, prefix reuse
+/// and a colocated optimizer step.
+#[test]
+fn the_engine_batches_continuously_and_matches_a_full_forward() {
+    let v = fixture_json("engine/check_engine.py");
+    assert_eq!(v["failures"], serde_json::json!([]), "{v}");
+    assert!(v["logprob_err"].as_f64().unwrap() < 1e-4, "{v}");
+    assert!(v["turn2_reused"].as_u64().unwrap() > 30, "{v}");
+    assert!(
+        v["stale_prefix_err"].as_f64().unwrap() > 1e-3,
+        "the control must see the stale prefix: {v}"
+    );
+}
+
+/// The worker process as a colocated policy over its protocol: refusals by id while it
+/// keeps serving, answers as rows finish, new log-probs after a training step.
+#[test]
+fn the_colocated_worker_generates_from_the_weights_it_trains() {
+    let v = fixture_json("engine/check_worker.py");
+    assert_eq!(v["failures"], serde_json::json!([]), "{v}");
+    assert!(v["logprob_shift"].as_f64().unwrap() > 1e-3, "{v}");
+}

@@ -1,0 +1,562 @@
+"""The policy worker's generation engine: continuous batching over a slot KV cache.
+
+Built on torch and the model's own transformers code only. The pieces:
+
+- `SlotCache`: per layer one key and one value tensor of `[slots, kv_heads, capacity + 1,
+  head_dim]`. A request owns one slot (a row) for its life; position p of its sequence
+  lives at column p. The last column is scratch: rows of a decode step that hold no
+  running request write there and nothing ever reads it. The model's attention calls
+  `update(key, value, layer)`; the cache writes the new keys at each row's own positions
+  and hands back that row's keys (a view of the first B slots for a decode step, no
+  copy). The mask is a 4-D boolean `[rows, 1, queries, keys]` built here (transformers
+  uses such a mask as it is), so rows of different lengths share one step. On a CPU the
+  capacity grows by doubling as requests need it (memory follows use); on a GPU it is
+  `max_len` from the start, so captured graphs stay valid.
+- Continuous batching: `submit` queues a request; every `step` first prefills waiting
+  requests into free slots (each joins the very next decode step) and then runs one
+  decode step over the first B slots, B the smallest bucket holding every running slot
+  (free slots take the lowest index, so B stays small). A finished row frees its slot at
+  once.
+- Sampling on the device for the whole batch: per-row temperature, top-k, top-p, seed,
+  stop tokens and token budget live in device tensors indexed by slot. The draw is the
+  Gumbel-max trick with noise from a counter-based hash of (seed, token index, vocab
+  id): a row's tokens depend on its seed and its own history only, never on its
+  batch-mates or on when it joined. Tokens and log-probs are written into per-slot
+  device buffers; the host reads them back only when it checks for finished rows (every
+  `sync_every` steps, or when a row has used its budget, which the host knows without
+  asking).
+- Log-probs: `logprobs` are the model's own distribution (untempered, unfiltered: what a
+  trainer recomputes); `sampling_logprobs` the distribution the token was drawn from
+  (temperature, top-k, top-p applied and renormalised; 0 for greedy rows).
+- Prefix reuse: each slot remembers the tokens its KV holds (a running row: its prompt;
+  a finished row: prompt and completion) and the weights version that computed them. A
+  new request takes the free slot sharing its longest prefix (an episode's next turn
+  extends the previous turn's slot) or copies a longer shared prefix from any slot (the
+  n samples of one prompt, a system prompt); only the rest is prefilled. A weights
+  change (`weights_changed`) forgets every remembered prefix.
+- On CUDA the decode step (forward and sampling) is captured in a CUDA graph per (batch
+  bucket, key-length bucket, filtering or not, sampling or greedy) and replayed; on the
+  CPU it runs eagerly.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+# Bounds of one row's stop tokens (padded with -1) and of the buckets.
+MAX_STOPS = 8
+LEN_BUCKET = 128
+_MASK64 = (1 << 64) - 1
+
+
+class EngineError(ValueError):
+    """A request the engine cannot take (too long for the cache, more samples than slots)."""
+
+
+def _signed(c: int) -> int:
+    """A 64-bit constant as the signed value torch's int64 arithmetic wraps around."""
+    c &= _MASK64
+    return c - (1 << 64) if c >> 63 else c
+
+
+_C_SEED = _signed(0x9E3779B97F4A7C15)
+_C_STEP = _signed(0xD1B54A32D192ED03)
+_C_VOCAB = _signed(0x8CB92BA72F3D8DD7)
+_MIX1 = _signed(0xBF58476D1CE4E5B9)
+_MIX2 = _signed(0x94D049BB133111EB)
+
+
+def _shr(x: Any, n: int) -> Any:
+    """Logical right shift of int64 (torch's `>>` is arithmetic)."""
+    return (x >> n) & ((1 << (64 - n)) - 1)
+
+
+def uniform_noise(seed: Any, step: Any, vocab: int) -> Any:
+    """Uniform (0, 1) floats `[rows, vocab]` from a splitmix64 hash of (seed, step, id):
+    the same numbers on any device and in any batch."""
+    import torch
+
+    ids = torch.arange(vocab, device=seed.device, dtype=torch.int64)
+    x = (seed * _C_SEED + step * _C_STEP).unsqueeze(1) + ids.unsqueeze(0) * _C_VOCAB
+    x = (x ^ _shr(x, 30)) * _MIX1
+    x = (x ^ _shr(x, 27)) * _MIX2
+    x = x ^ _shr(x, 31)
+    return (_shr(x, 40).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+
+
+def sample(logits: Any, temp: Any, top_p: Any, top_k: Any, seed: Any, step: Any,
+           filtered: bool, drawn: bool = True) -> Tuple[Any, Any, Any]:
+    """(token, model log-prob, sampling log-prob) per row, all on the device.
+
+    `filtered`: whether any row asks for top-k or top-p (a sort of the vocabulary is
+    skipped otherwise); `drawn`: whether any row samples (no noise is made otherwise).
+    Greedy rows (temperature <= 0) take the argmax."""
+    import torch
+
+    logits = logits.float()
+    model_lp = torch.log_softmax(logits, dim=-1)
+    greedy = temp <= 0
+    scaled = logits / torch.where(greedy, torch.ones_like(temp), temp).unsqueeze(1)
+    if filtered:
+        ordered, order = torch.sort(scaled, dim=-1, descending=True)
+        probs = torch.softmax(ordered, dim=-1)
+        rank = torch.arange(scaled.shape[-1], device=scaled.device).unsqueeze(0)
+        k = torch.where(top_k > 0, top_k, torch.full_like(top_k, scaled.shape[-1])).unsqueeze(1)
+        # The smallest prefix whose mass reaches top_p (the first token always stays).
+        drop = ((torch.cumsum(probs, dim=-1) - probs) >= top_p.unsqueeze(1)) | (rank >= k)
+        scaled = torch.full_like(scaled, float("-inf")).scatter(1, order, ordered.masked_fill(drop, float("-inf")))
+    token = torch.argmax(logits, dim=-1)
+    pick = token.unsqueeze(1)
+    if not drawn:  # every row greedy: the sampling distribution is a point mass
+        lp = model_lp.gather(1, pick).squeeze(1)
+        return token, lp, torch.zeros_like(lp)
+    samp_lp = torch.log_softmax(scaled, dim=-1)
+    gumbel = -torch.log(-torch.log(uniform_noise(seed, step, scaled.shape[-1])))
+    token = torch.where(greedy, token, torch.argmax(samp_lp + gumbel, dim=-1))
+    pick = token.unsqueeze(1)
+    lp = model_lp.gather(1, pick).squeeze(1)
+    slp = torch.where(greedy, torch.zeros_like(lp), samp_lp.gather(1, pick).squeeze(1))
+    return token, lp, slp
+
+
+class SlotCache:
+    """The KV cache the model's attention writes into (see the module's docstring)."""
+
+    def __init__(self, cfg: Any, slots: int, capacity: int, dtype: Any, device: str) -> None:
+        heads = int(cfg.num_attention_heads)
+        self.kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+        self.layers = int(cfg.num_hidden_layers)
+        self.slots, self.dtype, self.device = slots, dtype, device
+        self.capacity = 0
+        self.k: List[Any] = []
+        self.v: List[Any] = []
+        self.grow(capacity)
+        # Set before each forward: the rows written and read, where, and how many keys.
+        self.rows: Any = None
+        self.cols: Any = None
+        self.keys = 0
+        self.view: Optional[int] = None
+        self.gather: Any = None
+
+    def grow(self, capacity: int) -> None:
+        """Make room for `capacity` positions per slot (plus the scratch column)."""
+        import torch
+
+        if capacity <= self.capacity:
+            return
+        shape = (self.slots, self.kv_heads, capacity + 1, self.head_dim)
+        new_k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.layers)]
+        new_v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.layers)]
+        for old, new in zip(self.k + self.v, new_k + new_v, strict=False):  # none the first time
+            new[:, :, : self.capacity].copy_(old[:, :, : self.capacity])
+        self.k, self.v, self.capacity = new_k, new_v, capacity
+
+    @property
+    def scratch(self) -> int:
+        return self.capacity
+
+    def update(self, key: Any, value: Any, layer_idx: int, *args: Any, **kwargs: Any) -> Tuple[Any, Any]:
+        k, v = self.k[layer_idx], self.v[layer_idx]
+        # key: [rows, heads, queries, dim] -> written at (slot, column) per query.
+        k[self.rows, :, self.cols] = key.transpose(1, 2).to(k.dtype)
+        v[self.rows, :, self.cols] = value.transpose(1, 2).to(v.dtype)
+        if self.view is not None:
+            return k[: self.view, :, : self.keys], v[: self.view, :, : self.keys]
+        return (k[:, :, : self.keys].index_select(0, self.gather),
+                v[:, :, : self.keys].index_select(0, self.gather))
+
+    def copy_prefix(self, src: int, dst: int, length: int) -> None:
+        for t in self.k + self.v:
+            t[dst, :, :length].copy_(t[src, :, :length])
+
+    # What transformers may ask of a cache object that is not one of its own.
+    is_compileable = False
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.keys
+
+
+@dataclass
+class Request:
+    """One completion to generate, as token ids."""
+
+    key: Any
+    prompt: List[int]
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: Optional[int] = None
+    stop: List[int] = field(default_factory=list)
+    submitted: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class Finished:
+    key: Any
+    prompt: List[int]
+    tokens: List[int]
+    logprobs: List[float]
+    sampling_logprobs: List[float]
+    finish_reason: str
+    elapsed_ms: float
+
+
+@dataclass
+class _Slot:
+    request: Optional[Request] = None
+    tokens: List[int] = field(default_factory=list)  # what the slot's KV holds
+    version: int = -1
+    used: int = 0  # when last taken (LRU among free slots)
+    steps: int = 0  # tokens generated, as far as the host knows (an upper bound)
+
+
+def _common(a: List[int], b: List[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0 or a[0] != b[0]:
+        return 0
+    import numpy as np
+
+    same = np.asarray(a[:n]) == np.asarray(b[:n])
+    return n if bool(same.all()) else int(np.argmin(same))
+
+
+def _buckets(limit: int) -> List[int]:
+    out, b = [], 1
+    while b < limit:
+        out.append(b)
+        b *= 2
+    return out + [limit]
+
+
+class Engine:
+    """Continuous batching over `max_slots` rows of at most `max_len` tokens each."""
+
+    def __init__(self, net: Any, device: str, max_slots: int = 16, max_len: int = 4096,
+                 sync_every: Optional[int] = None, graphs: Optional[bool] = None,
+                 min_prefix: int = 16) -> None:
+        import torch
+
+        self.net, self.device = net, device
+        self.max_slots, self.max_len = max_slots, max_len
+        cuda = device.startswith("cuda")
+        self.sync_every = sync_every if sync_every is not None else (8 if cuda else 1)
+        self.use_graphs = cuda if graphs is None else graphs and cuda
+        self.min_prefix = min_prefix
+        cfg = net.config
+        dtype = next(net.parameters()).dtype
+        self.cache = SlotCache(cfg, max_slots, max_len if cuda else min(max_len, 256), dtype, device)
+        self.vocab = int(net.get_output_embeddings().weight.shape[0])
+        S, L = max_slots, max_len
+
+        def z(*shape: int, dt: Any = torch.long) -> Any:
+            return torch.zeros(shape, dtype=dt, device=device)
+
+        self.last_tok, self.pos, self.gen, self.max_new = z(S), z(S), z(S), z(S)
+        self.seed, self.top_k = z(S), z(S)
+        self.temp, self.top_p = z(S, dt=torch.float32), z(S, dt=torch.float32)
+        self.live, self.done = z(S, dt=torch.bool), z(S, dt=torch.bool)
+        self.stops = torch.full((S, MAX_STOPS), -1, dtype=torch.long, device=device)
+        self.out_tok, self.out_lp, self.out_slp = z(S, L), z(S, L, dt=torch.float32), z(S, L, dt=torch.float32)
+        self.step_out: Dict[int, Tuple[Any, Any, Any]] = {}
+        self.arange = torch.arange(S, device=device)
+        self.slots = [_Slot() for _ in range(S)]
+        self.waiting: Deque[Request] = deque()
+        self.version = 0
+        self.clock = 0
+        self.since_sync = 0
+        self.graphs: Dict[Tuple[int, int, bool, bool], Any] = {}
+        self.pool: Any = None
+        self.batch_buckets = _buckets(S)
+        self.stats = {"prefill_tokens": 0, "reused_tokens": 0, "decode_steps": 0, "graphs": 0}
+
+    # -- requests ------------------------------------------------------------------------
+
+    def check(self, req: Request, n: int = 1) -> None:
+        """Raise EngineError when `req` (n samples of it) can never run here."""
+        if not req.prompt:
+            raise EngineError("an empty prompt: there is nothing to continue")
+        need = len(req.prompt) + max(req.max_tokens, 0)
+        if need > self.max_len:
+            raise EngineError(f"prompt ({len(req.prompt)} tokens) + max_tokens ({req.max_tokens}) = {need} exceeds "
+                              f"the engine's max_len ({self.max_len}); shorten the prompt or lower max_tokens")
+        if n > self.max_slots:
+            raise EngineError(f"{n} samples at once exceed the engine's {self.max_slots} slots")
+        if len(req.stop) > MAX_STOPS:
+            raise EngineError(f"{len(req.stop)} stop tokens; at most {MAX_STOPS}")
+
+    def submit(self, req: Request) -> None:
+        self.check(req)
+        self.waiting.append(req)
+
+    def busy(self) -> bool:
+        return bool(self.waiting) or any(s.request is not None for s in self.slots)
+
+    def weights_changed(self) -> None:
+        """The parameters changed (an optimizer step): remembered prefixes are stale.
+        Captured graphs read the parameters in place and stay valid."""
+        self.version += 1
+        for s in self.slots:
+            if s.request is None:
+                s.tokens, s.version = [], -1
+
+    def abort(self) -> List[Any]:
+        """Drop every request (after a failed step); the keys of those dropped."""
+        keys = [r.key for r in self.waiting] + [s.request.key for s in self.slots if s.request is not None]
+        self.waiting.clear()
+        for s in self.slots:
+            s.request, s.tokens, s.version = None, [], -1
+        self.live.zero_()
+        return keys
+
+    # -- one step ------------------------------------------------------------------------
+
+    def step(self) -> List[Finished]:
+        """Admit what fits, run one decode step, return the rows that finished."""
+        import torch
+
+        with torch.no_grad():
+            finished = self._admit()
+            running = [i for i, s in enumerate(self.slots) if s.request is not None]
+            if not running:
+                return finished
+            if self._at_budget(running):
+                return finished + self._sync()
+            self._decode(max(running) + 1)
+            self.since_sync += 1
+            if self.since_sync >= self.sync_every or self._at_budget(running):
+                finished += self._sync()
+        return finished
+
+    def run(self, reqs: List[Request]) -> List[Finished]:
+        """Generate for every request (keys distinct) to the end; results in the order given."""
+        for r in reqs:
+            self.submit(r)
+        done: Dict[Any, Finished] = {}
+        while self.busy():
+            for f in self.step():
+                done[f.key] = f
+        return [done[r.key] for r in reqs]
+
+    def _at_budget(self, running: List[int]) -> bool:
+        return any(self.slots[i].steps >= self.slots[i].request.max_tokens for i in running)  # type: ignore[union-attr]
+
+    def _admit(self) -> List[Finished]:
+        finished: List[Finished] = []
+        while self.waiting:
+            req = self.waiting[0]
+            if req.max_tokens <= 0:
+                self.waiting.popleft()
+                finished.append(Finished(req.key, req.prompt, [], [], [], "length",
+                                         (time.perf_counter() - req.submitted) * 1000.0))
+                continue
+            slot = self._choose(req.prompt)
+            if slot is None:
+                break
+            self.waiting.popleft()
+            self._prefill(slot, req)
+        return finished
+
+    def _choose(self, prompt: List[int]) -> Optional[int]:
+        """A free slot for `prompt`: the one whose remembered tokens share the longest
+        prefix with it, else the lowest cold one, else the least recently used."""
+        free = [i for i, s in enumerate(self.slots) if s.request is None]
+        if not free:
+            return None
+        best, best_len = None, 0
+        for i in free:
+            s = self.slots[i]
+            if s.version == self.version and s.tokens:
+                n = _common(prompt, s.tokens)
+                if n > best_len:
+                    best, best_len = i, n
+        if best is not None and best_len >= self.min_prefix:
+            return best
+        cold = [i for i in free if self.slots[i].version != self.version or not self.slots[i].tokens]
+        if cold:
+            return cold[0]
+        return min(free, key=lambda i: self.slots[i].used)
+
+    def _reuse(self, slot: int, prompt: List[int]) -> int:
+        """How much of `prompt` the slot's KV already holds, after copying a longer shared
+        prefix from another slot when one has it."""
+        limit = len(prompt) - 1  # the last prompt token is always run: its logits are needed
+        s = self.slots[slot]
+        have = min(_common(prompt, s.tokens), limit) if s.version == self.version else 0
+        src, src_len = None, have
+        for i, o in enumerate(self.slots):
+            if i != slot and o.version == self.version and o.tokens:
+                n = min(_common(prompt, o.tokens), limit)
+                if n > src_len:
+                    src, src_len = i, n
+        if src is not None and src_len >= max(self.min_prefix, have + 1):
+            self.cache.copy_prefix(src, slot, src_len)
+            return src_len
+        return have if have >= 1 else 0
+
+    def _prefill(self, slot: int, req: Request) -> None:
+        import torch
+
+        L = len(req.prompt)
+        self._ensure(L + req.max_tokens)
+        start = self._reuse(slot, req.prompt)
+        s = self.slots[slot]
+        self.clock += 1
+        s.request, s.tokens, s.version, s.used, s.steps = req, list(req.prompt), self.version, self.clock, 1
+        self.stats["prefill_tokens"] += L - start
+        self.stats["reused_tokens"] += start
+        dev = self.device
+        ids = torch.tensor([req.prompt[start:]], dtype=torch.long, device=dev)
+        cols = torch.arange(start, L, device=dev).unsqueeze(0)
+        idx = torch.tensor([slot], device=dev)
+        c = self.cache
+        c.rows, c.cols, c.keys, c.view, c.gather = idx.unsqueeze(1), cols, L, None, idx
+        mask = (torch.arange(L, device=dev).unsqueeze(0) <= cols[0].unsqueeze(1)).view(1, 1, L - start, L)
+        logits = self.net(input_ids=ids, position_ids=cols, attention_mask=mask, past_key_values=c,
+                          use_cache=True, logits_to_keep=1).logits[:, -1]
+        self._set_row(slot, req)
+        self.pos[slot] = L - 1
+        filtered = req.top_k > 0 or 0 < req.top_p < 1
+        tok, lp, slp = sample(logits, self.temp[idx], self.top_p[idx], self.top_k[idx], self.seed[idx],
+                              self.gen[idx], filtered, req.temperature > 0)
+        self._record(idx, tok, lp, slp, torch.ones(1, dtype=torch.bool, device=dev))
+
+    def _set_row(self, slot: int, req: Request) -> None:
+        seed = req.seed if req.seed is not None else random.getrandbits(62)
+        self.temp[slot] = float(req.temperature)
+        self.top_p[slot] = float(req.top_p) if 0 < req.top_p < 1 else 1.0
+        self.top_k[slot] = max(int(req.top_k), 0)
+        self.seed[slot] = _signed(int(seed))
+        self.max_new[slot] = int(req.max_tokens)
+        self.gen[slot] = 0
+        self.done[slot] = False
+        self.live[slot] = True
+        self.stops[slot] = -1
+        if req.stop:
+            self.stops[slot, : len(req.stop)] = self.stops.new_tensor(req.stop)
+
+    def _ensure(self, length: int) -> None:
+        if length > self.cache.capacity:
+            cap = self.cache.capacity
+            while cap < length:
+                cap *= 2
+            self.cache.grow(min(cap, self.max_len))
+            self.graphs.clear()
+
+    def _record(self, idx: Any, tok: Any, lp: Any, slp: Any, active: Any) -> None:
+        """Store one sampled token per row of `idx` (only where `active`) and advance."""
+        import torch
+
+        g = self.gen[idx]
+        col = g.clamp(max=self.max_len - 1)
+        self.out_tok[idx, col] = torch.where(active, tok, self.out_tok[idx, col])
+        self.out_lp[idx, col] = torch.where(active, lp, self.out_lp[idx, col])
+        self.out_slp[idx, col] = torch.where(active, slp, self.out_slp[idx, col])
+        hit = (tok.unsqueeze(1) == self.stops[idx]).any(dim=1)
+        step = active.long()
+        self.gen[idx] = g + step
+        self.pos[idx] = self.pos[idx] + step
+        self.done[idx] = self.done[idx] | (active & (hit | (g + step >= self.max_new[idx])))
+        self.last_tok[idx] = torch.where(active, tok, self.last_tok[idx])
+
+    def _decode(self, needed: int) -> None:
+        """One token for every running row among the first B slots."""
+        B = next(b for b in self.batch_buckets if b >= needed)
+        longest = max(len(s.request.prompt) + s.steps for s in self.slots[:B] if s.request is not None)
+        keys = min(-(-longest // LEN_BUCKET) * LEN_BUCKET, self.cache.capacity)
+        reqs = [s.request for s in self.slots[:B] if s.request is not None]
+        mode = (any(r.top_k > 0 or 0 < r.top_p < 1 for r in reqs), any(r.temperature > 0 for r in reqs))
+        if self.use_graphs:
+            tok, lp, slp = self._graphed(B, keys, mode)
+        else:
+            tok, lp, slp = self._forward_sample(B, keys, mode)
+        idx = self.arange[:B]
+        self._record(idx, tok, lp, slp, self.live[:B] & ~self.done[:B])
+        for s in self.slots[:B]:
+            if s.request is not None:
+                s.steps += 1
+        self.stats["decode_steps"] += 1
+
+    def _forward_sample(self, B: int, keys: int, mode: Tuple[bool, bool]) -> Tuple[Any, Any, Any]:
+        """The decode step's device work (what a CUDA graph captures): no host reads."""
+        import torch
+
+        active = self.live[:B] & ~self.done[:B]
+        cols = torch.where(active, self.pos[:B], torch.full_like(self.pos[:B], self.cache.scratch)).unsqueeze(1)
+        c = self.cache
+        c.rows, c.cols, c.keys, c.view, c.gather = self.arange[:B].unsqueeze(1), cols, keys, B, None
+        mask = (torch.arange(keys, device=self.device).unsqueeze(0) <= cols).view(B, 1, 1, keys)
+        logits = self.net(input_ids=self.last_tok[:B].unsqueeze(1), position_ids=cols, attention_mask=mask,
+                          past_key_values=c, use_cache=True, logits_to_keep=1).logits[:, -1]
+        return sample(logits, self.temp[:B], self.top_p[:B], self.top_k[:B], self.seed[:B], self.gen[:B], *mode)
+
+    def _graphed(self, B: int, keys: int, mode: Tuple[bool, bool]) -> Tuple[Any, Any, Any]:
+        """The decode step replayed from a CUDA graph captured on first use of its shape
+        (falling back to eager, for good, if capture fails)."""
+        import sys
+
+        import torch
+
+        key = (B, keys, *mode)
+        entry = self.graphs.get(key)
+        if entry is None:
+            try:
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(2):  # warm-up: rewrites the same KV the real step writes
+                        self._forward_sample(B, keys, mode)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                if self.pool is None:
+                    self.pool = torch.cuda.graph_pool_handle()
+                # One memory pool for every graph: they replay one at a time, and each
+                # one's outputs are read before the next replays.
+                with torch.cuda.graph(graph, pool=self.pool):
+                    outs = self._forward_sample(B, keys, mode)
+                entry = (graph, outs)
+                self.graphs[key] = entry
+                self.stats["graphs"] += 1
+            except Exception as exc:  # noqa: BLE001 - a model whose step cannot be captured runs eagerly
+                sys.stderr.write(f"engine: CUDA graph capture failed ({type(exc).__name__}: {exc}); running eagerly\n")
+                self.use_graphs = False
+                return self._forward_sample(B, keys, mode)
+        entry[0].replay()
+        return entry[1]
+
+    def _sync(self) -> List[Finished]:
+        """Read which rows are done (one device read) and collect them."""
+        self.since_sync = 0
+        running = [i for i, s in enumerate(self.slots) if s.request is not None]
+        done = self.done[: max(running) + 1].tolist()
+        over = [i for i in running if done[i]]
+        if not over:
+            return []
+        import torch
+
+        idx = torch.tensor(over, device=self.device)
+        counts = self.gen[idx].tolist()
+        width = max(counts)
+        toks = self.out_tok[idx, :width].tolist()
+        lps = self.out_lp[idx, :width].tolist()
+        slps = self.out_slp[idx, :width].tolist()
+        self.live[idx] = False
+        out = []
+        now = time.perf_counter()
+        for j, i in enumerate(over):
+            s = self.slots[i]
+            req = s.request
+            assert req is not None
+            n = counts[j]
+            tokens = toks[j][:n]
+            reason = "stop" if tokens and tokens[-1] in req.stop else "length"
+            out.append(Finished(req.key, req.prompt, tokens, lps[j][:n], slps[j][:n], reason,
+                                (now - req.submitted) * 1000.0))
+            # The KV holds the prompt and every completion token but the last (never fed).
+            s.request, s.tokens, s.steps = None, req.prompt + tokens[:-1], 0
+        return out

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Rollout throughput: the policy worker's engine against the earlier path and transformers.
+
+For each model and batch size B, B prompts of PROMPT random token ids each get TOKENS new
+tokens (end-of-sequence ignored, so every row runs to its budget), greedy, by each arm:
+
+- `engine`: `tritonforge_worker.engine` (continuous batching, slot KV cache, sampling on
+  the device; CUDA graphs on a GPU);
+- `old`: `policy.generate_batch` (a Python decode loop, a dynamic cache, one device read
+  per token);
+- `hf`: transformers' `generate` with its default (dynamic) cache;
+- `hf_static`: `generate` with `cache_implementation="static"` (transformers compiles the
+  forward for a static cache on a GPU).
+
+Each arm runs once untimed (warm-up: kernels, graphs, compilation; its time is reported
+as `warmup_s`), then once timed; tokens/s = all rows' new tokens / wall time. An arm that
+fails is reported with its error and the others go on. Then, for the first model, the
+colocated weight refresh: one optimizer step of the trainer on the engine's own
+parameters, the engine told (`weights_changed`), and the first generation after it;
+beside it the disk round trip an external engine would need (save the weights, load
+them back).
+
+Models: `smollm2` (SmolLM2-135M-Instruct), or a directory (one holding only a config is
+randomly initialised: configs/models/qwen3-0.6b).
+
+usage: PYTHONPATH=python python3 scripts/bench_rollouts.py [--device cuda]
+       [--models smollm2,configs/models/qwen3-0.6b] [--batches 1,16,64,256]
+       [--prompt-tokens 200] [--tokens 512] [--arms engine,old,hf,hf_static] [--quick]
+--quick: the tiny test model on the CPU, batches 1 and 4, 32 + 16 tokens (checks the
+script itself). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))
+
+import torch  # noqa: E402
+
+from tritonforge_worker.engine import Engine, Request  # noqa: E402
+from tritonforge_worker.models import load  # noqa: E402
+from tritonforge_worker.policy import generate_batch  # noqa: E402
+from tritonforge_worker.protocol import ChatTurn, GenerateJob, MicroBatch, TrainBatch, TrainSetupJob  # noqa: E402
+
+ARMS = ("engine", "old", "hf", "hf_static")
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def load_model(name: str, device: str, dtype: str) -> Any:
+    if (Path(name) / "config.json").is_file() and not any(Path(name).glob("*.safetensors")):
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        torch.manual_seed(0)
+        with torch.device(device):
+            net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(name), dtype=getattr(torch, dtype))
+        return net.eval()
+    return load(name, device, dtype)[1]
+
+
+def prompts(net: Any, batch: int, length: int) -> List[List[int]]:
+    g = torch.Generator().manual_seed(batch)
+    vocab = min(int(net.config.vocab_size), 32000)
+    return torch.randint(100, vocab, (batch, length), generator=g).tolist()
+
+
+_ENGINES: Dict[Any, Engine] = {}
+
+
+def run_engine(net: Any, device: str, ps: List[List[int]], tokens: int) -> int:
+    # One engine per model and batch size, so the timed run replays the graphs the warm-up
+    # captured; its remembered prefixes are dropped, so the timed run prefills in full.
+    key = (id(net), len(ps), len(ps[0]) + tokens)
+    if key not in _ENGINES:
+        _ENGINES.clear()
+        _ENGINES[key] = Engine(net, device, max_slots=len(ps), max_len=len(ps[0]) + tokens)
+    eng = _ENGINES[key]
+    eng.weights_changed()
+    out = eng.run([Request(key=i, prompt=p, max_tokens=tokens) for i, p in enumerate(ps)])
+    return sum(len(f.tokens) for f in out)
+
+
+def run_old(net: Any, device: str, ps: List[List[int]], tokens: int) -> int:
+    job = GenerateJob(messages=[ChatTurn(role="user", content="")], temperature=0.0, top_p=1.0,
+                      max_tokens=tokens, seed=0)
+    from types import SimpleNamespace
+
+    # The prompts are token ids already: the tokenizer only pads (never, one length) and decodes.
+    tok = SimpleNamespace(pad_token_id=0, eos_token_id=None, decode=lambda ids, skip_special_tokens=True: "")
+    out = generate_batch(tok, net, [job] * len(ps), device, prompts=ps, stops=set())
+    return sum(len(g.token_ids) for g in out)
+
+
+def run_hf(net: Any, device: str, ps: List[List[int]], tokens: int, static: bool) -> int:
+    ids = torch.tensor(ps, device=device)
+    kw: Dict[str, Any] = {"cache_implementation": "static"} if static else {}
+    with torch.no_grad():
+        out = net.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
+                           min_new_tokens=tokens, do_sample=False, pad_token_id=0, **kw)
+    return int(out.shape[0] * (out.shape[1] - ids.shape[1]))
+
+
+def arm_fn(arm: str) -> Callable[[Any, str, List[List[int]], int], int]:
+    return {"engine": run_engine, "old": run_old,
+            "hf": lambda n, d, p, t: run_hf(n, d, p, t, False),
+            "hf_static": lambda n, d, p, t: run_hf(n, d, p, t, True)}[arm]
+
+
+def measure(arm: str, net: Any, device: str, batch: int, prompt_len: int, tokens: int) -> Dict[str, Any]:
+    fn = arm_fn(arm)
+    ps = prompts(net, batch, prompt_len)
+    try:
+        t = time.perf_counter()
+        fn(net, device, ps, tokens)  # warm-up: the same shapes as the timed run
+        sync(device)
+        warm = time.perf_counter() - t
+        t = time.perf_counter()
+        n = fn(net, device, ps, tokens)
+        sync(device)
+        dt = time.perf_counter() - t
+        return {"arm": arm, "batch": batch, "tokens": n, "seconds": round(dt, 3),
+                "tokens_per_s": round(n / dt, 1), "warmup_s": round(warm, 2)}
+    except Exception as exc:  # noqa: BLE001 - one arm failing must not end the run
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        return {"arm": arm, "batch": batch, "error": f"{type(exc).__name__}: {exc}",
+                "trace": traceback.format_exc(limit=3)[-800:]}
+
+
+def refresh(model: str, device: str, dtype: str, prompt_len: int) -> Dict[str, Any]:
+    """One colocated optimizer step and the generation right after it, against the disk
+    round trip an external engine needs."""
+    try:
+        setup = TrainSetupJob(model=model, resume=None, lora=None, lr=1e-5, min_lr=1e-5, warmup_steps=0,
+                              total_steps=10, weight_decay=0.0, grad_clip=1.0, gradient_checkpointing=False,
+                              dtype="bf16" if dtype == "bfloat16" else "fp32", seed=0, attention="sdpa",
+                              compile="off")
+        from tritonforge_worker.trainer import Trainer
+
+        trainer = Trainer(setup, device)
+        ps = prompts(trainer.net, 4, prompt_len)
+        eng = Engine(trainer.net, device, max_slots=4, max_len=prompt_len + 64)
+        row = ps[0] + ps[1][:32]
+        batch = TrainBatch(micro=[MicroBatch(input_ids=[row], loss_mask=[[0] * prompt_len + [1] * 32],
+                                             position_ids=[list(range(len(row)))], lengths=[len(row)])])
+
+        def gen() -> float:
+            trainer.net.eval()
+            t = time.perf_counter()
+            eng.run([Request(key=i, prompt=p, max_tokens=16) for i, p in enumerate(ps)])
+            sync(device)
+            trainer.net.train()
+            return time.perf_counter() - t
+
+        gen()
+        before = gen()
+        t = time.perf_counter()
+        trainer.train_step(batch)
+        sync(device)
+        step_s = time.perf_counter() - t
+        t = time.perf_counter()
+        eng.weights_changed()
+        refresh_s = time.perf_counter() - t
+        after = gen()
+        with tempfile.TemporaryDirectory() as d:
+            t = time.perf_counter()
+            trainer.net.save_pretrained(d, safe_serialization=True)
+            save_s = time.perf_counter() - t
+            t = time.perf_counter()
+            from transformers import AutoModelForCausalLM
+
+            AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, dtype)).to(device)
+            sync(device)
+            load_s = time.perf_counter() - t
+        return {"model": model, "step_s": round(step_s, 3), "refresh_s": round(refresh_s, 6),
+                "generate_before_s": round(before, 3), "generate_after_s": round(after, 3),
+                "disk_save_s": round(save_s, 3), "disk_load_s": round(load_s, 3)}
+    except Exception as exc:  # noqa: BLE001
+        return {"model": model, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)[-800:]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--models", default="smollm2,configs/models/qwen3-0.6b")
+    ap.add_argument("--batches", default="1,16,64,256")
+    ap.add_argument("--prompt-tokens", type=int, default=200)
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--dtype", default=None, help="float32 or bfloat16 (default: bfloat16 on a GPU)")
+    ap.add_argument("--no-refresh", action="store_true")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.device, args.models, args.batches = "cpu", str(REPO / "configs/models/tiny-llama"), "1,4"
+        args.prompt_tokens, args.tokens = 32, 16
+    dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = set(arms) - set(ARMS)
+    if unknown:
+        ap.error(f"unknown arms {sorted(unknown)}; choose from {list(ARMS)}")
+    batches = [int(b) for b in args.batches.split(",") if b]
+    summary: Dict[str, Any] = {"device": args.device, "dtype": dtype, "prompt_tokens": args.prompt_tokens,
+                               "completion_tokens": args.tokens, "torch": torch.__version__,
+                               "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
+                               "models": []}
+    for name in [m for m in args.models.split(",") if m]:
+        entry: Dict[str, Any] = {"model": name, "results": []}
+        try:
+            t = time.perf_counter()
+            net = load_model(name if name == "smollm2" else str(REPO / name) if not Path(name).is_absolute()
+                             else name, args.device, dtype)
+            entry["load_s"] = round(time.perf_counter() - t, 2)
+        except Exception as exc:  # noqa: BLE001
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            summary["models"].append(entry)
+            continue
+        for b in batches:
+            for arm in arms:
+                r = measure(arm, net, args.device, b, args.prompt_tokens, args.tokens)
+                entry["results"].append(r)
+                sys.stderr.write(json.dumps({"model": name, **r}) + "\n")
+        summary["models"].append(entry)
+        _ENGINES.clear()
+        del net
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    if not args.no_refresh:
+        first = args.models.split(",")[0]
+        model = first if first == "smollm2" or Path(first).is_absolute() else str(REPO / first)
+        summary["weight_refresh"] = refresh(model, args.device, dtype, args.prompt_tokens)
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
