@@ -6,10 +6,11 @@
 #                  (a carry is at most 64 MiB; the machine keeps /tmp while warm);
 #   PHASE train:   install the wheel, train on data/bundled/sft, export the adapter to
 #                  OUTDIR/adapter and /tmp/tf-bundled/adapter;
-#   PHASE eval MODEL: `tritonforge run` with MODEL (smollm2, or `adapter` for the one
+#   PHASE eval MODEL [SETS]: `tritonforge run` with MODEL (smollm2, or `adapter` for the one
 #                  trained in this lease, or `bundled` for the binary's own) on the quick
 #                  set, the level-1 and level-2 heldout splits and the synthetic heldout
-#                  suite (data/bundled/synth-heldout); reports and a summary to OUTDIR.
+#                  split of the synthetic set (its first 40, data/bundled/synth-heldout40);
+#                  reports and a summary to OUTDIR.
 set -uo pipefail
 B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}
 S=/tmp/tf-bundled; mkdir -p "$S" "$OUT"
@@ -44,12 +45,12 @@ case "$PHASE" in
     M=${4:?model}
     case "$M" in adapter) MODEL="$S/adapter" ;; bundled) MODEL=tritonforge-smollm2 ;; *) MODEL=$M ;; esac
     tag=$(echo "$M" | tr -c 'a-z0-9\n' '-')
-    for set in quick l1 l2 synth; do
+    for set in ${5:-quick l1 l2 synth}; do
       case "$set" in
         quick) sel=(--set quick) ;;
         l1) sel=(--split heldout --level 1) ;;
         l2) sel=(--split heldout --level 2) ;;
-        synth) sel=(--suite data/bundled/synth-heldout --split heldout) ;;
+        synth) sel=(--suite data/bundled/synth-heldout40 --split heldout) ;;
       esac
       t0=$(date +%s)
       "$B" --python python3 --state-dir "$S/state-$tag" run --model "$MODEL" "${sel[@]}" \

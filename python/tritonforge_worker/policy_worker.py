@@ -10,7 +10,8 @@ weights, with no copy. Settings (environment): TRITONFORGE_POLICY_BATCH (slots, 
 16), TRITONFORGE_POLICY_MAX_LEN (tokens per slot, default 4096), TRITONFORGE_POLICY_SYNC
 (decode steps between reads of finished rows; default 8 on a GPU, 1 on the CPU),
 TRITONFORGE_POLICY_DTYPE (float32 or bfloat16; default bfloat16 on a GPU),
-TRITONFORGE_POLICY_ENGINE=0 (the earlier batch-at-a-time path, `policy.generate_batch`).
+TRITONFORGE_POLICY_ENGINE=0 / 1 (the earlier batch-at-a-time path, `policy.generate_batch`,
+or the engine; default: the engine on a GPU or with --train, the earlier path otherwise).
 Also `tokenizer MODEL DIR`.
 """
 
@@ -134,7 +135,11 @@ def serve_policy(argv: List[str]) -> int:
     # generating (or a step training), and the next batch takes every request that waited
     # (generations are answered by id, in any order; training strictly in order).
     inbox = _reader()
-    if os.environ.get("TRITONFORGE_POLICY_ENGINE", "1") != "0":
+    # The engine on a GPU and for a colocated (training) worker; on the CPU the
+    # batch-at-a-time path stays the default until the engine prefills a batch at once (it
+    # prefills one request at a time, slower there).
+    engine_default = "1" if device.startswith("cuda") or train else "0"
+    if os.environ.get("TRITONFORGE_POLICY_ENGINE", engine_default) != "0":
         return _serve_engine(inbox, _Generator(model, tok, net, device, limit))
     while True:
         jobs: List[Any] = []

