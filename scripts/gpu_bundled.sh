@@ -43,7 +43,12 @@ case "$PHASE" in
   eval)
     install_wheel || { echo "wheel parts missing"; exit 1; }
     M=${4:?model}
-    case "$M" in adapter) MODEL="$S/adapter" ;; bundled) MODEL=tritonforge-smollm2 ;; *) MODEL=$M ;; esac
+    case "$M" in
+      adapter) MODEL="$S/adapter" ;;            # trained in this lease
+      repo) MODEL="$PWD/models/tritonforge-smollm2" ;;  # the adapter the repository ships
+      bundled) MODEL=tritonforge-smollm2 ;;     # the one the binary carries
+      *) MODEL=$M ;;
+    esac
     tag=$(echo "$M" | tr -c 'a-z0-9\n' '-')
     for set in ${5:-quick l1 l2 synth}; do
       case "$set" in
@@ -53,7 +58,7 @@ case "$PHASE" in
         synth) sel=(--suite data/bundled/synth-heldout40 --split heldout) ;;
       esac
       t0=$(date +%s)
-      "$B" --python python3 --state-dir "$S/state-$tag" run --model "$MODEL" "${sel[@]}" \
+      "$B" --python python3 --state-dir "$S/state-$tag" run --model "$MODEL" "${sel[@]}" ${RUN_FLAGS:-} \
         --seed 1 --json --out "$S/$tag-$set" > "$S/$tag-$set.json" 2> "$S/$tag-$set.err"
       echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/$tag-$set.err"
       python3 - "$S/$tag-$set.json" "$M" "$set" >> "$OUT/summary-$tag.jsonl" <<'PY'

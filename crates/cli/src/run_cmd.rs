@@ -90,7 +90,8 @@ pub struct RunArgs {
     temperature: f32,
     #[arg(long, default_value_t = 0.95)]
     top_p: f32,
-    /// Completion length cap (default 4096 from an endpoint, 512 from the embedded model).
+    /// Completion length cap (default 4096 from an endpoint, 1024 from the embedded model:
+    /// a level-2 answer is 400 to 1,300 tokens, and `class ModelNew` comes last).
     #[arg(long)]
     max_tokens: Option<u32>,
     /// Base sampling seed (varied per sample and turn).
@@ -192,7 +193,7 @@ impl RunArgs {
                 max_tokens: self.max_tokens.unwrap_or(if self.base_url.is_some() {
                     4096
                 } else {
-                    512
+                    1024
                 }),
                 seed: self.seed,
             },
