@@ -490,29 +490,27 @@ async fn sigterm_refuses_new_work_finishes_the_running_one_and_keeps_the_queue()
     }
     let pid = nix::unistd::Pid::from_raw(s.child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    // While it drains, new work is refused with 503 and a reason; reads still work.
-    let mut refused = false;
-    for _ in 0..100 {
-        match http()
-            .post(format!("{}/v1/evaluations", s.url))
-            .json(
-                &json!({"problem": {"name": "relu_small", "source": src("problems/relu_small.py")},
-                          "candidate": {"name": "late", "source": src("candidates/relu_ok.py")}}),
-            )
-            .send()
-            .await
-        {
+    // The signal lands asynchronously: wait until the server says it is draining (its
+    // health turns 503), then new work is refused with 503 and a reason.
+    let mut draining = false;
+    for _ in 0..500 {
+        match http().get(format!("{}/health", s.url)).send().await {
             Ok(r) if r.status().as_u16() == 503 => {
-                let v: Value = r.json().await.unwrap();
-                assert!(v["detail"].as_str().unwrap().contains("shutting down"), "{v}");
-                refused = true;
+                draining = true;
                 break;
             }
-            Ok(r) => assert_ne!(r.status().as_u16(), 202, "accepted work while draining"),
+            Ok(_) => {}
             Err(_) => break,
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    assert!(draining, "health never said draining: {}", s.log());
+    let late = json!({"problem": {"name": "relu_small", "source": src("problems/relu_small.py")},
+                      "candidate": {"name": "late", "source": src("candidates/relu_ok.py")}});
+    let (code, v) = post(&format!("{}/v1/evaluations", s.url), &late).await;
+    let refused = code == 503;
+    assert!(refused, "draining, yet {code}: {v}");
+    assert!(v["detail"].as_str().unwrap().contains("shutting down"), "{v}");
     assert!(refused, "no 503 while draining: {}", s.log());
     let status = s.child.wait().unwrap();
     assert!(status.success(), "SIGTERM is a clean exit: {status:?}\n{}", s.log());
