@@ -55,14 +55,19 @@ pub fn resolve(model: &str, state_dir: &Path) -> Result<(String, String), Bundle
     if model != NAME {
         return Ok((model.to_string(), model.to_string()));
     }
-    let dir = extract(state_dir)?.to_string_lossy().into_owned();
-    Ok((dir, format!("{NAME}@{}", &adapter_hash()[..12])))
+    let hash = adapter_hash();
+    let dir = extract_as(state_dir, &hash)?.to_string_lossy().into_owned();
+    Ok((dir, format!("{NAME}@{}", &hash[..12])))
 }
 
 /// Write the adapter under `<state>/models/tritonforge-smollm2-<hash>/` (once), through a
 /// private directory and a rename, so concurrent runs never see half an adapter.
 pub fn extract(state_dir: &Path) -> Result<PathBuf, BundledError> {
-    let hash = adapter_hash();
+    extract_as(state_dir, &adapter_hash())
+}
+
+/// [`extract`] with the hash already computed (hashing 14 MiB once per start is enough).
+fn extract_as(state_dir: &Path, hash: &str) -> Result<PathBuf, BundledError> {
     let base = state_dir.join("models");
     let root = base.join(format!("{NAME}-{}", &hash[..12]));
     if root.join(".complete").exists() {
@@ -77,7 +82,7 @@ pub fn extract(state_dir: &Path) -> Result<PathBuf, BundledError> {
     for (name, bytes) in FILES {
         fs::write(tmp.join(name), bytes).map_err(err(&tmp.join(name)))?;
     }
-    fs::write(tmp.join(".complete"), &hash).map_err(err(&tmp))?;
+    fs::write(tmp.join(".complete"), hash).map_err(err(&tmp))?;
     match fs::rename(&tmp, &root) {
         Ok(()) => Ok(root),
         Err(_) if root.join(".complete").exists() => {

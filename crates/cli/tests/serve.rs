@@ -299,17 +299,23 @@ fn store_jobs(state: &Path) -> Vec<(String, String, i64, Option<i64>)> {
         .collect()
 }
 
+/// `n` distinct slow, correct relu candidates (each a little over a second in CPU mode), as
+/// a batch body's evaluations: enough queued work for a test to interrupt.
+fn slow_batch(n: usize, tag: &str) -> Vec<Value> {
+    (0..n)
+        .map(|i| {
+            json!({"problem": {"name": "relu_small", "source": src("problems/relu_small.py")},
+                   "candidate": {"name": format!("relu_{i}"), "source": format!("{}\n# {tag} {i}\n", src("candidates/slow_correct.py"))},
+                   "options": {"trials": 3}})
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_with_a_full_queue_loses_no_accepted_job_and_runs_none_twice() {
     let dir = tempfile::tempdir().unwrap();
     let n = 8;
-    let evals: Vec<Value> = (0..n)
-        .map(|i| {
-            json!({"problem": {"name": "relu_small", "source": src("problems/relu_small.py")},
-                   "candidate": {"name": format!("relu_{i}"), "source": format!("{}\n# copy {i}\n", src("candidates/slow_correct.py"))},
-                   "options": {"trials": 3}})
-        })
-        .collect();
+    let evals = slow_batch(n, "copy");
     let mut s = serve(dir.path(), &["--jobs", "1", "--no-suite"]);
     let (code, b) =
         post(&format!("{}/v1/evaluations/batch", s.url), &json!({"evaluations": evals})).await;
@@ -472,13 +478,7 @@ async fn the_client_fails_over_when_one_of_two_servers_is_killed() {
 async fn sigterm_refuses_new_work_finishes_the_running_one_and_keeps_the_queue() {
     let dir = tempfile::tempdir().unwrap();
     let n = 6;
-    let evals: Vec<Value> = (0..n)
-        .map(|i| {
-            json!({"problem": {"name": "relu_small", "source": src("problems/relu_small.py")},
-                   "candidate": {"name": format!("relu_{i}"), "source": format!("{}\n# term {i}\n", src("candidates/slow_correct.py"))},
-                   "options": {"trials": 3}})
-        })
-        .collect();
+    let evals = slow_batch(n, "term");
     let mut s = serve(dir.path(), &["--jobs", "1", "--no-suite", "--grace", "120"]);
     let (code, b) =
         post(&format!("{}/v1/evaluations/batch", s.url), &json!({"evaluations": evals})).await;
