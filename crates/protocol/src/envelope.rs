@@ -15,10 +15,12 @@ use crate::executor::{
     Sandbox,
 };
 use crate::generation::{GenerateJob, Generated};
-use crate::trainer::{SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetup};
+use crate::trainer::{
+    RlBatch, RlStats, SaveJob, ScoreJob, Scores, StepStats, TrainBatch, TrainInfo, TrainSetup,
+};
 
 /// Bumped whenever a message's shape changes; both sides refuse a mismatch.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Errors decoding a protocol line.
 #[derive(Debug, thiserror::Error)]
@@ -87,11 +89,19 @@ pub enum Message {
     SaveCheckpoint { id: String, save: SaveJob },
     /// Policy worker → host: the checkpoint is written (every file in place).
     Checkpointed { id: String, dir: String, step: u64 },
+    /// Host → policy worker: log-probabilities of these target tokens, no update.
+    Score { id: String, job: ScoreJob },
+    /// Policy worker → host: the answer to `score`.
+    Scored { id: String, scores: Scores },
+    /// Host → policy worker: one PPO-clip optimizer step.
+    RlStep { id: String, batch: RlBatch },
+    /// Policy worker → host: what the RL step did.
+    RlDone { id: String, stats: RlStats },
 }
 
 impl Message {
     /// The `type` tags of every message, for the mirror test.
-    pub const TYPES: [&'static str; 21] = [
+    pub const TYPES: [&'static str; 25] = [
         "hello",
         "evaluate",
         "result",
@@ -113,6 +123,10 @@ impl Message {
         "step_done",
         "save_checkpoint",
         "checkpointed",
+        "score",
+        "scored",
+        "rl_step",
+        "rl_done",
     ];
 
     /// One line of the wire format, without the newline.

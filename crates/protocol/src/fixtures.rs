@@ -483,5 +483,82 @@ pub fn sample_messages() -> Vec<Message> {
             },
         },
         Message::Checkpointed { id: "save-1".into(), dir: "out/checkpoint-000001".into(), step: 1 },
+        Message::Score {
+            id: "score-1".into(),
+            job: ScoreJob {
+                batch: TrainBatch {
+                    micro: vec![MicroBatch {
+                        input_ids: vec![vec![1, 2, 3, 4]],
+                        loss_mask: vec![vec![0, 0, 1, 1]],
+                        position_ids: vec![vec![0, 1, 2, 3]],
+                        lengths: vec![4],
+                    }],
+                },
+                reference: true,
+            },
+        },
+        Message::Scored {
+            id: "score-1".into(),
+            scores: Scores { logprobs: vec![vec![vec![-0.5, -2.25]]], elapsed_ms: 4.5 },
+        },
+        Message::RlStep {
+            id: "rl-1".into(),
+            batch: RlBatch {
+                micro: vec![
+                    RlMicroBatch {
+                        rows: MicroBatch {
+                            input_ids: vec![vec![1, 2, 3, 4], vec![5, 6, 7, 0]],
+                            loss_mask: vec![vec![0, 0, 1, 1], vec![0, 1, 1, 0]],
+                            position_ids: vec![vec![0, 1, 2, 3], vec![0, 1, 2, 3]],
+                            lengths: vec![4, 3],
+                        },
+                        advantages: vec![vec![0.5, 0.5], vec![-1.0, -1.0]],
+                        behaviour: vec![vec![-0.25, -1.5], vec![-3.0, -0.125]],
+                        proximal: Some(vec![vec![-0.5, -1.25], vec![-2.75, -0.25]]),
+                        reference: None,
+                    },
+                    RlMicroBatch {
+                        rows: MicroBatch {
+                            input_ids: vec![vec![8, 9]],
+                            loss_mask: vec![vec![0, 1]],
+                            position_ids: vec![vec![0, 1]],
+                            lengths: vec![2],
+                        },
+                        advantages: vec![vec![1.0]],
+                        behaviour: vec![vec![-0.75]],
+                        proximal: None,
+                        reference: Some(vec![vec![-1.0]]),
+                    },
+                ],
+                loss: RlLoss {
+                    clip_low: 0.2,
+                    clip_high: 0.28,
+                    kl_coef: 0.01,
+                    entropy_coef: 0.0,
+                    tis_cap: 2.0,
+                    loss_tokens: 5,
+                },
+            },
+        },
+        Message::RlDone {
+            id: "rl-1".into(),
+            stats: RlStats {
+                step: 3,
+                loss: 0.125,
+                policy_loss: 0.25,
+                kl: Some(0.0625),
+                entropy: 3.5,
+                clip_fraction: 0.2,
+                ratio_mean: 1.0,
+                ratio_max: 1.5,
+                tis_capped: 0.0,
+                grad_norm: 0.5,
+                lr: 1e-6,
+                loss_tokens: 5,
+                tokens: 10,
+                elapsed_ms: 20.0,
+                memory_bytes: None,
+            },
+        },
     ]
 }

@@ -168,3 +168,99 @@ pub struct SaveJob {
     /// Also write the optimizer, schedule and random state (to resume from).
     pub trainer_state: bool,
 }
+
+/// Reinforcement learning: one micro-batch of rows with, per target token, what the
+/// PPO loss needs. Every per-token list of a row holds one value per target token of that
+/// row, in order: position `t` of the row with `loss_mask[t] == 1` and `t > 0` (position
+/// `t - 1` predicts token `t`), the same tokens the SFT loss scores.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlMicroBatch {
+    pub rows: MicroBatch,
+    /// The advantage of each target token (the advantage of the turn it belongs to).
+    pub advantages: Vec<Vec<f32>>,
+    /// Each token's log-probability under the policy that generated it (the generator's
+    /// own, untempered).
+    pub behaviour: Vec<Vec<f32>>,
+    /// Log-probabilities under the trainer's weights before this rollout batch's first
+    /// update (from `score`). With them the PPO ratio is taken against these and the
+    /// generator's staleness and numerics are corrected by a truncated importance weight
+    /// `min(exp(proximal - behaviour), tis_cap)`; without them, against `behaviour`.
+    pub proximal: Option<Vec<Vec<f32>>>,
+    /// Log-probabilities under the starting policy, for the KL penalty (k3 estimator).
+    pub reference: Option<Vec<Vec<f32>>>,
+}
+
+/// The PPO-clip loss's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlLoss {
+    /// The ratio is clipped to `[1 - clip_low, 1 + clip_high]`.
+    pub clip_low: f64,
+    pub clip_high: f64,
+    /// Weight of the KL penalty to the reference (0: none, and no reference is needed).
+    pub kl_coef: f64,
+    /// Weight of the entropy bonus (0: none).
+    pub entropy_coef: f64,
+    /// Cap of the truncated importance weight (0: no correction).
+    pub tis_cap: f64,
+    /// The loss is a sum over target tokens divided by this: every target token of the
+    /// optimizer step weighs the same, whatever its micro-batch or sequence length.
+    pub loss_tokens: u64,
+}
+
+/// One optimizer step of PPO-clip over these micro-batches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlBatch {
+    pub micro: Vec<RlMicroBatch>,
+    pub loss: RlLoss,
+}
+
+/// What an RL step did. Means are over the step's target tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlStats {
+    /// The schedule's step after this one.
+    pub step: u64,
+    /// The whole loss (policy + KL - entropy), per target token.
+    pub loss: f64,
+    pub policy_loss: f64,
+    /// Mean k3 KL to the reference; `None` without a reference.
+    pub kl: Option<f64>,
+    /// Mean entropy of the policy at the target tokens.
+    pub entropy: f64,
+    /// Share of tokens whose ratio was clipped (their gradient is zero).
+    pub clip_fraction: f64,
+    /// Mean and largest ratio `exp(logp - old)`.
+    pub ratio_mean: f64,
+    pub ratio_max: f64,
+    /// Share of tokens whose importance weight hit `tis_cap` (0 without correction).
+    pub tis_capped: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    pub lr: f64,
+    pub loss_tokens: u64,
+    pub tokens: u64,
+    pub elapsed_ms: f64,
+    pub memory_bytes: Option<u64>,
+}
+
+/// Log-probabilities of the target tokens, no update.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScoreJob {
+    pub batch: TrainBatch,
+    /// Score under the starting policy (LoRA: the adapter disabled; full weights: a frozen
+    /// copy kept from setup) instead of the current one.
+    pub reference: bool,
+}
+
+/// The answer to `score`: per micro-batch, per row, one log-probability per target token
+/// (the order of [`RlMicroBatch`]'s lists).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scores {
+    pub logprobs: Vec<Vec<Vec<f32>>>,
+    pub elapsed_ms: f64,
+}
