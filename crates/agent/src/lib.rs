@@ -18,5 +18,5 @@ pub mod sglang;
 pub use backend::{Backend, BackendError, ChatMessage, Completion, Sampling};
 pub use episode::{run_episode, Episode, EpisodeConfig, NotExtracted, Turn, TurnOutcome};
 pub use prompts::{Prompts, Target};
-pub use reward::RewardConfig;
+pub use reward::{RewardConfig, RewardPreset, SpeedTerm};
 pub use runner::{BackendSpec, RunEvent, RunResult, RunSpec};

@@ -1,0 +1,429 @@
+//! `rl.toml`: what `tritonforge train rl` trains, on what, and how. Unknown keys are
+//! errors (a misspelt setting must not silently train with its default). Defaults follow
+//! TritonForge's recipe where it is sound (8 samples, 3 turns, γ = 0.4, clip 0.2/0.28,
+//! lr 1e-6, no KL) and depart where it is not (per-turn returns, no reward filter, the
+//! whole compiler and mismatch feedback, evaluation as wide as the pool allows).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tritonforge_agent::{RewardConfig, RewardPreset};
+use tritonforge_protocol::{Attention, Compile, Precision};
+
+use crate::advantage::Estimator;
+use crate::pool::Curriculum;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlConfig {
+    pub model: ModelCfg,
+    pub data: DataCfg,
+    #[serde(default)]
+    pub rollout: RolloutCfg,
+    #[serde(default)]
+    pub reward: RewardCfg,
+    #[serde(default)]
+    pub advantage: AdvantageCfg,
+    #[serde(default)]
+    pub loss: LossCfg,
+    #[serde(default)]
+    pub optim: OptimCfg,
+    #[serde(default)]
+    pub schedule: ScheduleCfg,
+    #[serde(default)]
+    pub generation: GenerationCfg,
+    pub output: OutputCfg,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelCfg {
+    /// The starting policy: `bundled` (tritonforge-smollm2), `smollm2`, a Hugging Face
+    /// model directory, a LoRA adapter directory (merged into its base), or a `.gguf` file.
+    pub path: String,
+    /// Train a fresh adapter on top of the starting policy (its reference for the KL is
+    /// then the starting policy itself, with the adapter switched off); absent: all weights.
+    pub lora: Option<LoraCfg>,
+    #[serde(default = "auto_dtype")]
+    pub dtype: Precision,
+    #[serde(default = "auto_attention")]
+    pub attention: Attention,
+    #[serde(default = "auto_compile")]
+    pub compile: Compile,
+    #[serde(default)]
+    pub gradient_checkpointing: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoraCfg {
+    pub rank: u32,
+    pub alpha: f64,
+    /// 0 by default: dropout would make the ratio of a token to itself differ from 1.
+    pub dropout: f64,
+    pub target_modules: Vec<String>,
+}
+
+impl Default for LoraCfg {
+    fn default() -> Self {
+        LoraCfg {
+            rank: 16,
+            alpha: 32.0,
+            dropout: 0.0,
+            target_modules: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+}
+
+/// A set of problems: a suite directory and which of its problems.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceCfg {
+    pub suite: PathBuf,
+    /// A split of the manifest (`train`, `heldout`) [default: train].
+    #[serde(default = "train_split")]
+    pub split: String,
+    /// Only this level.
+    pub level: Option<u8>,
+    /// Share of draws [default: 1].
+    #[serde(default = "one_f")]
+    pub weight: f64,
+    /// The name reports use [default: the suite's directory name, split and level].
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataCfg {
+    pub train: Vec<SourceCfg>,
+    /// Sets whose pass@1 is measured before training, every `heldout_every` steps and at
+    /// the end.
+    #[serde(default)]
+    pub heldout: Vec<SourceCfg>,
+    #[serde(default)]
+    pub curriculum: Curriculum,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutCfg {
+    /// Problems per step (groups).
+    pub problems: usize,
+    /// Samples per problem (`G`).
+    pub samples: u32,
+    /// Turns per episode at most (`T`).
+    pub turns: u32,
+    pub max_tokens: u32,
+    /// 1.0 and top_p 1.0 by default: the sampled distribution is then the policy's own,
+    /// which is what the behaviour log-probabilities describe.
+    pub temperature: f32,
+    pub top_p: f32,
+    /// An episode stops early once correct and at least this fast.
+    pub target_speedup: f64,
+    /// Dynamic sampling: rounds of further draws to replace groups with no signal.
+    pub fill_rounds: u32,
+    /// Episodes played at once.
+    pub parallel: usize,
+    /// Longest training sequence, in tokens (a longer turn is dropped and counted).
+    pub seq_len: usize,
+}
+
+impl Default for RolloutCfg {
+    fn default() -> Self {
+        RolloutCfg {
+            problems: 8,
+            samples: 8,
+            turns: 3,
+            max_tokens: 1024,
+            temperature: 1.0,
+            top_p: 1.0,
+            target_speedup: 1.0,
+            fill_rounds: 2,
+            parallel: 64,
+            seq_len: 8192,
+        }
+    }
+}
+
+/// A preset, then any of [`RewardConfig`]'s fields to override it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct RewardCfg {
+    pub preset: RewardPreset,
+    #[serde(flatten)]
+    pub overrides: toml::Table,
+}
+
+impl RewardCfg {
+    /// The preset with the overrides applied; an unknown or mistyped field is named.
+    pub fn resolve(&self) -> Result<RewardConfig, String> {
+        let base = toml::Table::try_from(self.preset.config()).map_err(|e| e.to_string())?;
+        let mut merged = base;
+        for (k, v) in &self.overrides {
+            if !merged.contains_key(k) {
+                let known: Vec<&str> = merged.keys().map(String::as_str).collect();
+                return Err(format!("reward.{k}: unknown setting (known: preset, {})", known.join(", ")));
+            }
+            merged.insert(k.clone(), v.clone());
+        }
+        toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| format!("reward: {e}"))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdvantageCfg {
+    pub estimator: Estimator,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LossCfg {
+    pub clip_low: f64,
+    pub clip_high: f64,
+    /// KL penalty to the starting policy (k3); 0: none.
+    pub kl_coef: f64,
+    pub entropy_coef: f64,
+    /// Truncated importance weight cap for stale or numerically different generators
+    /// (0: none).
+    pub tis_cap: f64,
+    /// Recompute the log-probabilities of the trainer's weights before the first update
+    /// of each batch, and take the ratio against them (decoupled PPO). Off: against the
+    /// generator's log-probabilities directly.
+    pub proximal: bool,
+}
+
+impl Default for LossCfg {
+    fn default() -> Self {
+        LossCfg {
+            clip_low: 0.2,
+            clip_high: 0.28,
+            kl_coef: 0.0,
+            entropy_coef: 0.0,
+            tis_cap: 2.0,
+            proximal: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimCfg {
+    pub lr: f64,
+    /// Decayed to by cosine over the run [default: lr, constant].
+    pub min_lr: Option<f64>,
+    pub warmup_steps: u64,
+    pub weight_decay: f64,
+    /// 0: no clipping.
+    pub grad_clip: f64,
+    /// Optimizer steps per rollout batch.
+    pub updates: usize,
+    /// Padded tokens per micro-batch.
+    pub micro_tokens: usize,
+    pub seed: u64,
+}
+
+impl Default for OptimCfg {
+    fn default() -> Self {
+        OptimCfg {
+            lr: 1e-6,
+            min_lr: None,
+            warmup_steps: 0,
+            weight_decay: 0.0,
+            grad_clip: 1.0,
+            updates: 1,
+            micro_tokens: 16384,
+            seed: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScheduleCfg {
+    /// RL steps (rollout batches) in all.
+    pub steps: u64,
+    /// How many updates old a batch may be when trained (0: fully synchronous).
+    pub max_staleness: u64,
+    /// Write a checkpoint every this many steps (and at the end).
+    pub save_every: u64,
+    /// Measure the heldout sets every this many steps (0: before and after only).
+    pub heldout_every: u64,
+    /// Samples per heldout problem (pass@1 is their mean).
+    pub heldout_samples: u32,
+    /// Stop after this many steps in this invocation (0: no limit): a run longer than
+    /// one sitting checkpoints and resumes.
+    pub max_steps_now: u64,
+}
+
+impl Default for ScheduleCfg {
+    fn default() -> Self {
+        ScheduleCfg {
+            steps: 30,
+            max_staleness: 1,
+            save_every: 5,
+            heldout_every: 0,
+            heldout_samples: 1,
+            max_steps_now: 0,
+        }
+    }
+}
+
+/// Where completions come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "snake_case")]
+pub enum GenerationCfg {
+    /// The training worker generates from the weights it trains (one process, one GPU).
+    #[default]
+    Colocated,
+    /// SGLang servers (native `/generate`, token ids in and out), told to load each new
+    /// checkpoint from disk (`/update_weights_from_disk`): disaggregated.
+    Sglang {
+        urls: Vec<String>,
+        /// The served model's tokenizer directory.
+        tokenizer: PathBuf,
+        /// Seconds a request may take.
+        #[serde(default = "request_timeout")]
+        timeout_s: f64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputCfg {
+    pub dir: PathBuf,
+}
+
+fn auto_dtype() -> Precision {
+    Precision::Auto
+}
+fn auto_attention() -> Attention {
+    Attention::Auto
+}
+fn auto_compile() -> Compile {
+    Compile::Auto
+}
+fn train_split() -> String {
+    "train".into()
+}
+fn one_f() -> f64 {
+    1.0
+}
+fn request_timeout() -> f64 {
+    600.0
+}
+
+impl RlConfig {
+    /// Read and check `path`; every error names the file.
+    pub fn load(path: &Path) -> Result<RlConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let cfg: RlConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        cfg.check().map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(cfg)
+    }
+
+    /// Settings no run can use, named by their keys.
+    pub fn check(&self) -> Result<(), String> {
+        let r = &self.rollout;
+        let l = &self.loss;
+        let o = &self.optim;
+        let bad = |k: &str, why: &str| Err(format!("{k}: {why}"));
+        if self.data.train.is_empty() {
+            return bad("data.train", "no problem source");
+        }
+        for (i, s) in self.data.train.iter().chain(&self.data.heldout).enumerate() {
+            if !(s.weight.is_finite() && s.weight > 0.0) {
+                return bad(&format!("data source {i} ({})", s.suite.display()), "weight must be positive");
+            }
+        }
+        if r.problems == 0 {
+            return bad("rollout.problems", "must be at least 1");
+        }
+        if r.samples < 2 {
+            return bad("rollout.samples", "a group needs at least 2 samples to have a baseline");
+        }
+        if r.turns == 0 || r.max_tokens == 0 || r.parallel == 0 || r.seq_len < 16 {
+            return bad("rollout", "turns, max_tokens and parallel must be at least 1, seq_len at least 16");
+        }
+        if !(r.temperature >= 0.0 && r.top_p > 0.0 && r.top_p <= 1.0) {
+            return bad("rollout", "temperature must be ≥ 0 and top_p in (0, 1]");
+        }
+        if !(l.clip_low >= 0.0 && l.clip_low < 1.0 && l.clip_high >= 0.0) {
+            return bad("loss", "clip_low must be in [0, 1) and clip_high ≥ 0");
+        }
+        if l.kl_coef < 0.0 || l.entropy_coef < 0.0 || !(l.tis_cap == 0.0 || l.tis_cap >= 1.0) {
+            return bad("loss", "kl_coef and entropy_coef must be ≥ 0, tis_cap 0 or ≥ 1");
+        }
+        if !(o.lr > 0.0 && o.lr.is_finite()) || o.min_lr.is_some_and(|m| m < 0.0 || m > o.lr) {
+            return bad("optim", "lr must be positive and min_lr in [0, lr]");
+        }
+        if o.updates == 0 || o.micro_tokens < r.seq_len.min(1024) {
+            return bad("optim", "updates must be ≥ 1 and micro_tokens at least min(seq_len, 1024)");
+        }
+        if self.schedule.steps == 0 || self.schedule.save_every == 0 {
+            return bad("schedule", "steps and save_every must be at least 1");
+        }
+        if let GenerationCfg::Sglang { urls, .. } = &self.generation {
+            if urls.is_empty() {
+                return bad("generation.urls", "no SGLang server named");
+            }
+        }
+        self.reward.resolve()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = "[model]\npath = \"m\"\n[data]\ntrain = [{ suite = \"bench\" }]\n[output]\ndir = \"out\"\n";
+
+    #[test]
+    fn defaults_follow_the_recipe() {
+        let c: RlConfig = toml::from_str(MIN).unwrap();
+        c.check().unwrap();
+        assert_eq!((c.rollout.samples, c.rollout.turns), (8, 3));
+        assert_eq!((c.loss.clip_low, c.loss.clip_high, c.loss.kl_coef), (0.2, 0.28, 0.0));
+        assert_eq!(c.optim.lr, 1e-6);
+        assert_eq!(c.schedule.max_staleness, 1);
+        let r = c.reward.resolve().unwrap();
+        assert_eq!(r.gamma, 0.4);
+        assert_eq!(c.data.train[0].split, "train");
+        assert_eq!(c.generation, GenerationCfg::Colocated);
+    }
+
+    #[test]
+    fn reward_presets_take_overrides_and_name_unknown_keys() {
+        let c: RlConfig = toml::from_str(&format!(
+            "{MIN}[reward]\npreset = \"tritonforge\"\ngamma = 0.5\n"
+        ))
+        .unwrap();
+        let r = c.reward.resolve().unwrap();
+        assert_eq!((r.compiled, r.correct, r.gamma), (0.1, 0.3, 0.5));
+        let c: RlConfig = toml::from_str(&format!("{MIN}[reward]\ngamm = 0.5\n")).unwrap();
+        let e = c.check().unwrap_err();
+        assert!(e.contains("reward.gamm"), "{e}");
+        let c: RlConfig = toml::from_str(&format!("{MIN}[reward]\ngamma = \"x\"\n")).unwrap();
+        assert!(c.check().is_err());
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        for (extra, key) in [
+            ("[rollout]\nsamples = 1\n", "rollout.samples"),
+            ("[loss]\nclip_low = 1.5\n", "loss"),
+            ("[optim]\nlr = 0\n", "optim"),
+            ("[schedule]\nsteps = 0\n", "schedule"),
+            ("[generation]\nkind = \"sglang\"\nurls = []\ntokenizer = \"t\"\n", "generation.urls"),
+        ] {
+            let c: RlConfig = toml::from_str(&format!("{MIN}{extra}")).unwrap();
+            let e = c.check().unwrap_err();
+            assert!(e.starts_with(key), "{extra}: {e}");
+        }
+        let e = toml::from_str::<RlConfig>(&format!("{MIN}[rollout]\nsampels = 4\n")).unwrap_err();
+        assert!(e.to_string().contains("sampels"), "{e}");
+    }
+}

@@ -1,0 +1,702 @@
+//! The loop: a producer plays rollout batches (as far ahead as the staleness gate lets
+//! it), the trainer consumes them in order, and both report to the caller's event sink.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinSet;
+use tritonforge_agent::{Backend, Episode, Sampling, TurnOutcome};
+use tritonforge_protocol::{
+    RlLoss, RlStats, SaveJob, ScoreJob, Scores, Status, TrainInfo, TrainSetup,
+};
+use tritonforge_store::Store;
+
+use crate::advantage::group_advantages;
+use crate::batch;
+use crate::config::RlConfig;
+use crate::env::{Activity, BoxFuture, Environment, Play, TimedBackend, Timeline};
+use crate::layout::{lay_out, Sequence};
+use crate::metrics::{HeldoutMetrics, StepMetrics};
+use crate::pool::{Pool, PoolState};
+use crate::rng::Rng;
+use crate::staleness::Gate;
+use crate::RlError;
+
+/// The trainer's side: the policy worker with `--train`.
+pub trait Learner: Send + Sync {
+    fn setup(&self, setup: TrainSetup) -> BoxFuture<'_, Result<TrainInfo, String>>;
+    fn score(&self, job: ScoreJob) -> BoxFuture<'_, Result<Scores, String>>;
+    fn step(&self, batch: tritonforge_protocol::RlBatch) -> BoxFuture<'_, Result<RlStats, String>>;
+    /// Writes a checkpoint; returns the optimizer step it holds.
+    fn save(&self, job: SaveJob) -> BoxFuture<'_, Result<u64, String>>;
+}
+
+/// Where completions come from, and how it learns of new weights.
+pub trait Generator: Send + Sync {
+    fn backend(&self) -> &dyn Backend;
+    /// External engines load the weights in `dir` (written by the learner); a colocated
+    /// generator already generates from the trained weights and has nothing to do.
+    fn refresh<'a>(&'a self, dir: &'a Path) -> BoxFuture<'a, Result<(), String>>;
+    /// Whether new weights must be written to disk for it after every step.
+    fn needs_weights_on_disk(&self) -> bool;
+}
+
+/// Everything a run is made of.
+pub struct Parts {
+    pub env: Arc<dyn Environment>,
+    /// Heldout sets by name.
+    pub heldout: Vec<(String, Arc<dyn Environment>)>,
+    pub generator: Arc<dyn Generator>,
+    pub learner: Arc<dyn Learner>,
+    /// The learner's set-up (`resume` is filled in here when a checkpoint exists).
+    pub setup: TrainSetup,
+    /// The token rows are padded with.
+    pub pad_id: u32,
+    pub timeline: Arc<Timeline>,
+    /// Whether the evaluator times candidates (GPU) or not (CPU mode): only then can the
+    /// speed term of the reward pay.
+    pub timed: bool,
+    /// The run's name in the store.
+    pub run: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum RlEvent {
+    Ready { info: TrainInfo, start: u64, steps: u64 },
+    Heldout(HeldoutMetrics),
+    Step(Box<StepMetrics>),
+    Saved { dir: PathBuf, step: u64 },
+    /// A step whose groups all lacked signal, even after filling: nothing to train on.
+    NoSignal { step: u64 },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RlSummary {
+    pub run: String,
+    pub start: u64,
+    pub steps_done: u64,
+    pub last_checkpoint: Option<PathBuf>,
+    pub heldout: Vec<HeldoutMetrics>,
+}
+
+/// What a checkpoint holds beside the learner's files.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RlState {
+    /// Steps completed.
+    step: u64,
+    pool: PoolState,
+}
+
+const STATE: &str = "rl_state.json";
+const LATEST: &str = "LATEST";
+
+/// One played rollout batch.
+struct Rollout {
+    b: u64,
+    generated_at: u64,
+    groups: Vec<Group>,
+    drawn: usize,
+    fill_rounds: u32,
+    started: f64,
+    ended: f64,
+    pool: PoolState,
+}
+
+struct Group {
+    episodes: Vec<Episode>,
+    /// Per episode, per turn; `None`: no signal.
+    advantages: Option<Vec<Vec<f64>>>,
+}
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> RlError {
+    RlError::Output { path: path.to_path_buf(), reason: e.to_string() }
+}
+
+fn write_atomic(path: &Path, text: &str) -> Result<(), RlError> {
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, text).map_err(|e| io_err(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+}
+
+/// The last complete checkpoint under `out`, and its state.
+fn latest(out: &Path) -> Result<Option<(PathBuf, RlState)>, RlError> {
+    let marker = out.join(LATEST);
+    let Ok(name) = std::fs::read_to_string(&marker) else { return Ok(None) };
+    let dir = out.join("checkpoints").join(name.trim());
+    let text = std::fs::read_to_string(dir.join(STATE))
+        .map_err(|e| RlError::Resume { path: dir.clone(), reason: e.to_string() })?;
+    let state: RlState = serde_json::from_str(&text)
+        .map_err(|e| RlError::Resume { path: dir.join(STATE), reason: e.to_string() })?;
+    Ok(Some((dir, state)))
+}
+
+/// Metrics lines of steps after `step` are dropped (a resumed run writes them again).
+fn truncate_jsonl(path: &Path, step: u64) -> Result<(), RlError> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Ok(()) };
+    let keep: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .is_some_and(|s| s <= step)
+        })
+        .collect();
+    let mut body = keep.join("\n");
+    if !body.is_empty() {
+        body.push('\n');
+    }
+    std::fs::write(path, body).map_err(|e| io_err(path, e))
+}
+
+fn append_jsonl(path: &Path, value: &impl Serialize) -> Result<(), RlError> {
+    use std::io::Write as _;
+    let line = serde_json::to_string(value).map_err(|e| io_err(path, e))?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| io_err(path, e))?;
+    writeln!(f, "{line}").map_err(|e| io_err(path, e))
+}
+
+/// A sampling seed for episode `sample` of task `task` in batch `b` (below 2^53).
+fn seed_of(seed: u64, b: u64, task: usize, sample: u32) -> u64 {
+    Rng::derive(seed ^ 0x5eed, (b << 32) ^ ((task as u64) << 8) ^ u64::from(sample)).next_u64()
+        >> 11
+}
+
+/// Play `tasks` × `samples` episodes at once (at most `parallel` in flight).
+async fn play_all(
+    env: &Arc<dyn Environment>,
+    generator: &Arc<dyn Generator>,
+    timeline: &Arc<Timeline>,
+    plays: Vec<Play>,
+    parallel: usize,
+) -> Vec<Episode> {
+    let slots = Arc::new(Semaphore::new(parallel.max(1)));
+    let mut set = JoinSet::new();
+    let n = plays.len();
+    for (i, play) in plays.into_iter().enumerate() {
+        let (env, generator, timeline, slots) =
+            (env.clone(), generator.clone(), timeline.clone(), slots.clone());
+        set.spawn(async move {
+            let _slot = slots.acquire().await;
+            let backend = TimedBackend { inner: generator.backend(), timeline: &timeline };
+            (i, env.play(&backend, play).await)
+        });
+    }
+    let mut out: Vec<Option<Episode>> = vec![None; n];
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok((i, ep)) => out[i] = Some(ep),
+            // A panicking episode task is a bug; it is recorded as a failed episode.
+            Err(e) => {
+                if let Some(slot) = out.iter_mut().find(|o| o.is_none()) {
+                    *slot = Some(Episode { error: Some(format!("episode task: {e}")), ..Episode::default() });
+                }
+            }
+        }
+    }
+    out.into_iter().flatten().collect()
+}
+
+struct Producer {
+    cfg: RlConfig,
+    env: Arc<dyn Environment>,
+    generator: Arc<dyn Generator>,
+    timeline: Arc<Timeline>,
+    pool: Pool,
+    run: String,
+    reward_gamma: f64,
+}
+
+impl Producer {
+    fn sampling(&self, seed: u64) -> Sampling {
+        let r = &self.cfg.rollout;
+        Sampling { temperature: r.temperature, top_p: r.top_p, max_tokens: r.max_tokens, seed: Some(seed) }
+    }
+
+    async fn rollout(&mut self, b: u64, generated_at: u64) -> Rollout {
+        let r = self.cfg.rollout.clone();
+        let seed = self.cfg.optim.seed;
+        let started = self.timeline.now();
+        let mut groups: Vec<Group> = Vec::new();
+        let mut used: Vec<usize> = Vec::new();
+        let mut rounds = 0;
+        let keys = self.env.keys();
+        for round in 0..=r.fill_rounds {
+            let kept = groups.iter().filter(|g| g.advantages.is_some()).count();
+            let need = r.problems.saturating_sub(kept);
+            if need == 0 {
+                break;
+            }
+            let draw = self.pool.draw(need, seed, b * 64 + u64::from(round), &used);
+            if draw.is_empty() {
+                break;
+            }
+            rounds = round;
+            used.extend(&draw);
+            let mut plays = Vec::new();
+            for &task in &draw {
+                for sample in 0..r.samples {
+                    plays.push(Play {
+                        task,
+                        sample,
+                        id: format!("{}/step-{b:06}/{}/{sample}", self.run, keys[task]),
+                        run: self.run.clone(),
+                        sampling: self.sampling(seed_of(seed, b, task, sample)),
+                    });
+                }
+            }
+            let episodes =
+                play_all(&self.env, &self.generator, &self.timeline, plays, r.parallel).await;
+            for (k, &task) in draw.iter().enumerate() {
+                let lo = k * r.samples as usize;
+                let mine: Vec<Episode> = episodes[lo..lo + r.samples as usize].to_vec();
+                let solved = mine.iter().filter(|e| e.solved()).count();
+                self.pool.observe(task, solved, mine.len());
+                // Episodes without a single turn (the backend was down) carry nothing.
+                let live: Vec<&Episode> = mine.iter().filter(|e| !e.turns.is_empty()).collect();
+                let returns: Vec<Vec<f64>> = live
+                    .iter()
+                    .map(|e| {
+                        let rw: Vec<f64> = e.turns.iter().map(|t| t.reward).collect();
+                        crate::advantage::returns(&rw, self.reward_gamma)
+                    })
+                    .collect();
+                let adv = group_advantages(&returns, self.cfg.advantage.estimator);
+                // Advantages follow the live episodes; failed ones get none.
+                let advantages = adv.map(|a| {
+                    let mut it = a.into_iter();
+                    mine.iter()
+                        .map(|e| if e.turns.is_empty() { Vec::new() } else { it.next().unwrap_or_default() })
+                        .collect()
+                });
+                groups.push(Group { episodes: mine, advantages });
+            }
+        }
+        Rollout {
+            b,
+            generated_at,
+            drawn: groups.len(),
+            groups,
+            fill_rounds: rounds,
+            started,
+            ended: self.timeline.now(),
+            pool: self.pool.state.clone(),
+        }
+    }
+}
+
+/// Train: `cfg` with `parts`; metrics also to `store` when given. Resumes from the last
+/// checkpoint under the output directory when there is one.
+pub async fn train(
+    cfg: &RlConfig,
+    parts: Parts,
+    store: Option<&Store>,
+    events: &mut (dyn FnMut(RlEvent) + Send),
+) -> Result<RlSummary, RlError> {
+    let out = cfg.output.dir.clone();
+    std::fs::create_dir_all(out.join("checkpoints")).map_err(|e| io_err(&out, e))?;
+    let reward = cfg.reward.resolve().map_err(RlError::Config)?;
+    let resumed = latest(&out)?;
+    let start = resumed.as_ref().map_or(0, |(_, s)| s.step);
+    let mut setup = parts.setup.clone();
+    setup.resume = resumed.as_ref().map(|(d, _)| d.display().to_string());
+    let info = parts.learner.setup(setup).await.map_err(RlError::Learner)?;
+    let metrics_path = out.join("metrics.jsonl");
+    let heldout_path = out.join("heldout.jsonl");
+    truncate_jsonl(&metrics_path, start)?;
+    truncate_jsonl(&heldout_path, start)?;
+    events(RlEvent::Ready { info, start, steps: cfg.schedule.steps });
+
+    let entries = parts
+        .env
+        .keys()
+        .into_iter()
+        .map(|key| {
+            let source = cfg
+                .data
+                .train
+                .iter()
+                .position(|s| key.starts_with(&format!("{}/", source_name(s))))
+                .unwrap_or(0);
+            crate::pool::Entry { key, source }
+        })
+        .collect();
+    let pool = Pool {
+        entries,
+        source_weights: cfg.data.train.iter().map(|s| s.weight).collect(),
+        curriculum: cfg.data.curriculum.clone(),
+        state: resumed.as_ref().map(|(_, s)| s.pool.clone()).unwrap_or_default(),
+    };
+    let mut summary = RlSummary {
+        run: parts.run.clone(),
+        start,
+        steps_done: start,
+        last_checkpoint: resumed.as_ref().map(|(d, _)| d.clone()),
+        heldout: Vec::new(),
+    };
+    let end = match cfg.schedule.max_steps_now {
+        0 => cfg.schedule.steps,
+        n => (start + n).min(cfg.schedule.steps),
+    };
+    let heldout_due = |s: u64| {
+        s == cfg.schedule.steps
+            || (cfg.schedule.heldout_every > 0 && s % cfg.schedule.heldout_every == 0)
+    };
+    if start == 0 {
+        for h in heldout(cfg, &parts, 0).await {
+            append_jsonl(&heldout_path, &h)?;
+            put_metric(store, &parts.run, 0, &format!("heldout:{}", h.set), &h)?;
+            events(RlEvent::Heldout(h.clone()));
+            summary.heldout.push(h);
+        }
+    }
+    if start >= end {
+        return Ok(summary);
+    }
+
+    // The producer: batches start..end, each once the gate allows.
+    let gate = Gate { max_staleness: cfg.schedule.max_staleness };
+    let (version_tx, mut version_rx) = watch::channel(start);
+    let (batch_tx, mut batch_rx) = mpsc::unbounded_channel::<Rollout>();
+    let mut producer = Producer {
+        cfg: cfg.clone(),
+        env: parts.env.clone(),
+        generator: parts.generator.clone(),
+        timeline: parts.timeline.clone(),
+        pool,
+        run: parts.run.clone(),
+        reward_gamma: reward.gamma,
+    };
+    let produce = tokio::spawn(async move {
+        for b in start..end {
+            let mut version = *version_rx.borrow();
+            while !gate.may_start(b, version) {
+                if version_rx.changed().await.is_err() {
+                    return;
+                }
+                version = *version_rx.borrow();
+            }
+            let rollout = producer.rollout(b, version).await;
+            if batch_tx.send(rollout).is_err() {
+                return;
+            }
+        }
+    });
+
+    let mut last_end = parts.timeline.now();
+    let mut result = Ok(());
+    for step in start..end {
+        let Some(rollout) = batch_rx.recv().await else {
+            result = Err(RlError::Schedule("the rollout producer stopped early".into()));
+            break;
+        };
+        match train_step(cfg, &parts, &rollout, step, last_end, &reward).await {
+            Ok(Some(m)) => {
+                append_jsonl(&metrics_path, &m)?;
+                put_metric(store, &parts.run, step + 1, "rl", &m)?;
+                if let Some(s) = store {
+                    for g in &rollout.groups {
+                        for ep in &g.episodes {
+                            let text = serde_json::to_string(ep).map_err(|e| io_err(&out, e))?;
+                            s.put_episode(&ep.id, &ep.run, &ep.problem, ep.sample, &text)?;
+                        }
+                    }
+                }
+                events(RlEvent::Step(Box::new(m)));
+            }
+            Ok(None) => events(RlEvent::NoSignal { step: step + 1 }),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+        let done = step + 1;
+        summary.steps_done = done;
+        // The generator's weights are refreshed before the next batch may start.
+        if parts.generator.needs_weights_on_disk() {
+            let dir = out.join("weights");
+            parts
+                .learner
+                .save(SaveJob { dir: dir.display().to_string(), merge_lora: false, trainer_state: false })
+                .await
+                .map_err(RlError::Learner)?;
+            parts.generator.refresh(&dir).await.map_err(RlError::Generator)?;
+        }
+        let _ = version_tx.send(done);
+        if done % cfg.schedule.save_every == 0 || done == end {
+            let dir = save(&parts, &out, done, &rollout.pool).await?;
+            events(RlEvent::Saved { dir: dir.clone(), step: done });
+            summary.last_checkpoint = Some(dir);
+        }
+        if heldout_due(done) {
+            for h in heldout(cfg, &parts, done).await {
+                append_jsonl(&heldout_path, &h)?;
+                put_metric(store, &parts.run, done, &format!("heldout:{}", h.set), &h)?;
+                events(RlEvent::Heldout(h.clone()));
+                summary.heldout.push(h);
+            }
+        }
+        last_end = parts.timeline.now();
+        parts.timeline.forget_before(rollout.started.min(last_end) - 1.0);
+    }
+    produce.abort();
+    result.map(|_| summary)
+}
+
+fn put_metric(
+    store: Option<&Store>,
+    run: &str,
+    step: u64,
+    split: &str,
+    value: &impl Serialize,
+) -> Result<(), RlError> {
+    if let Some(s) = store {
+        let text = serde_json::to_string(value).unwrap_or_default();
+        s.put_train_metric(run, step, split, &text)?;
+    }
+    Ok(())
+}
+
+/// The name a source's problems carry in their keys.
+pub fn source_name(s: &crate::config::SourceCfg) -> String {
+    if let Some(n) = &s.name {
+        return n.clone();
+    }
+    let dir = s.suite.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    match s.level {
+        Some(l) => format!("{dir}:{}:l{l}", s.split),
+        None => format!("{dir}:{}", s.split),
+    }
+}
+
+async fn save(parts: &Parts, out: &Path, step: u64, pool: &PoolState) -> Result<PathBuf, RlError> {
+    let name = format!("step-{step:06}");
+    let dir = out.join("checkpoints").join(&name);
+    parts
+        .learner
+        .save(SaveJob { dir: dir.display().to_string(), merge_lora: false, trainer_state: true })
+        .await
+        .map_err(RlError::Learner)?;
+    let state = RlState { step, pool: pool.clone() };
+    let text = serde_json::to_string_pretty(&state).map_err(|e| io_err(&dir, e))?;
+    write_atomic(&dir.join(STATE), &text)?;
+    // Only now is the checkpoint whole: the marker moves last.
+    write_atomic(&out.join(LATEST), &name)?;
+    Ok(dir)
+}
+
+/// Pass@1 of every heldout set, played through the generator (sampled as configured for
+/// heldout: greedy by default, one sample).
+async fn heldout(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics> {
+    let mut out = Vec::new();
+    let samples = cfg.schedule.heldout_samples.max(1);
+    for (name, env) in &parts.heldout {
+        let started = Instant::now();
+        let keys = env.keys();
+        let mut plays = Vec::new();
+        for (task, key) in keys.iter().enumerate() {
+            for sample in 0..samples {
+                plays.push(Play {
+                    task,
+                    sample,
+                    id: format!("{}/heldout-{step:06}/{key}/{sample}", parts.run),
+                    run: format!("{}/heldout", parts.run),
+                    sampling: Sampling {
+                        temperature: if samples > 1 { cfg.rollout.temperature } else { 0.0 },
+                        top_p: cfg.rollout.top_p,
+                        max_tokens: cfg.rollout.max_tokens,
+                        seed: Some(seed_of(cfg.optim.seed ^ 0xe7a1, step, task, sample)),
+                    },
+                });
+            }
+        }
+        let eps = play_all(env, &parts.generator, &parts.timeline, plays, cfg.rollout.parallel).await;
+        let n = eps.len().max(1) as f64;
+        let first = eps.iter().filter(|e| e.turns.first().is_some_and(|t| t.outcome.is_correct())).count();
+        let solved = eps.iter().filter(|e| e.solved()).count();
+        let turns: Vec<&tritonforge_agent::Turn> = eps.iter().flat_map(|e| &e.turns).collect();
+        out.push(HeldoutMetrics {
+            step,
+            set: name.clone(),
+            problems: keys.len(),
+            samples,
+            pass_at_1: first as f64 / n,
+            solved: solved as f64 / n,
+            compile_rate: compile_rate(&turns),
+            wall_s: started.elapsed().as_secs_f64(),
+        });
+    }
+    out
+}
+
+fn compiled(o: TurnOutcome) -> bool {
+    matches!(
+        o,
+        TurnOutcome::Evaluated(Status::Correct | Status::Incorrect | Status::RuntimeError | Status::Timeout)
+    )
+}
+
+fn compile_rate(turns: &[&tritonforge_agent::Turn]) -> f64 {
+    if turns.is_empty() {
+        return 0.0;
+    }
+    turns.iter().filter(|t| compiled(t.outcome)).count() as f64 / turns.len() as f64
+}
+
+/// Train on one rollout batch; `None` when no group carried signal.
+async fn train_step(
+    cfg: &RlConfig,
+    parts: &Parts,
+    rollout: &Rollout,
+    step: u64,
+    last_end: f64,
+    reward: &tritonforge_agent::RewardConfig,
+) -> Result<Option<StepMetrics>, RlError> {
+    let gate = Gate { max_staleness: cfg.schedule.max_staleness };
+    let staleness = gate.age(rollout.b, rollout.generated_at, step).map_err(RlError::Schedule)?;
+    let mut m = StepMetrics {
+        step: step + 1,
+        generated_at: rollout.generated_at,
+        staleness,
+        groups_drawn: rollout.drawn,
+        fill_rounds: rollout.fill_rounds,
+        rollout_s: rollout.ended - rollout.started,
+        reward_terms: if parts.timed {
+            "compile+correct+speed".into()
+        } else {
+            "compile+correct (no timing: CPU mode)".into()
+        },
+        ..StepMetrics::default()
+    };
+    let tl = &parts.timeline;
+    m.generate_s = tl.covered(&[Activity::Generate], rollout.started, rollout.ended);
+    m.evaluate_s = tl.covered(&[Activity::Evaluate], rollout.started, rollout.ended);
+    // Episode statistics over every group played.
+    let all: Vec<&Episode> = rollout.groups.iter().flat_map(|g| &g.episodes).collect();
+    m.episodes = all.len();
+    m.episodes_failed = all.iter().filter(|e| e.error.is_some()).count();
+    let rewards: Vec<f64> = all.iter().flat_map(|e| e.turns.iter().map(|t| t.reward)).collect();
+    let nr = rewards.len().max(1) as f64;
+    m.reward_mean = rewards.iter().sum::<f64>() / nr;
+    m.reward_std = (rewards.iter().map(|r| (r - m.reward_mean).powi(2)).sum::<f64>() / nr).sqrt();
+    let firsts: Vec<f64> = all
+        .iter()
+        .filter(|e| !e.turns.is_empty())
+        .map(|e| {
+            let rw: Vec<f64> = e.turns.iter().map(|t| t.reward).collect();
+            crate::advantage::returns(&rw, reward.gamma)[0]
+        })
+        .collect();
+    m.return_mean = firsts.iter().sum::<f64>() / firsts.len().max(1) as f64;
+    let turns = cfg.rollout.turns as usize;
+    m.pass_by_turn = (0..turns)
+        .map(|t| {
+            let solved = all.iter().filter(|e| e.turns.iter().take(t + 1).any(|x| x.outcome.is_correct())).count();
+            solved as f64 / all.len().max(1) as f64
+        })
+        .collect();
+    let every_turn: Vec<&tritonforge_agent::Turn> = all.iter().flat_map(|e| &e.turns).collect();
+    m.compile_rate = compile_rate(&every_turn);
+    m.generated_tokens = every_turn
+        .iter()
+        .map(|t| t.completion.token_ids.as_ref().map_or(0, |v| v.len() as u64))
+        .sum();
+    m.tokens_per_s = m.generated_tokens as f64 / m.rollout_s.max(1e-9);
+    // Sequences from the groups with signal.
+    let mut seqs: Vec<Sequence> = Vec::new();
+    let mut abs_adv = (0.0, 0usize);
+    for g in &rollout.groups {
+        let Some(adv) = &g.advantages else {
+            m.groups_skipped += 1;
+            continue;
+        };
+        m.groups_kept += 1;
+        for (ep, a) in g.episodes.iter().zip(adv) {
+            if ep.turns.is_empty() {
+                continue;
+            }
+            abs_adv.0 += a.iter().map(|x| x.abs()).sum::<f64>();
+            abs_adv.1 += a.len();
+            let laid = lay_out(ep, a, cfg.rollout.seq_len)?;
+            m.merged_turns += laid.merged;
+            m.too_long_turns += laid.too_long;
+            seqs.extend(laid.sequences);
+        }
+    }
+    m.mean_abs_advantage = abs_adv.0 / abs_adv.1.max(1) as f64;
+    // Sequences whose every advantage is zero teach nothing (the turn nobody else
+    // reached); they cost a forward and backward pass, so they are left out.
+    seqs.retain(|s| s.advantages.iter().any(|a| *a != 0.0));
+    m.sequences = seqs.len();
+    if seqs.is_empty() {
+        return Ok(None);
+    }
+    m.target_tokens = seqs.iter().map(|s| s.targets() as u64).sum();
+    let plan = batch::plan(&seqs, cfg.optim.updates, cfg.optim.micro_tokens, cfg.optim.seed ^ step);
+    let learner = &parts.learner;
+    let t0 = tl.now();
+    let score = |reference: bool| {
+        let job = ScoreJob { batch: batch::score_batch(&seqs, &plan, parts.pad_id), reference };
+        let (plan, n) = (&plan, seqs.len());
+        async move {
+            let scores = learner.score(job).await.map_err(RlError::Learner)?;
+            Ok::<_, RlError>(batch::per_sequence(plan, n, scores.logprobs))
+        }
+    };
+    let proximal = if cfg.loss.proximal { Some(score(false).await?) } else { None };
+    let reference = if cfg.loss.kl_coef > 0.0 { Some(score(true).await?) } else { None };
+    let t1 = tl.now();
+    tl.record(Activity::Train, t0, t1);
+    m.score_s = t1 - t0;
+    let loss = RlLoss {
+        clip_low: cfg.loss.clip_low,
+        clip_high: cfg.loss.clip_high,
+        kl_coef: cfg.loss.kl_coef,
+        entropy_coef: cfg.loss.entropy_coef,
+        tis_cap: cfg.loss.tis_cap,
+        loss_tokens: 0,
+    };
+    let mut stats: Vec<RlStats> = Vec::new();
+    for u in 0..plan.len() {
+        let b = batch::rl_batch(
+            &seqs,
+            &plan,
+            u,
+            proximal.as_deref(),
+            reference.as_deref(),
+            loss.clone(),
+            parts.pad_id,
+        );
+        stats.push(learner.step(b).await.map_err(RlError::Learner)?);
+    }
+    let t2 = tl.now();
+    tl.record(Activity::Train, t1, t2);
+    m.train_s = t2 - t1;
+    m.updates = stats.len();
+    let w: Vec<f64> = stats.iter().map(|s| s.loss_tokens as f64).collect();
+    let wsum = w.iter().sum::<f64>().max(1.0);
+    let avg = |f: &dyn Fn(&RlStats) -> f64| stats.iter().zip(&w).map(|(s, w)| f(s) * w).sum::<f64>() / wsum;
+    m.loss = avg(&|s| s.loss);
+    m.policy_loss = avg(&|s| s.policy_loss);
+    m.kl = stats.iter().all(|s| s.kl.is_some()).then(|| avg(&|s| s.kl.unwrap_or(0.0)));
+    m.entropy = avg(&|s| s.entropy);
+    m.clip_fraction = avg(&|s| s.clip_fraction);
+    m.ratio_mean = avg(&|s| s.ratio_mean);
+    m.ratio_max = stats.iter().map(|s| s.ratio_max).fold(0.0, f64::max);
+    m.tis_capped = avg(&|s| s.tis_capped);
+    m.grad_norm = stats.iter().map(|s| s.grad_norm).fold(0.0, f64::max);
+    m.lr = stats.last().map_or(0.0, |s| s.lr);
+    m.trained_tokens = stats.iter().map(|s| s.tokens).sum();
+    m.step_s = t2 - last_end.min(rollout.started);
+    let window = (last_end.min(rollout.started), t2);
+    let busy = tl.covered(&[Activity::Generate, Activity::Train], window.0, window.1);
+    m.policy_idle = (1.0 - busy / (window.1 - window.0).max(1e-9)).clamp(0.0, 1.0);
+    Ok(Some(m))
+}
