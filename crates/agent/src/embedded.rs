@@ -39,9 +39,13 @@ pub struct EmbeddedConfig {
     pub request_timeout: Duration,
     /// Most requests the worker generates for at once.
     pub max_batch: usize,
+    /// Start the worker as a trainer (`--train`): it loads its model at `train_setup` and
+    /// generates from the weights it trains (colocated reinforcement learning).
+    pub train: bool,
 }
 
-type Reply = Result<Generated, String>;
+/// Any answer the worker gives by id (a generation, or a training reply), or its error.
+type Reply = Result<Message, String>;
 
 /// The longest hello line read; anything longer is not our worker's.
 const MAX_HELLO: u64 = 1 << 20;
@@ -112,7 +116,7 @@ impl EmbeddedBackend {
             WorkerMode::Policy {
                 model: self.cfg.model.clone(),
                 device: self.cfg.device,
-                train: false,
+                train: self.cfg.train,
             },
         )
         .inherit_pythonpath()
@@ -149,8 +153,15 @@ impl EmbeddedBackend {
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
                 let (id, reply) = match Message::from_line(&line) {
-                    Ok(Message::Generation { id, result, .. }) => (Some(id), Ok(result)),
                     Ok(Message::Error { id, message, .. }) => (id, Err(message)),
+                    Ok(
+                        m @ (Message::Generation { .. }
+                        | Message::TrainReady { .. }
+                        | Message::StepDone { .. }
+                        | Message::Checkpointed { .. }
+                        | Message::Scored { .. }
+                        | Message::RlDone { .. }),
+                    ) => (reply_id(&m), Ok(m)),
                     _ => continue,
                 };
                 let Ok(mut map) = route.lock() else { break };
@@ -178,15 +189,22 @@ impl EmbeddedBackend {
         Ok(Worker { child: StdMutex::new(child), stdin: Mutex::new(stdin), pending, dead })
     }
 
-    async fn ask(&self, worker: &Worker, job: GenerateJob) -> Result<Generated, BackendError> {
-        let id = format!("gen-{}", self.next.fetch_add(1, Ordering::Relaxed));
+    /// Send `make(id)` and wait up to `timeout` for the answer with that id.
+    async fn request(
+        &self,
+        worker: &Worker,
+        prefix: &str,
+        make: impl FnOnce(String) -> Message,
+        timeout: Duration,
+    ) -> Result<Message, BackendError> {
+        let id = format!("{prefix}-{}", self.next.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
         worker
             .pending
             .lock()
             .map_err(|_| self.fail("request table poisoned"))?
             .insert(id.clone(), tx);
-        let line = Message::Generate { id: id.clone(), job }.to_line();
+        let line = make(id.clone()).to_line();
         {
             let mut stdin = worker.stdin.lock().await;
             stdin
@@ -195,21 +213,64 @@ impl EmbeddedBackend {
                 .map_err(|e| self.fail(format!("writing the request: {e}")))?;
             stdin.flush().await.map_err(|e| self.fail(e.to_string()))?;
         }
-        let answer = tokio::time::timeout(self.cfg.request_timeout, rx).await;
+        let answer = tokio::time::timeout(timeout, rx).await;
         if let Ok(mut map) = worker.pending.lock() {
             map.remove(&id);
         }
         match answer {
-            Err(_) => Err(BackendError::Timeout {
-                url: self.name(),
-                secs: self.cfg.request_timeout.as_secs_f64(),
-            }),
+            Err(_) => Err(BackendError::Timeout { url: self.name(), secs: timeout.as_secs_f64() }),
             Ok(Err(_)) => Err(self.fail("the policy worker exited")),
             Ok(Ok(Err(message))) => {
                 Err(BackendError::Protocol { url: self.name(), reason: message })
             }
-            Ok(Ok(Ok(result))) => Ok(result),
+            Ok(Ok(Ok(reply))) => Ok(reply),
         }
+    }
+
+    async fn ask(&self, worker: &Worker, job: GenerateJob) -> Result<Generated, BackendError> {
+        let timeout = self.cfg.request_timeout;
+        match self.request(worker, "gen", |id| Message::Generate { id, job }, timeout).await? {
+            Message::Generation { result, .. } => Ok(result),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    fn unexpected(&self, m: &Message) -> BackendError {
+        let kind = m.to_line().chars().take(80).collect::<String>();
+        BackendError::Protocol { url: self.name(), reason: format!("unexpected reply {kind}") }
+    }
+
+    /// A training request (`train_setup`, `score`, `rl_step`, `save_checkpoint`, ...) to
+    /// a worker started with `train`: answered in order with the generations around it.
+    /// Errors come back as text naming the worker.
+    pub async fn train_request(
+        &self,
+        make: impl FnOnce(String) -> Message,
+        timeout: Duration,
+    ) -> Result<Message, String> {
+        let worker = self.worker().await.map_err(|e| e.to_string())?;
+        match self.request(&worker, "train", make, timeout).await {
+            Ok(m) => Ok(m),
+            Err(e) => {
+                if matches!(e, BackendError::Unreachable { .. }) {
+                    worker.kill();
+                }
+                Err(e.to_string())
+            }
+        }
+    }
+}
+
+/// The id of a reply the worker routes back to its caller.
+fn reply_id(m: &Message) -> Option<String> {
+    match m {
+        Message::Generation { id, .. }
+        | Message::TrainReady { id, .. }
+        | Message::StepDone { id, .. }
+        | Message::Checkpointed { id, .. }
+        | Message::Scored { id, .. }
+        | Message::RlDone { id, .. } => Some(id.clone()),
+        _ => None,
     }
 }
 

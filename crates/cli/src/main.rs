@@ -17,6 +17,7 @@ mod eval_cmd;
 mod exit;
 mod guard_cmd;
 mod progress;
+mod rl_cmd;
 mod run_cmd;
 mod serve_cmd;
 mod suite_cmd;
@@ -68,7 +69,8 @@ enum Cmd {
     /// A model's tokenizer and chat template: export one, render chats with it.
     #[command(subcommand)]
     Tokenizer(tokenizer_cmd::TokenizerCmd),
-    /// Train a policy model: supervised fine-tuning (`train sft --config sft.toml`).
+    /// Train a policy model: supervised fine-tuning (`train sft --config sft.toml`) and
+    /// reinforcement learning (`train rl --config rl.toml`).
     #[command(subcommand)]
     Train(train_cmd::TrainCmd),
 }

@@ -157,6 +157,7 @@ impl RunArgs {
                 startup_timeout: Duration::from_secs(300),
                 request_timeout: timeout,
                 max_batch: self.parallel.max(1),
+                train: false,
             }));
         };
         let http = HttpConfig {

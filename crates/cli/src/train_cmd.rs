@@ -33,10 +33,16 @@ pub enum TrainCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Multi-turn reinforcement learning (GRPO) rewarded by the evaluator; running the
+    /// same command again resumes from the latest checkpoint.
+    Rl(crate::rl_cmd::RlArgs),
 }
 
 pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
-    let TrainCmd::Sft { config, resume, until, json } = cmd;
+    let (config, resume, until, json) = match cmd {
+        TrainCmd::Sft { config, resume, until, json } => (config, resume, until, json),
+        TrainCmd::Rl(args) => return crate::rl_cmd::run(global, args).await,
+    };
     let cfg = SftConfig::load(&config).map_err(usage)?;
     let py = global.python_env()?;
     let device = match global.device {

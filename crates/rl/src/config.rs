@@ -70,9 +70,17 @@ impl Default for LoraCfg {
             rank: 16,
             alpha: 32.0,
             dropout: 0.0,
-            target_modules: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-                .map(String::from)
-                .to_vec(),
+            target_modules: [
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ]
+            .map(String::from)
+            .to_vec(),
         }
     }
 }
@@ -164,7 +172,10 @@ impl RewardCfg {
         for (k, v) in &self.overrides {
             if !merged.contains_key(k) {
                 let known: Vec<&str> = merged.keys().map(String::as_str).collect();
-                return Err(format!("reward.{k}: unknown setting (known: preset, {})", known.join(", ")));
+                return Err(format!(
+                    "reward.{k}: unknown setting (known: preset, {})",
+                    known.join(", ")
+                ));
             }
             merged.insert(k.clone(), v.clone());
         }
@@ -319,7 +330,8 @@ impl RlConfig {
     /// Read and check `path`; every error names the file.
     pub fn load(path: &Path) -> Result<RlConfig, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let cfg: RlConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let cfg: RlConfig =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         cfg.check().map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(cfg)
     }
@@ -335,7 +347,10 @@ impl RlConfig {
         }
         for (i, s) in self.data.train.iter().chain(&self.data.heldout).enumerate() {
             if !(s.weight.is_finite() && s.weight > 0.0) {
-                return bad(&format!("data source {i} ({})", s.suite.display()), "weight must be positive");
+                return bad(
+                    &format!("data source {i} ({})", s.suite.display()),
+                    "weight must be positive",
+                );
             }
         }
         if r.problems == 0 {
@@ -345,7 +360,10 @@ impl RlConfig {
             return bad("rollout.samples", "a group needs at least 2 samples to have a baseline");
         }
         if r.turns == 0 || r.max_tokens == 0 || r.parallel == 0 || r.seq_len < 16 {
-            return bad("rollout", "turns, max_tokens and parallel must be at least 1, seq_len at least 16");
+            return bad(
+                "rollout",
+                "turns, max_tokens and parallel must be at least 1, seq_len at least 16",
+            );
         }
         if !(r.temperature >= 0.0 && r.top_p > 0.0 && r.top_p <= 1.0) {
             return bad("rollout", "temperature must be ≥ 0 and top_p in (0, 1]");
@@ -360,7 +378,10 @@ impl RlConfig {
             return bad("optim", "lr must be positive and min_lr in [0, lr]");
         }
         if o.updates == 0 || o.micro_tokens < r.seq_len.min(1024) {
-            return bad("optim", "updates must be ≥ 1 and micro_tokens at least min(seq_len, 1024)");
+            return bad(
+                "optim",
+                "updates must be ≥ 1 and micro_tokens at least min(seq_len, 1024)",
+            );
         }
         if self.schedule.steps == 0 || self.schedule.save_every == 0 {
             return bad("schedule", "steps and save_every must be at least 1");
@@ -368,6 +389,12 @@ impl RlConfig {
         if let GenerationCfg::Sglang { urls, .. } = &self.generation {
             if urls.is_empty() {
                 return bad("generation.urls", "no SGLang server named");
+            }
+            if self.model.lora.is_some() {
+                return bad(
+                    "generation.kind",
+                    "external engines load full weights from disk: train all weights (drop model.lora) or generate colocated",
+                );
             }
         }
         self.reward.resolve()?;
@@ -379,7 +406,8 @@ impl RlConfig {
 mod tests {
     use super::*;
 
-    const MIN: &str = "[model]\npath = \"m\"\n[data]\ntrain = [{ suite = \"bench\" }]\n[output]\ndir = \"out\"\n";
+    const MIN: &str =
+        "[model]\npath = \"m\"\n[data]\ntrain = [{ suite = \"bench\" }]\n[output]\ndir = \"out\"\n";
 
     #[test]
     fn defaults_follow_the_recipe() {
@@ -397,10 +425,9 @@ mod tests {
 
     #[test]
     fn reward_presets_take_overrides_and_name_unknown_keys() {
-        let c: RlConfig = toml::from_str(&format!(
-            "{MIN}[reward]\npreset = \"tritonforge\"\ngamma = 0.5\n"
-        ))
-        .unwrap();
+        let c: RlConfig =
+            toml::from_str(&format!("{MIN}[reward]\npreset = \"tritonforge\"\ngamma = 0.5\n"))
+                .unwrap();
         let r = c.reward.resolve().unwrap();
         assert_eq!((r.compiled, r.correct, r.gamma), (0.1, 0.3, 0.5));
         let c: RlConfig = toml::from_str(&format!("{MIN}[reward]\ngamm = 0.5\n")).unwrap();

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tritonforge_agent::episode::{run_episode, EpisodeConfig};
-use tritonforge_agent::{Backend, BackendError, ChatMessage, Completion, Episode, Prompts, Sampling};
+use tritonforge_agent::{
+    Backend, BackendError, ChatMessage, Completion, Episode, Prompts, Sampling,
+};
 use tritonforge_eval::EvalService;
 use tritonforge_protocol::EvalConfig;
 use tritonforge_suite::Problem;
@@ -180,7 +182,7 @@ pub struct Task {
 pub struct SuiteEnv {
     pub tasks: Vec<Task>,
     pub evaluator: Arc<dyn EvalService>,
-    pub prompts: Prompts,
+    pub prompts: Arc<Prompts>,
     /// Turns, target speedup, reward, the prompt's target (the sampling is per play).
     pub episode: EpisodeConfig,
 }

@@ -190,7 +190,7 @@ mod tests {
         let ep = episode(vec![
             turn(0, &[1, 2], &[10, 11]),
             turn(1, &[1, 2, 10, 11, 7], &[20, 21]), // 7 tokens: over a limit of 6
-            turn(2, &[1, 2, 3, 4, 5, 6, 7], &[30]),  // 8 alone
+            turn(2, &[1, 2, 3, 4, 5, 6, 7], &[30]), // 8 alone
         ]);
         let laid = lay_out(&ep, &[1.0, 1.0, 1.0], 6).unwrap();
         assert_eq!(laid.too_long, 2);

@@ -12,14 +12,16 @@
 pub mod advantage;
 pub mod batch;
 pub mod config;
+pub mod engines;
 pub mod env;
 pub mod layout;
 pub mod metrics;
 pub mod pool;
 pub mod rng;
+pub mod setup;
 pub mod staleness;
 
-mod run;
+pub mod run;
 
 pub use config::RlConfig;
 pub use env::{Activity, Environment, Play, SuiteEnv, Task, Timeline};

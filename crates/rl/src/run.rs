@@ -65,12 +65,21 @@ pub struct Parts {
 
 #[derive(Debug, Clone)]
 pub enum RlEvent {
-    Ready { info: TrainInfo, start: u64, steps: u64 },
+    Ready {
+        info: TrainInfo,
+        start: u64,
+        steps: u64,
+    },
     Heldout(HeldoutMetrics),
     Step(Box<StepMetrics>),
-    Saved { dir: PathBuf, step: u64 },
+    Saved {
+        dir: PathBuf,
+        step: u64,
+    },
     /// A step whose groups all lacked signal, even after filling: nothing to train on.
-    NoSignal { step: u64 },
+    NoSignal {
+        step: u64,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -196,7 +205,10 @@ async fn play_all(
             // A panicking episode task is a bug; it is recorded as a failed episode.
             Err(e) => {
                 if let Some(slot) = out.iter_mut().find(|o| o.is_none()) {
-                    *slot = Some(Episode { error: Some(format!("episode task: {e}")), ..Episode::default() });
+                    *slot = Some(Episode {
+                        error: Some(format!("episode task: {e}")),
+                        ..Episode::default()
+                    });
                 }
             }
         }
@@ -217,7 +229,12 @@ struct Producer {
 impl Producer {
     fn sampling(&self, seed: u64) -> Sampling {
         let r = &self.cfg.rollout;
-        Sampling { temperature: r.temperature, top_p: r.top_p, max_tokens: r.max_tokens, seed: Some(seed) }
+        Sampling {
+            temperature: r.temperature,
+            top_p: r.top_p,
+            max_tokens: r.max_tokens,
+            seed: Some(seed),
+        }
     }
 
     async fn rollout(&mut self, b: u64, generated_at: u64) -> Rollout {
@@ -273,7 +290,13 @@ impl Producer {
                 let advantages = adv.map(|a| {
                     let mut it = a.into_iter();
                     mine.iter()
-                        .map(|e| if e.turns.is_empty() { Vec::new() } else { it.next().unwrap_or_default() })
+                        .map(|e| {
+                            if e.turns.is_empty() {
+                                Vec::new()
+                            } else {
+                                it.next().unwrap_or_default()
+                            }
+                        })
                         .collect()
                 });
                 groups.push(Group { episodes: mine, advantages });
@@ -424,7 +447,11 @@ pub async fn train(
             let dir = out.join("weights");
             parts
                 .learner
-                .save(SaveJob { dir: dir.display().to_string(), merge_lora: false, trainer_state: false })
+                .save(SaveJob {
+                    dir: dir.display().to_string(),
+                    merge_lora: false,
+                    trainer_state: false,
+                })
                 .await
                 .map_err(RlError::Learner)?;
             parts.generator.refresh(&dir).await.map_err(RlError::Generator)?;
@@ -517,9 +544,11 @@ async fn heldout(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics
                 });
             }
         }
-        let eps = play_all(env, &parts.generator, &parts.timeline, plays, cfg.rollout.parallel).await;
+        let eps =
+            play_all(env, &parts.generator, &parts.timeline, plays, cfg.rollout.parallel).await;
         let n = eps.len().max(1) as f64;
-        let first = eps.iter().filter(|e| e.turns.first().is_some_and(|t| t.outcome.is_correct())).count();
+        let first =
+            eps.iter().filter(|e| e.turns.first().is_some_and(|t| t.outcome.is_correct())).count();
         let solved = eps.iter().filter(|e| e.solved()).count();
         let turns: Vec<&tritonforge_agent::Turn> = eps.iter().flat_map(|e| &e.turns).collect();
         out.push(HeldoutMetrics {
@@ -539,7 +568,9 @@ async fn heldout(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics
 fn compiled(o: TurnOutcome) -> bool {
     matches!(
         o,
-        TurnOutcome::Evaluated(Status::Correct | Status::Incorrect | Status::RuntimeError | Status::Timeout)
+        TurnOutcome::Evaluated(
+            Status::Correct | Status::Incorrect | Status::RuntimeError | Status::Timeout
+        )
     )
 }
 
@@ -598,7 +629,10 @@ async fn train_step(
     let turns = cfg.rollout.turns as usize;
     m.pass_by_turn = (0..turns)
         .map(|t| {
-            let solved = all.iter().filter(|e| e.turns.iter().take(t + 1).any(|x| x.outcome.is_correct())).count();
+            let solved = all
+                .iter()
+                .filter(|e| e.turns.iter().take(t + 1).any(|x| x.outcome.is_correct()))
+                .count();
             solved as f64 / all.len().max(1) as f64
         })
         .collect();
@@ -682,7 +716,9 @@ async fn train_step(
     m.updates = stats.len();
     let w: Vec<f64> = stats.iter().map(|s| s.loss_tokens as f64).collect();
     let wsum = w.iter().sum::<f64>().max(1.0);
-    let avg = |f: &dyn Fn(&RlStats) -> f64| stats.iter().zip(&w).map(|(s, w)| f(s) * w).sum::<f64>() / wsum;
+    let avg = |f: &dyn Fn(&RlStats) -> f64| {
+        stats.iter().zip(&w).map(|(s, w)| f(s) * w).sum::<f64>() / wsum
+    };
     m.loss = avg(&|s| s.loss);
     m.policy_loss = avg(&|s| s.policy_loss);
     m.kl = stats.iter().all(|s| s.kl.is_some()).then(|| avg(&|s| s.kl.unwrap_or(0.0)));

@@ -1,0 +1,213 @@
+//! `tritonforge train rl --config rl.toml`: multi-turn GRPO. The `tritonforge-rl` crate
+//! runs the loop; this builds its parts from the config and the global flags (evaluator,
+//! suite, Python environment), and shows progress.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tritonforge_agent::embedded::{EmbeddedBackend, EmbeddedConfig};
+use tritonforge_agent::episode::EpisodeConfig;
+use tritonforge_agent::{bundled, runner, Prompts, Sampling};
+use tritonforge_protocol::{DeviceKind, DeviceRequest};
+use tritonforge_rl::config::GenerationCfg;
+use tritonforge_rl::engines::{Colocated, SglangEngines, WorkerLearner};
+use tritonforge_rl::run::source_name;
+use tritonforge_rl::{
+    Environment, Generator, Parts, RlConfig, RlError, RlEvent, SuiteEnv, Timeline,
+};
+use tritonforge_store::Store;
+
+use crate::args::{EvalFlags, Global, GuardOpts, PoolArgs};
+use crate::exit::{self, usage};
+
+#[derive(clap::Args)]
+pub struct RlArgs {
+    #[arg(long)]
+    config: PathBuf,
+    /// One JSON line per event on stdout.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    eval: EvalFlags,
+    #[command(flatten)]
+    pool: PoolArgs,
+    #[command(flatten)]
+    guard: GuardOpts,
+}
+
+pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
+    let cfg = RlConfig::load(&args.config).map_err(usage)?;
+    let py = global.python_env()?;
+    let device = match global.device {
+        DeviceRequest::Cpu => DeviceKind::Cpu,
+        DeviceRequest::Cuda => DeviceKind::Cuda,
+        DeviceRequest::Auto => tritonforge_pyenv::probe(&py, global.device)?.device,
+    };
+    let settings = args.eval.settings()?;
+    let builtin = global.workspace().suite.root(&global.workspace().state_dir)?;
+    let tasks = tritonforge_rl::setup::load_tasks(&cfg.data.train, &builtin, &settings, device)
+        .map_err(usage)?;
+    let mut heldout_tasks = Vec::new();
+    for s in &cfg.data.heldout {
+        let t =
+            tritonforge_rl::setup::load_tasks(std::slice::from_ref(s), &builtin, &settings, device)
+                .map_err(usage)?;
+        heldout_tasks.push((source_name(s), t));
+    }
+    let pool = args.pool.config(usize::MAX)?;
+    let guard = args.guard.load()?;
+    let evaluator = global.eval_service(|| Ok(pool), guard).await?;
+    let timeline = Arc::new(Timeline::new());
+    let timed = Arc::new(tritonforge_rl::env::TimedEval {
+        inner: evaluator.clone(),
+        timeline: timeline.clone(),
+    });
+    let reward = cfg.reward.resolve().map_err(usage)?;
+    let episode = EpisodeConfig {
+        turns: cfg.rollout.turns,
+        target_speedup: cfg.rollout.target_speedup,
+        sampling: Sampling::default(),
+        reward,
+        target: runner::target_for(evaluator.environment(), settings.timing.enabled),
+    };
+    let prompts = Arc::new(Prompts::load(None).map_err(usage)?);
+    let env_of = |tasks| -> Arc<dyn Environment> {
+        Arc::new(SuiteEnv {
+            tasks,
+            evaluator: timed.clone(),
+            prompts: prompts.clone(),
+            episode: episode.clone(),
+        })
+    };
+    let heldout = heldout_tasks.into_iter().map(|(n, t)| (n, env_of(t))).collect();
+    let ws = global.workspace();
+    let path = if cfg.model.path == "bundled" { bundled::NAME } else { cfg.model.path.as_str() };
+    let (model, label) = bundled::resolve(path, &ws.state_dir)?;
+    std::fs::create_dir_all(&cfg.output.dir)?;
+    let policy = Arc::new(EmbeddedBackend::new(EmbeddedConfig {
+        python: py.interpreter.clone(),
+        worker_path: py.worker_path.clone(),
+        model: model.clone(),
+        label,
+        device,
+        startup_timeout: Duration::from_secs(600),
+        request_timeout: Duration::from_secs(1800),
+        max_batch: cfg.rollout.parallel,
+        train: true,
+    }));
+    let learner =
+        Arc::new(WorkerLearner { policy: policy.clone(), timeout: Duration::from_secs(3600) });
+    let generator: Arc<dyn Generator> = match &cfg.generation {
+        GenerationCfg::Colocated => Arc::new(Colocated(policy.clone())),
+        GenerationCfg::Sglang { urls, tokenizer, timeout_s } => Arc::new(
+            SglangEngines::new(urls, tokenizer, Duration::from_secs_f64(timeout_s.max(1.0)))
+                .map_err(usage)?,
+        ),
+    };
+    let cpu = evaluator.device() == DeviceKind::Cpu;
+    let run_name = format!(
+        "rl-{}",
+        cfg.output.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    );
+    let parts = Parts {
+        env: env_of(tasks),
+        heldout,
+        generator,
+        learner,
+        setup: tritonforge_rl::setup::train_setup(&cfg, &model),
+        pad_id: 0,
+        timeline,
+        timed: !cpu && settings.timing.enabled,
+        run: run_name,
+    };
+    let store = Store::open(&ws.store_path())?;
+    let json = args.json;
+    let mut show = |e: RlEvent| {
+        if json {
+            println!("{}", describe_json(&e));
+        } else {
+            eprintln!("{}", describe(&e));
+        }
+    };
+    match tritonforge_rl::train(&cfg, parts, Some(&store), &mut show).await {
+        Ok(s) => {
+            let last = s.last_checkpoint.map(|p| p.display().to_string()).unwrap_or_default();
+            eprintln!(
+                "done: {} of {} steps; latest checkpoint: {last}",
+                s.steps_done, cfg.schedule.steps
+            );
+            Ok(exit::CORRECT)
+        }
+        Err(e @ (RlError::Config(_) | RlError::Resume { .. })) => Err(usage(e)),
+        Err(e) => {
+            eprintln!("error: {e}");
+            eprintln!("(checkpoints and metrics written so far are kept; running the same command resumes)");
+            Ok(exit::ENV)
+        }
+    }
+}
+
+fn describe_json(e: &RlEvent) -> String {
+    let v = match e {
+        RlEvent::Ready { info, start, steps } => {
+            serde_json::json!({"event": "ready", "info": info, "start": start, "steps": steps})
+        }
+        RlEvent::Heldout(h) => serde_json::json!({"event": "heldout", "heldout": h}),
+        RlEvent::Step(m) => serde_json::json!({"event": "step", "metrics": m}),
+        RlEvent::Saved { dir, step } => {
+            serde_json::json!({"event": "saved", "dir": dir, "step": step})
+        }
+        RlEvent::NoSignal { step } => serde_json::json!({"event": "no_signal", "step": step}),
+    };
+    v.to_string()
+}
+
+fn describe(e: &RlEvent) -> String {
+    match e {
+        RlEvent::Ready { info, start, steps } => format!(
+            "model: {:.1}M parameters ({:.1}M trained) on {}; steps {}..{steps}",
+            info.parameters as f64 / 1e6,
+            info.trainable as f64 / 1e6,
+            info.device,
+            start + 1
+        ),
+        RlEvent::Heldout(h) => format!(
+            "heldout {} at step {}: pass@1 {:.1}%, solved {:.1}%, compiled {:.1}% ({} problems, {:.0} s)",
+            h.set,
+            h.step,
+            100.0 * h.pass_at_1,
+            100.0 * h.solved,
+            100.0 * h.compile_rate,
+            h.problems,
+            h.wall_s
+        ),
+        RlEvent::Step(m) => {
+            let pass: Vec<String> = m.pass_by_turn.iter().map(|p| format!("{:.0}%", 100.0 * p)).collect();
+            format!(
+                "step {}: reward {:.3}±{:.3}, solved by turn [{}], groups {}/{} kept, loss {:.4}, clip {:.3}, \
+                 entropy {:.3}, {:.1} s (rollout {:.1}: gen {:.1}, eval {:.1}; train {:.1}), idle {:.0}%, {:.0} tok/s",
+                m.step,
+                m.reward_mean,
+                m.reward_std,
+                pass.join(" "),
+                m.groups_kept,
+                m.groups_drawn,
+                m.loss,
+                m.clip_fraction,
+                m.entropy,
+                m.step_s,
+                m.rollout_s,
+                m.generate_s,
+                m.evaluate_s,
+                m.score_s + m.train_s,
+                100.0 * m.policy_idle,
+                m.tokens_per_s
+            )
+        }
+        RlEvent::Saved { dir, step } => format!("checkpoint at step {step}: {}", dir.display()),
+        RlEvent::NoSignal { step } => {
+            format!("step {step}: every group's rewards were equal (no signal); nothing trained")
+        }
+    }
+}
