@@ -120,6 +120,7 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         timeline,
         timed: !cpu && settings.timing.enabled,
         run: run_name,
+        tokenizer_dir: Some(PathBuf::from(&model)).filter(|d| d.join("tokenizer.json").is_file()),
     };
     let store = Store::open(&ws.store_path())?;
     let json = args.json;
@@ -158,7 +159,6 @@ fn describe_json(e: &RlEvent) -> String {
         RlEvent::Saved { dir, step } => {
             serde_json::json!({"event": "saved", "dir": dir, "step": step})
         }
-        RlEvent::NoSignal { step } => serde_json::json!({"event": "no_signal", "step": step}),
     };
     v.to_string()
 }
@@ -181,6 +181,11 @@ fn describe(e: &RlEvent) -> String {
             100.0 * h.compile_rate,
             h.problems,
             h.wall_s
+        ),
+        RlEvent::Step(m) if m.updates == 0 => format!(
+            "step {}: reward {:.3}±{:.3} over {} episodes; every group's rewards were equal \
+             (no signal): nothing trained",
+            m.step, m.reward_mean, m.reward_std, m.episodes
         ),
         RlEvent::Step(m) => {
             let pass: Vec<String> = m.pass_by_turn.iter().map(|p| format!("{:.0}%", 100.0 * p)).collect();
@@ -206,8 +211,5 @@ fn describe(e: &RlEvent) -> String {
             )
         }
         RlEvent::Saved { dir, step } => format!("checkpoint at step {step}: {}", dir.display()),
-        RlEvent::NoSignal { step } => {
-            format!("step {step}: every group's rewards were equal (no signal); nothing trained")
-        }
     }
 }

@@ -61,25 +61,18 @@ pub struct Parts {
     pub timed: bool,
     /// The run's name in the store.
     pub run: String,
+    /// Tokenizer files copied into every checkpoint (so that a full-weight checkpoint is
+    /// a model directory `run --model` loads); `None`: not copied (an adapter finds its
+    /// tokenizer through its base).
+    pub tokenizer_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
 pub enum RlEvent {
-    Ready {
-        info: TrainInfo,
-        start: u64,
-        steps: u64,
-    },
+    Ready { info: TrainInfo, start: u64, steps: u64 },
     Heldout(HeldoutMetrics),
     Step(Box<StepMetrics>),
-    Saved {
-        dir: PathBuf,
-        step: u64,
-    },
-    /// A step whose groups all lacked signal, even after filling: nothing to train on.
-    NoSignal {
-        step: u64,
-    },
+    Saved { dir: PathBuf, step: u64 },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -100,6 +93,9 @@ struct RlState {
 }
 
 const STATE: &str = "rl_state.json";
+/// What a model directory needs to be tokenised and chatted with.
+const TOKENIZER_FILES: [&str; 4] =
+    ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"];
 const LATEST: &str = "LATEST";
 
 /// One played rollout batch.
@@ -370,7 +366,7 @@ pub async fn train(
     };
     let heldout_due = |s: u64| {
         s == cfg.schedule.steps
-            || (cfg.schedule.heldout_every > 0 && s % cfg.schedule.heldout_every == 0)
+            || (cfg.schedule.heldout_every > 0 && s.is_multiple_of(cfg.schedule.heldout_every))
     };
     if start == 0 {
         for h in heldout(cfg, &parts, 0).await {
@@ -421,7 +417,7 @@ pub async fn train(
             break;
         };
         match train_step(cfg, &parts, &rollout, step, last_end, &reward).await {
-            Ok(Some(m)) => {
+            Ok(m) => {
                 append_jsonl(&metrics_path, &m)?;
                 put_metric(store, &parts.run, step + 1, "rl", &m)?;
                 if let Some(s) = store {
@@ -434,7 +430,6 @@ pub async fn train(
                 }
                 events(RlEvent::Step(Box::new(m)));
             }
-            Ok(None) => events(RlEvent::NoSignal { step: step + 1 }),
             Err(e) => {
                 result = Err(e);
                 break;
@@ -457,7 +452,7 @@ pub async fn train(
             parts.generator.refresh(&dir).await.map_err(RlError::Generator)?;
         }
         let _ = version_tx.send(done);
-        if done % cfg.schedule.save_every == 0 || done == end {
+        if done.is_multiple_of(cfg.schedule.save_every) || done == end {
             let dir = save(&parts, &out, done, &rollout.pool).await?;
             events(RlEvent::Saved { dir: dir.clone(), step: done });
             summary.last_checkpoint = Some(dir);
@@ -511,6 +506,14 @@ async fn save(parts: &Parts, out: &Path, step: u64, pool: &PoolState) -> Result<
         .save(SaveJob { dir: dir.display().to_string(), merge_lora: false, trainer_state: true })
         .await
         .map_err(RlError::Learner)?;
+    if let Some(tok) = &parts.tokenizer_dir {
+        for f in TOKENIZER_FILES {
+            let src = tok.join(f);
+            if src.is_file() {
+                std::fs::copy(&src, dir.join(f)).map_err(|e| io_err(&src, e))?;
+            }
+        }
+    }
     let state = RlState { step, pool: pool.clone() };
     let text = serde_json::to_string_pretty(&state).map_err(|e| io_err(&dir, e))?;
     write_atomic(&dir.join(STATE), &text)?;
@@ -581,7 +584,8 @@ fn compile_rate(turns: &[&tritonforge_agent::Turn]) -> f64 {
     turns.iter().filter(|t| compiled(t.outcome)).count() as f64 / turns.len() as f64
 }
 
-/// Train on one rollout batch; `None` when no group carried signal.
+/// Train on one rollout batch (no update when no group carried signal, even after
+/// filling: the metrics then say `updates: 0`).
 async fn train_step(
     cfg: &RlConfig,
     parts: &Parts,
@@ -589,7 +593,7 @@ async fn train_step(
     step: u64,
     last_end: f64,
     reward: &tritonforge_agent::RewardConfig,
-) -> Result<Option<StepMetrics>, RlError> {
+) -> Result<StepMetrics, RlError> {
     let gate = Gate { max_staleness: cfg.schedule.max_staleness };
     let staleness = gate.age(rollout.b, rollout.generated_at, step).map_err(RlError::Schedule)?;
     let mut m = StepMetrics {
@@ -670,7 +674,14 @@ async fn train_step(
     seqs.retain(|s| s.advantages.iter().any(|a| *a != 0.0));
     m.sequences = seqs.len();
     if seqs.is_empty() {
-        return Ok(None);
+        m.step_s = tl.now() - last_end.min(rollout.started);
+        let busy = tl.covered(
+            &[Activity::Generate, Activity::Train],
+            last_end.min(rollout.started),
+            tl.now(),
+        );
+        m.policy_idle = (1.0 - busy / m.step_s.max(1e-9)).clamp(0.0, 1.0);
+        return Ok(m);
     }
     m.target_tokens = seqs.iter().map(|s| s.targets() as u64).sum();
     let plan = batch::plan(&seqs, cfg.optim.updates, cfg.optim.micro_tokens, cfg.optim.seed ^ step);
@@ -734,5 +745,5 @@ async fn train_step(
     let window = (last_end.min(rollout.started), t2);
     let busy = tl.covered(&[Activity::Generate, Activity::Train], window.0, window.1);
     m.policy_idle = (1.0 - busy / (window.1 - window.0).max(1e-9)).clamp(0.0, 1.0);
-    Ok(Some(m))
+    Ok(m)
 }

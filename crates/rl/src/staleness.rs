@@ -44,10 +44,11 @@ mod tests {
     fn the_gate_bounds_the_age_and_allows_the_overlap() {
         for max in [0u64, 1, 2] {
             let gate = Gate { max_staleness: max };
-            let mut version = 0u64;
             let mut started: Vec<u64> = Vec::new();
             let mut overlapped = 0;
             for b in 0..10u64 {
+                // Step b trains after steps 0..b did: `b` updates applied so far.
+                let version = b;
                 // The producer runs ahead as far as the gate lets it.
                 while gate.may_start(started.len() as u64, version) && started.len() < 10 {
                     started.push(version);
@@ -58,7 +59,6 @@ mod tests {
                 if started.len() as u64 > b + 1 {
                     overlapped += 1;
                 }
-                version += 1; // step b trains
             }
             if max == 0 {
                 assert_eq!(overlapped, 0, "staleness 0: nothing generated ahead");

