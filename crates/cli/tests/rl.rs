@@ -408,3 +408,126 @@ fn bad_configs_and_unreachable_servers_are_named() {
     assert!(err.contains("127.0.0.1:9"), "{err}");
     assert!(!out.join("LATEST").exists());
 }
+
+/// The SGLang mock: per prompt, the first request gets a code answer and the second none,
+/// so every group of two has unequal rewards; `/update_weights_from_disk` records the
+/// directories it was told to load (and refuses one without weights, as SGLang would).
+#[derive(Clone)]
+struct Engine {
+    tokenizer: Arc<tritonforge_chat::ChatTokenizer>,
+    seen: Arc<std::sync::Mutex<std::collections::HashMap<Vec<u32>, usize>>>,
+    loads: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+async fn engine_generate(
+    axum::extract::State(e): axum::extract::State<Engine>,
+    axum::Json(body): axum::Json<Value>,
+) -> axum::Json<Value> {
+    let input: Vec<u32> =
+        body["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+    let n = {
+        let mut seen = e.seen.lock().unwrap();
+        let n = seen.entry(input.clone()).or_default();
+        *n += 1;
+        *n
+    };
+    let text = if n % 2 == 1 {
+        "```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n```"
+    } else {
+        "I cannot help with that."
+    };
+    let end = e.tokenizer.token_id("<|im_end|>").unwrap();
+    let mut out = e.tokenizer.encode(text).unwrap();
+    out.push(end);
+    let lps: Vec<Value> = out.iter().map(|id| serde_json::json!([-30.0, id, null])).collect();
+    axum::Json(serde_json::json!({
+        "text": text, "output_ids": out,
+        "meta_info": {"prompt_tokens": input.len(), "completion_tokens": out.len(),
+                      "finish_reason": {"type": "stop", "matched": end},
+                      "output_token_logprobs": lps}
+    }))
+}
+
+async fn engine_load(
+    axum::extract::State(e): axum::extract::State<Engine>,
+    axum::Json(body): axum::Json<Value>,
+) -> axum::Json<Value> {
+    let dir = body["model_path"].as_str().unwrap_or_default().to_string();
+    let ok = Path::new(&dir).join("model.safetensors").is_file();
+    e.loads.lock().unwrap().push(dir.clone());
+    axum::Json(serde_json::json!({"success": ok, "message": if ok { "ok" } else { "no weights" }}))
+}
+
+/// Disaggregated: generation on an (mock) SGLang engine refreshed from the trainer's
+/// weights on disk after every step, evaluation on a real `tritonforge serve` on
+/// loopback, training in the policy worker (full weights).
+#[test]
+fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let model = tiny_model(dir.path(), None);
+    let engine = Engine {
+        tokenizer: Arc::new(tritonforge_chat::ChatTokenizer::from_dir(&tokenizer()).unwrap()),
+        seen: Default::default(),
+        loads: Default::default(),
+    };
+    let app = axum::Router::new()
+        .route("/generate", axum::routing::post(engine_generate))
+        .route("/update_weights_from_disk", axum::routing::post(engine_load))
+        .with_state(engine.clone());
+    let url = format!("http://{}", serve_on_loopback(app));
+    let server = serve(&dir.path().join("server-state"), &["--device", "cpu"]);
+    let out = dir.path().join("out");
+    let cfg = dir.path().join("rl.toml");
+    let text_cfg = suite_config(&out, &model, "")
+        .replace("[model.lora]\nrank = 4\nalpha = 8.0\ntarget_modules = [\"q_proj\", \"v_proj\"]\n", "")
+        .replace("heldout = [{ suite = \"builtin\", split = \"heldout\", level = 2, name = \"l2-heldout\" }]\n", "")
+        .replace("turns = 2", "turns = 1")
+        + &format!(
+            "[generation]\nkind = \"sglang\"\nurls = [\"{url}\"]\ntokenizer = \"{}\"\n",
+            tokenizer().display()
+        );
+    std::fs::write(&cfg, text_cfg).unwrap();
+    let o = run(tf(&state)
+        .args([
+            "--device",
+            "cpu",
+            "--eval-server",
+            &server.url,
+            "train",
+            "rl",
+            "--json",
+            "--config",
+        ])
+        .arg(&cfg));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}\n{}", server.log());
+    let steps: Vec<Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"] == "step")
+        .map(|e| e["metrics"].clone())
+        .collect();
+    assert_eq!(steps.len(), 2, "{err}");
+    for m in &steps {
+        assert_eq!(m["groups_kept"], 2, "one code answer and one refusal per group: {m}");
+        assert!(m["updates"].as_u64().unwrap() >= 1, "{m}");
+        // The engine's log-probs (all -30) say its tokens were far less likely than the
+        // trainer finds them: the importance weight hits its cap.
+        assert!(m["tis_capped"].as_f64().unwrap() > 0.0, "{m}");
+    }
+    let weights = out.join("weights").display().to_string();
+    assert_eq!(
+        *engine.loads.lock().unwrap(),
+        vec![weights.clone(), weights],
+        "refreshed after each step"
+    );
+    // The server evaluated the code answers (one per problem drawn; repeats are its cache
+    // hits), and the client kept none locally.
+    let count = |state: &Path| -> i64 {
+        let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
+        db.query_row("SELECT count(*) FROM evaluations", [], |r| r.get(0)).unwrap_or(0)
+    };
+    assert!(count(&dir.path().join("server-state")) >= 2, "{}", server.log());
+    assert_eq!(count(&state), 0, "evaluations went to the server");
+}
