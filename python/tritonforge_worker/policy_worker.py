@@ -34,14 +34,20 @@ from .protocol import (
     Generation,
     Hello,
     ProtocolError,
+    RlDone,
     Sandbox,
+    Scored,
     StepDone,
     TrainReady,
     decode,
     encode,
 )
 
-TRAIN_MESSAGES = ("train_setup", "train_step", "eval_loss", "save_checkpoint")
+TRAIN_MESSAGES = ("train_setup", "train_step", "eval_loss", "save_checkpoint", "score", "rl_step")
+# Training messages after which the weights are new: the engine forgets its cached prefixes.
+UPDATES = ("train_step", "rl_step")
+# Training messages that compute on micro-batches (and may run out of memory doing so).
+COMPUTES = ("train_step", "eval_loss", "score", "rl_step")
 
 
 def _send(msg: Any) -> None:
@@ -283,7 +289,7 @@ def _serve_engine(inbox: "queue.Queue[Any]", gen: _Generator) -> int:
                 _train(trainer, msg, gen.device)
                 if trainer:
                     gen.use(trainer[0].net)
-                    if msg.type == "train_step" and gen.engine is not None:
+                    if msg.type in UPDATES and gen.engine is not None:
                         gen.engine.weights_changed()
             elif msg.type == "generate":
                 gen.submit(msg)
@@ -360,7 +366,9 @@ def _serve_ranks(device: str) -> int:
                             message=f"a worker of several ranks only trains; {msg.type!r} is not handled"))
             continue
         # A failure on one rank leaves the others inside a collective: the whole group
-        # must go (torchrun stops every rank when one exits), after rank 0 said why.
+        # must go (torchrun stops every rank when one exits), after rank 0 said why. A
+        # request refused for what it says (`Refused`) is refused by every rank alike,
+        # before any collective, and the group goes on.
         _train(trainer, msg, device, speak, fatal=True)
     dist.destroy_process_group()
     return 0
@@ -369,7 +377,7 @@ def _serve_ranks(device: str) -> int:
 def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: bool = False) -> None:
     """One training request, answered in order; errors name the request and keep the
     worker alive (nothing already trained is lost)."""
-    from .trainer import Trainer, TrainError, describe_oom
+    from .trainer import Refused, Trainer, TrainError, describe_oom
 
     try:
         if msg.type == "train_setup":
@@ -388,6 +396,10 @@ def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: b
         elif msg.type == "eval_loss":
             reply = StepDone(type="step_done", id=msg.id,
                              stats=trainer.eval_loss(msg.batch))
+        elif msg.type == "score":
+            reply = Scored(type="scored", id=msg.id, scores=trainer.score(msg.job))
+        elif msg.type == "rl_step":
+            reply = RlDone(type="rl_done", id=msg.id, stats=trainer.rl_step(msg.batch))
         elif msg.type == "save_checkpoint":
             trainer.save(msg.save)
             reply = Checkpointed(type="checkpointed", id=msg.id,
@@ -396,8 +408,8 @@ def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: b
             _send(reply)
     except Exception as exc:  # noqa: BLE001 - every failure goes back to the host, named
         text = f"{type(exc).__name__}: {exc}"
-        if "OutOfMemoryError" in type(exc).__name__ and msg.type in ("train_step", "eval_loss"):
-            text = describe_oom(exc, msg.batch)
+        if "OutOfMemoryError" in type(exc).__name__ and msg.type in COMPUTES:
+            text = describe_oom(exc, _micro_batches(msg))
             try:
                 import torch
 
@@ -407,7 +419,16 @@ def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: b
                 pass
         if speak:
             _send(Error(type="error", id=msg.id, message=text))
-        if fatal:
+        if fatal and not isinstance(exc, Refused):
             sys.stderr.write(f"rank {os.environ.get('RANK', '?')}: {text}\n")
             sys.stderr.flush()
             os._exit(1)
+
+
+def _micro_batches(msg: Any) -> List[Any]:
+    """The micro-batches of rows a training message computes on."""
+    if msg.type == "score":
+        return list(msg.job.batch.micro)
+    if msg.type == "rl_step":
+        return [mb.rows for mb in msg.batch.micro]
+    return list(msg.batch.micro)

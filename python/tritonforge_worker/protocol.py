@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 
 Status = Literal["rejected", "compile_error", "runtime_error", "timeout", "incorrect", "correct"]
 Stage = Literal["guard", "import", "init", "correctness", "provenance", "timing", "process"]
@@ -504,6 +504,65 @@ class SaveJob:
 
 
 @dataclass
+class RlMicroBatch:
+    """Rows with, per target token (the order `MicroBatch`'s loss mask gives), what the
+    PPO loss needs: every list of a row holds one value per target token of that row."""
+
+    rows: MicroBatch
+    advantages: List[List[float]]
+    behaviour: List[List[float]]
+    proximal: Optional[List[List[float]]]
+    reference: Optional[List[List[float]]]
+
+
+@dataclass
+class RlLoss:
+    clip_low: float
+    clip_high: float
+    kl_coef: float
+    entropy_coef: float
+    tis_cap: float
+    loss_tokens: int
+
+
+@dataclass
+class RlBatch:
+    micro: List[RlMicroBatch]
+    loss: RlLoss
+
+
+@dataclass
+class RlStats:
+    step: int
+    loss: float
+    policy_loss: float
+    kl: Optional[float]
+    entropy: float
+    clip_fraction: float
+    ratio_mean: float
+    ratio_max: float
+    tis_capped: float
+    grad_norm: float
+    lr: float
+    loss_tokens: int
+    tokens: int
+    elapsed_ms: float
+    memory_bytes: Optional[int]
+
+
+@dataclass
+class ScoreJob:
+    batch: TrainBatch
+    reference: bool
+
+
+@dataclass
+class Scores:
+    logprobs: List[List[List[float]]]
+    elapsed_ms: float
+
+
+@dataclass
 class TrainSetup:
     TYPE: ClassVar[str] = "train_setup"
     type: Literal["train_setup"]
@@ -560,12 +619,45 @@ class Checkpointed:
     step: int
 
 
+@dataclass
+class Score:
+    TYPE: ClassVar[str] = "score"
+    type: Literal["score"]
+    id: str
+    job: ScoreJob
+
+
+@dataclass
+class Scored:
+    TYPE: ClassVar[str] = "scored"
+    type: Literal["scored"]
+    id: str
+    scores: Scores
+
+
+@dataclass
+class RlStep:
+    TYPE: ClassVar[str] = "rl_step"
+    type: Literal["rl_step"]
+    id: str
+    batch: RlBatch
+
+
+@dataclass
+class RlDone:
+    TYPE: ClassVar[str] = "rl_done"
+    type: Literal["rl_done"]
+    id: str
+    stats: RlStats
+
+
 MESSAGE_TYPES: Dict[str, type] = {
     cls.TYPE: cls
     for cls in (
         Hello, Evaluate, EvalResult, Error, Shutdown, CheckProblem, ProblemReportMessage,
         LeaseRequest, LeaseGrant, LeaseRelease, MeasureMemory, MemoryReportMessage, Generate, Generation,
         TrainSetup, TrainReady, TrainStep, EvalLoss, StepDone, SaveCheckpoint, Checkpointed,
+        Score, Scored, RlStep, RlDone,
     )
 }
 
@@ -600,6 +692,12 @@ def _decode(tp: Any, value: Any, path: str) -> Any:
             # Token ids by the hundred thousand: checked in one pass; the slow path below
             # only runs to name the culprit.
             return value
+        if args[0] is float:
+            # Per-token values (log-probs, advantages), as many as token ids: converted in
+            # one pass; the slow path below only runs to name a culprit.
+            floats = [float(v) for v in value if type(v) is float or type(v) is int]
+            if len(floats) == len(value):
+                return floats
         return [_decode(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
     if origin in (dict, Dict):
         if not isinstance(value, dict):

@@ -10,16 +10,30 @@ schedule and random state beside them so a run can resume exactly.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .models import gguf_kwargs, has_weights, resolve
-from .protocol import MicroBatch, SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetupJob
+from .models import ADAPTER_CONFIG, adapter_chain, gguf_kwargs, has_weights, merge_adapters, resolve
+from .protocol import (
+    MicroBatch,
+    RlBatch,
+    RlMicroBatch,
+    RlStats,
+    SaveJob,
+    ScoreJob,
+    Scores,
+    StepStats,
+    TrainBatch,
+    TrainInfo,
+    TrainSetupJob,
+)
+from .rl import STAT_SUMS, PpoTerms, logits_logprobs, ppo_loss, token_logprobs
 
 STATE_FILE = "trainer_state.pt"
 ADAPTER_DIR = "adapter"
@@ -31,6 +45,11 @@ VARLEN = "tritonforge_varlen"
 
 class TrainError(RuntimeError):
     """A training request that cannot be done, said plainly."""
+
+
+class Refused(TrainError):
+    """A request refused from what it says alone, before any computation: every rank
+    refuses it alike, and none is left inside a collective, so several ranks go on."""
 
 
 # How rows of one conversation each (padding after it) get causal attention on a GPU:
@@ -210,7 +229,17 @@ def _precision(name: str, device: str) -> Tuple[Any, Any]:
 
 def load_for_training(model: str, dtype: Any, seed: int, attention: str = "sdpa", device: str = "cpu") -> Any:
     """The model to train: from weights, or randomly initialised from a config alone
-    (directly on the device: initialising billions of weights on the CPU is slow)."""
+    (directly on the device: initialising billions of weights on the CPU is slow). An
+    adapter directory (or a chain of them) is merged into its base, and training starts
+    from the merged model."""
+    try:
+        base, adapters = adapter_chain(model)
+    except ValueError as exc:
+        raise TrainError(str(exc)) from None
+    return merge_adapters(_load_plain(base, dtype, seed, attention, device), adapters)
+
+
+def _load_plain(model: str, dtype: Any, seed: int, attention: str, device: str) -> Any:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -246,10 +275,15 @@ def _world() -> Tuple[int, int]:
     return 1, 0
 
 
+def _rank_rows(rows: int, rank: int, world: int) -> List[int]:
+    """The rows of a micro-batch that this rank computes: every world-th, from its rank."""
+    return list(range(rank, rows, world))
+
+
 def _my_rows(mb: MicroBatch, rank: int, world: int) -> MicroBatch:
     """This rank's rows of a micro-batch (every rank must run forward and backward, so a
     rank left without a row gets the first one with no targets)."""
-    take = list(range(rank, len(mb.input_ids), world))
+    take = _rank_rows(len(mb.input_ids), rank, world)
     if take:
         return MicroBatch(input_ids=[mb.input_ids[i] for i in take], loss_mask=[mb.loss_mask[i] for i in take],
                           position_ids=[mb.position_ids[i] for i in take], lengths=[mb.lengths[i] for i in take])
@@ -260,17 +294,72 @@ def _my_rows(mb: MicroBatch, rank: int, world: int) -> MicroBatch:
 def _one_row(mb: MicroBatch) -> MicroBatch:
     """The micro-batch's rows end to end in one row, padding dropped: with attention
     bounded per conversation (varlen), rows are only a packing device, and padding would be
-    computed on for nothing. Each conversation's first token is never a target, so no
-    token learns to predict across a join."""
+    computed on for nothing. A row's first token is never a target (as in the padded
+    rows, where it has nothing before it), so no token learns to predict across a join."""
     if len(mb.lengths) != len(mb.input_ids):
         raise TrainError(f"a micro-batch with {len(mb.input_ids)} rows and {len(mb.lengths)} lengths")
     if any(any(m[n:]) for m, n in zip(mb.loss_mask, mb.lengths, strict=False)):
         raise TrainError("a micro-batch with targets in its padding (loss_mask set beyond lengths)")
     cut = list(zip(mb.input_ids, mb.loss_mask, mb.position_ids, mb.lengths, strict=False))
     return MicroBatch(input_ids=[[t for i, _, _, n in cut for t in i[:n]]],
-                      loss_mask=[[t for _, m, _, n in cut for t in m[:n]]],
+                      loss_mask=[[t for _, m, _, n in cut for t in [0, *m[1:n]][:n]]],
                       position_ids=[[t for _, _, p, n in cut for t in p[:n]]],
                       lengths=[sum(n for *_, n in cut)])
+
+
+def _max_over_ranks(world: int, device: str, value: float) -> float:
+    if world == 1:
+        return value
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t)
+
+
+def _targets_per_row(mb: MicroBatch) -> List[int]:
+    """How many target tokens each row holds: positions t > 0 with loss_mask[t] set (the
+    tokens `Trainer._inputs` selects, and the length of every per-token list of RL)."""
+    return [sum(1 for keep in m[1:] if keep) for m in mb.loss_mask]
+
+
+def _check_rl(batch: RlBatch) -> None:
+    """Every per-token list of an RL batch holds one value per target token of its row;
+    the step has target tokens and a positive divisor. The error names the culprit."""
+    if batch.loss.loss_tokens <= 0:
+        raise Refused(f"rl_step: loss_tokens is {batch.loss.loss_tokens}; it must be positive")
+    total = 0
+    for k, mb in enumerate(batch.micro):
+        counts = _targets_per_row(mb.rows)
+        if len(mb.rows.input_ids) != len(counts):
+            raise Refused(f"rl_step micro-batch {k}: {len(mb.rows.input_ids)} rows of ids, {len(counts)} masks")
+        lists = {"advantages": mb.advantages, "behaviour": mb.behaviour, "proximal": mb.proximal,
+                 "reference": mb.reference}
+        for name, per_row in lists.items():
+            if per_row is None:
+                continue
+            if len(per_row) != len(counts):
+                raise Refused(f"rl_step micro-batch {k}: {name} has {len(per_row)} rows, the micro-batch "
+                              f"{len(counts)}")
+            for r, (values, n) in enumerate(zip(per_row, counts, strict=True)):
+                if len(values) != n:
+                    raise Refused(f"rl_step micro-batch {k} row {r}: {name} has {len(values)} values for "
+                                  f"{n} target tokens")
+        total += sum(counts)
+    if total == 0:
+        raise Refused("an RL step with no target tokens (no loss_mask set past a row's first token)")
+
+
+def _name_base(adapter: Path, model: str) -> None:
+    """peft names an adapter's base as transformers loaded it (for a GGUF file, only its
+    directory); the saved adapter names the setup's model instead (a path made absolute),
+    so that its directory loads by itself (`models.load`, `tritonforge run --model DIR`)."""
+    path = adapter / ADAPTER_CONFIG
+    config = json.loads(path.read_text())
+    named = model == "smollm2" or not Path(model).exists()
+    config["base_model_name_or_path"] = model if named else str(Path(model).resolve())
+    path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _sum_over_ranks(world: int, device: str, *values: float) -> Tuple[Any, ...]:
@@ -500,6 +589,9 @@ class Trainer:
         self.opt = torch.optim.AdamW(groups, lr=setup.lr, betas=(0.9, 0.95), eps=1e-8,
                                      fused=device.startswith("cuda"))
         self.step = 0
+        # Full fine-tuning's starting policy, for `score(reference=True)`: loaded when first
+        # asked for (`_frozen_reference`).
+        self.reference: Any = None
         if resume is not None:
             self._load_state(resume)
 
@@ -556,33 +648,44 @@ class Trainer:
         return {"ids": put(mb.input_ids), "pos": put(mb.position_ids), "extra": extra,
                 "sel": put(sel), "tgt": put(tgt), "n": len(sel), "tokens": width * len(mb.input_ids)}
 
-    def _loss_sum(self, inp: Dict[str, Any]) -> Any:
-        """The sum of target-token losses of one micro-batch (from `_inputs`)."""
-        import torch.nn.functional as F
-
-        base = self._base()
+    def _at_targets(self, inp: Dict[str, Any], of_hidden: Callable[[Any, Any, Any], Any],
+                    of_logits: Callable[[Any], Any], net: Any = None) -> Any:
+        """What one micro-batch (from `_inputs`) gives at its target positions:
+        `of_hidden(hidden, head weight, dtype)` of the final hidden states there, where the
+        output projection is a plain linear map we apply ourselves (chunked: no logits for
+        every position and the whole vocabulary), else `of_logits` of the model's logits
+        there. `net`: the model to run (the trainer's own by default)."""
+        net = self.net if net is None else net
+        base = net.get_base_model() if hasattr(net, "get_base_model") else net
         decoder = getattr(base, "model", None)
         head = base.get_output_embeddings()
-        def loss_of(hidden: Any) -> Any:
+
+        def at(hidden: Any) -> Any:
             hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, inp["sel"])
-            return head_loss(hidden, head.weight, inp["tgt"], self.compute or hidden.dtype, ce=self.ce)
+            return of_hidden(hidden, head.weight, self.compute or hidden.dtype)
 
         with self._autocast():
             if decoder is not None and head is not None and _plain_head(head):
                 if self.world == 1:
-                    hidden = decoder(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).last_hidden_state
-                    return loss_of(hidden)
+                    return at(decoder(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).last_hidden_state)
                 # Several ranks: the whole model's forward must run, since FSDP gathers the
-                # head's (root unit's) weights in its hooks; the head computes the loss in
-                # place of logits, so no rank ever holds logits for every position.
-                head.forward = loss_of
+                # head's (root unit's) weights in its hooks; the head computes what is
+                # asked in place of logits, so no rank ever holds logits for every position.
+                head.forward = at
                 try:
-                    return self.net(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).logits
+                    return net(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).logits
                 finally:
                     del head.forward
-            logits = self.net(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).logits
-        logits = logits.reshape(-1, logits.shape[-1]).index_select(0, inp["sel"])
-        return F.cross_entropy(logits.float(), inp["tgt"], reduction="sum")
+            logits = net(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).logits
+        return of_logits(logits.reshape(-1, logits.shape[-1]).index_select(0, inp["sel"]))
+
+    def _loss_sum(self, inp: Dict[str, Any]) -> Any:
+        """The sum of target-token losses of one micro-batch (from `_inputs`)."""
+        import torch.nn.functional as F
+
+        return self._at_targets(
+            inp, lambda h, w, dtype: head_loss(h, w, inp["tgt"], dtype, ce=self.ce),
+            lambda logits: F.cross_entropy(logits.float(), inp["tgt"], reduction="sum"))
 
     def _autocast(self) -> Any:
         import contextlib
@@ -601,14 +704,45 @@ class Trainer:
 
     def _stats(self, loss: float, n: int, tokens: int, grad_norm: Optional[float], lr: float,
                started: float) -> StepStats:
+        return StepStats(step=self.step, loss=loss, loss_tokens=n, tokens=tokens, grad_norm=grad_norm,
+                         lr=lr, elapsed_ms=(time.perf_counter() - started) * 1000.0, memory_bytes=self._peak_memory())
+
+    def _peak_memory(self) -> Optional[int]:
+        """Peak accelerator memory since the last call (None on a CPU)."""
         import torch
 
-        mem = None
-        if self.device.startswith("cuda"):
-            mem = int(torch.cuda.max_memory_allocated())
-            torch.cuda.reset_peak_memory_stats()
-        return StepStats(step=self.step, loss=loss, loss_tokens=n, tokens=tokens, grad_norm=grad_norm,
-                         lr=lr, elapsed_ms=(time.perf_counter() - started) * 1000.0, memory_bytes=mem)
+        if not self.device.startswith("cuda"):
+            return None
+        mem = int(torch.cuda.max_memory_allocated())
+        torch.cuda.reset_peak_memory_stats()
+        return mem
+
+    def _begin_step(self) -> float:
+        """The learning rate of the step about to be taken, set in the optimizer."""
+        lr = _lr_at(self.step, self.setup)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        self.net.train()
+        return lr
+
+    def _apply_step(self) -> float:
+        """Clip the summed gradients, take the optimizer step and advance the schedule;
+        the gradient norm before clipping. A non-finite norm refuses the step."""
+        import torch
+
+        clip = self.setup.grad_clip if self.setup.grad_clip > 0 else float("inf")
+        norm_t = torch.nn.utils.clip_grad_norm_(self.trained, clip)
+        norm = float(norm_t.full_tensor() if hasattr(norm_t, "full_tensor") else norm_t)
+        if not math.isfinite(norm):
+            self.drop_grads()
+            raise TrainError(f"step {self.step + 1}: gradient norm is {norm}; the step was not applied")
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        if self.masters is not None:
+            with torch.no_grad():
+                torch._foreach_copy_(self.params, self.masters)
+        self.step += 1
+        return norm
 
     def train_step(self, batch: TrainBatch) -> StepStats:
         import torch
@@ -617,10 +751,7 @@ class Trainer:
         total = sum(sum(sum(row[1:]) for row in mb.loss_mask) for mb in batch.micro)
         if total == 0:
             raise TrainError("a step with no target tokens (no assistant token in any row)")
-        lr = _lr_at(self.step, self.setup)
-        for group in self.opt.param_groups:
-            group["lr"] = lr
-        self.net.train()
+        lr = self._begin_step()
         losses, tokens = [], 0
         last = len(batch.micro) - 1
         for k, inp in enumerate(map(self._inputs, batch.micro)):  # the next one is built while the device works
@@ -637,18 +768,7 @@ class Trainer:
             losses.append(loss.detach())  # read once at the end: no device sync per micro-batch
             tokens += inp["tokens"]
         loss_sum, tokens = _sum_over_ranks(self.world, self.device, float(torch.stack(losses).sum()), tokens)
-        clip = self.setup.grad_clip if self.setup.grad_clip > 0 else float("inf")
-        norm_t = torch.nn.utils.clip_grad_norm_(self.trained, clip)
-        norm = float(norm_t.full_tensor() if hasattr(norm_t, "full_tensor") else norm_t)
-        if not math.isfinite(norm):
-            self.drop_grads()
-            raise TrainError(f"step {self.step + 1}: gradient norm is {norm}; the step was not applied")
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        if self.masters is not None:
-            with torch.no_grad():
-                torch._foreach_copy_(self.params, self.masters)
-        self.step += 1
+        norm = self._apply_step()
         return self._stats(loss_sum / total, total, int(tokens), norm, lr, started)
 
     def _fold_grads(self) -> None:
@@ -694,6 +814,157 @@ class Trainer:
             raise TrainError("an evaluation batch with no target tokens")
         return self._stats(loss_sum / n_sum, int(n_sum), int(tokens), None, _lr_at(self.step, self.setup), started)
 
+    # -- reinforcement learning -----------------------------------------------------------
+
+    def score(self, job: ScoreJob) -> Scores:
+        """Log-probabilities of every target token, per micro-batch and row (the order of
+        `RlMicroBatch`'s lists), under the current weights or, with `reference`, the
+        starting policy; no update. In eval mode: no dropout."""
+        import torch
+
+        started = time.perf_counter()
+        net, context = self._reference() if job.reference else (self.net, contextlib.nullcontext())
+        self.net.eval()
+        try:
+            with torch.no_grad(), context:
+                flat = [self._logprobs(inp, net) for inp in map(self._inputs, job.batch.micro)]
+        finally:
+            self.net.train()
+        return Scores(logprobs=self._per_row(job.batch.micro, flat),
+                      elapsed_ms=(time.perf_counter() - started) * 1000.0)
+
+    def _logprobs(self, inp: Dict[str, Any], net: Any) -> Any:
+        tgt = inp["tgt"]
+        return self._at_targets(inp, lambda h, w, dtype: token_logprobs(h, w, tgt, dtype)[0],
+                                lambda logits: logits_logprobs(logits, tgt)[0], net)
+
+    def _per_row(self, micro: List[MicroBatch], flat: List[Any]) -> List[List[List[float]]]:
+        """Each micro-batch's values at its target tokens (this rank's rows, in order) cut
+        into rows; with several ranks, every row gathered in its place."""
+        import torch
+
+        values = torch.cat(flat).tolist() if flat else []  # one read from the device
+        out: List[List[List[float]]] = []
+        at = 0
+        for mb in micro:
+            counts = _targets_per_row(mb)
+            rows = []
+            for r in _rank_rows(len(counts), self.rank, self.world):
+                rows.append(values[at:at + counts[r]])
+                at += counts[r]
+            out.append(rows)
+        if at != len(values):
+            raise TrainError(f"{len(values)} target tokens scored where the loss masks name {at}")
+        if self.world == 1:
+            return out
+        import torch.distributed as dist
+
+        parts: List[Any] = [None] * self.world
+        dist.all_gather_object(parts, out)
+        return [[parts[r % self.world][k][r // self.world] for r in range(len(mb.input_ids))]
+                for k, mb in enumerate(micro)]
+
+    def _reference(self) -> Tuple[Any, Any]:
+        """(the model, a context to run it in) of the starting policy: LoRA, the adapters
+        switched off; full fine-tuning, a frozen copy of the setup's weights."""
+        if self.setup.lora is None:
+            return self._frozen_reference(), contextlib.nullcontext()
+        if not hasattr(self.net, "disable_adapter"):
+            raise Refused("the LoRA adapters were merged into the weights (a save with merge_lora); "
+                          "the starting policy is no longer at hand")
+        return self.net, self.net.disable_adapter()
+
+    def _frozen_reference(self) -> Any:
+        """Full fine-tuning's starting policy: the setup's model loaded again on first use
+        (weights from a config alone come back the same: same seed), frozen, parameters in
+        the dtype of the trainer's own (bf16 under mixed, as its forward uses). It costs one more copy of the weights on the
+        device (2 bytes a parameter under mixed or bf16, 4 under fp32) for the trainer's
+        life, no gradients or optimizer state; a run that never asks pays nothing. Loaded
+        rather than copied from the trainer, so it is the starting policy even when first
+        asked for after updates, or after a resume (then: the setup's model, as LoRA's
+        reference is the base without the resumed adapter)."""
+        import torch
+
+        if self.reference is not None:
+            return self.reference
+        if self.world > 1:
+            raise Refused("scoring under the reference policy with full fine-tuning on several GPUs is not "
+                          "supported yet; score the reference on one device, or train with kl_coef 0")
+        devices = [torch.cuda.current_device()] if self.device.startswith("cuda") else []
+        with torch.random.fork_rng(devices=devices):  # the training run's random state is left as it was
+            net = load_for_training(self.setup.model, self.dtype, self.setup.seed, self.attention, self.device)
+        net.config.use_cache = False
+        with torch.no_grad():
+            for p in net.parameters():  # buffers (rotary frequencies) stay as loaded, as in the trainer
+                p.requires_grad_(False)
+                p.data = p.data.to(self.params[0].dtype if self.params else self.dtype)
+        self.reference = net.to(self.device).eval()
+        return self.reference
+
+    def rl_step(self, batch: RlBatch) -> RlStats:
+        """One optimizer step of PPO-clip over the micro-batches (gradients accumulated), on
+        the same schedule, clipping and precision as `train_step` (`rl.ppo_loss` says what
+        the loss is). Every per-token list is checked against its row first: a step that
+        does not fit is refused before anything is computed. The statistics' means are
+        over the target tokens counted here (`loss_tokens`); `loss` is per target token,
+        whatever `RlLoss.loss_tokens` the gradient was divided by."""
+        import torch
+
+        started = time.perf_counter()
+        _check_rl(batch)
+        lr = self._begin_step()
+        sums: List[Any] = []
+        maxes: List[Any] = []
+        tokens = 0
+        last = len(batch.micro) - 1
+        for k, mb in enumerate(batch.micro):
+            inp = self._inputs(mb.rows)
+            if self.world > 1:
+                self.net.set_requires_gradient_sync(k == last)  # as in train_step
+            loss, terms = self._ppo(inp, mb, batch)
+            # FSDP averages gradients over ranks, so each rank's share is scaled back up.
+            (loss * self.world).backward()
+            self._fold_grads()
+            sums.append(torch.stack([terms.sums[key] for key in STAT_SUMS]))
+            maxes.append(terms.ratio_max)
+            tokens += inp["tokens"]
+        # Read once, at the end: no device sync per micro-batch.
+        summed = _sum_over_ranks(self.world, self.device, *torch.stack(sums).sum(0).tolist(), tokens)
+        got = dict(zip((*STAT_SUMS, "positions"), summed, strict=True))
+        ratio_max = _max_over_ranks(self.world, self.device, float(torch.stack(maxes).max()))
+        norm = self._apply_step()
+        n = max(1.0, got["tokens"])
+        return RlStats(
+            step=self.step, loss=got["loss"] / n, policy_loss=got["policy"] / n,
+            kl=got["kl"] / got["kl_tokens"] if got["kl_tokens"] > 0 else None,
+            entropy=got["entropy"] / n, clip_fraction=got["clipped"] / n, ratio_mean=got["ratio"] / n,
+            ratio_max=ratio_max, tis_capped=got["capped"] / n, grad_norm=norm, lr=lr,
+            loss_tokens=int(got["tokens"]), tokens=int(got["positions"]),
+            elapsed_ms=(time.perf_counter() - started) * 1000.0, memory_bytes=self._peak_memory())
+
+    def _ppo(self, inp: Dict[str, Any], mb: RlMicroBatch, batch: RlBatch) -> Tuple[Any, PpoTerms]:
+        """One micro-batch's share of the PPO loss (what backward takes) and its sums."""
+        import torch
+
+        take = _rank_rows(len(mb.rows.input_ids), self.rank, self.world)
+
+        def put(lists: Optional[List[List[float]]]) -> Any:
+            if lists is None:
+                return None
+            return _to_device([v for r in take for v in lists[r]], self.device, torch.float32)
+
+        adv, behaviour, proximal, reference = map(put, (mb.advantages, mb.behaviour, mb.proximal, mb.reference))
+        found: List[PpoTerms] = []
+
+        def terms(logp: Any, entropy: Any) -> Any:
+            found.append(ppo_loss(logp, proximal, behaviour, adv, batch.loss, entropy, reference))
+            return found[-1].loss
+
+        tgt = inp["tgt"]
+        loss = self._at_targets(inp, lambda h, w, dtype: terms(*token_logprobs(h, w, tgt, dtype)),
+                                lambda logits: terms(*logits_logprobs(logits, tgt)))
+        return loss, found[-1]
+
     # -- checkpoints ---------------------------------------------------------------------
 
     def save(self, job: SaveJob) -> None:
@@ -715,6 +986,7 @@ class Trainer:
             self.net.save_pretrained(str(out), state_dict=self._master_state_dict(), safe_serialization=True)
         elif self.setup.lora is not None:
             self.net.save_pretrained(str(out / ADAPTER_DIR))
+            _name_base(out / ADAPTER_DIR, self.setup.model)
             if job.merge_lora:
                 # The run's last save: merge in place (a copy would double the memory).
                 self.net = self.net.merge_and_unload()
@@ -824,8 +1096,8 @@ class Trainer:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
 
 
-def describe_oom(exc: BaseException, batch: TrainBatch) -> str:
-    rows = sum(len(mb.input_ids) for mb in batch.micro)
-    longest = max((len(r) for mb in batch.micro for r in mb.input_ids), default=0)
+def describe_oom(exc: BaseException, micro: Sequence[MicroBatch]) -> str:
+    rows = sum(len(mb.input_ids) for mb in micro)
+    longest = max((len(r) for mb in micro for r in mb.input_ids), default=0)
     return (f"out of memory on a batch of {rows} rows of up to {longest} tokens "
             f"({type(exc).__name__}); lower micro_batch or seq_len, or turn on gradient_checkpointing")

@@ -373,3 +373,55 @@ fn trainer_math_matches_plain_references() {
         assert_eq!(v[key], true, "{key}: {v}");
     }
 }
+
+/// Reinforcement learning's math and messages (`fixtures/train/check_rl.py`): chunked
+/// per-token log-probs and entropies and their gradients against the full logits; the
+/// PPO-clip loss, its gradients and statistics against a plain per-token loop (both clip
+/// edges, either sign of advantage, the importance cap, KL, entropy); `score` against
+/// plain transformers, the reference policy after updates (full weights and LoRA); an
+/// `rl_step` moves log-probs the way the advantages say; saved adapters load by
+/// themselves and as a chain; the worker answers score and rl_step over its protocol
+/// beside generation, and refuses a malformed step by row while it keeps serving.
+#[test]
+fn rl_math_score_and_steps_match_plain_references() {
+    let v = fixture_json("train/check_rl.py", &[&repo().join("python"), &tiny()]);
+    assert_eq!(v["failures"], json!([]), "{v}");
+    for key in [
+        "logprob",
+        "entropy",
+        "logprob_grad_hidden",
+        "logprob_grad_weight",
+        "ppo_loss",
+        "ppo_grad",
+        "ppo_no_proximal_loss",
+        "ppo_no_proximal_grad",
+        "score",
+        "full_reference",
+        "lora_reference",
+        "adapter_load",
+        "chain_load",
+    ] {
+        assert!(v[key].as_f64().unwrap() <= 1e-5, "{key}: {v}");
+    }
+    for key in ["score_vs_generator", "score_vs_generator_after_step"] {
+        assert!(v[key].as_f64().unwrap() <= 1e-4, "{key}: {v}");
+    }
+    for key in ["positive_rise", "negative_fall", "lora_moved", "worker_logprob_shift"] {
+        assert!(v[key].as_f64().unwrap() > 1e-3, "{key}: {v}");
+    }
+    assert!(v["worker_error"].as_str().unwrap().contains("row 0"), "{v}");
+}
+
+/// Reinforcement learning on two ranks (`fixtures/train/check_rl_ranks.py`): the worker
+/// under `torchrun` (FSDP2 over gloo on the CPU) scores every row in its place with the
+/// log-probs one process gives, and an `rl_step` reports the same statistics and leaves
+/// the same weights; a reference score it cannot give is refused and the ranks go on.
+#[test]
+fn rl_on_two_ranks_matches_one_process() {
+    let v = fixture_json("train/check_rl_ranks.py", &[&repo().join("python"), &tiny()]);
+    assert_eq!(v["failures"], json!([]), "{v}");
+    assert!(v["score"].as_f64().unwrap() <= 1e-5, "{v}");
+    assert!(v["score_after_step"].as_f64().unwrap() <= 1e-4, "{v}");
+    assert!(v["stats"].as_f64().unwrap() <= 1e-4, "{v}");
+    assert!(v["moved"].as_f64().unwrap() > 1e-3, "{v}");
+}

@@ -62,6 +62,7 @@ const WORKER_FILES: &[(&str, &str)] = &[
     ("policy_worker.py", include_str!("../../../python/tritonforge_worker/policy_worker.py")),
     ("models.py", include_str!("../../../python/tritonforge_worker/models.py")),
     ("trainer.py", include_str!("../../../python/tritonforge_worker/trainer.py")),
+    ("rl.py", include_str!("../../../python/tritonforge_worker/rl.py")),
     ("__init__.py", include_str!("../../../python/tritonforge_worker/__init__.py")),
     ("__main__.py", include_str!("../../../python/tritonforge_worker/__main__.py")),
     ("protocol.py", include_str!("../../../python/tritonforge_worker/protocol.py")),
