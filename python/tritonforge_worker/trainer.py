@@ -877,8 +877,8 @@ class Trainer:
     def _frozen_reference(self) -> Any:
         """Full fine-tuning's starting policy: the setup's model loaded again on first use
         (weights from a config alone come back the same: same seed), frozen, parameters in
-        the dtype of the trainer's own (bf16 under mixed, as its forward uses). It costs one more copy of the weights on the
-        device (2 bytes a parameter under mixed or bf16, 4 under fp32) for the trainer's
+        the dtype of the trainer's own (bf16 under mixed, as its forward uses). It costs one
+        more copy of the weights on the device (2 bytes a parameter under mixed or bf16, 4 under fp32) for the trainer's
         life, no gradients or optimizer state; a run that never asks pays nothing. Loaded
         rather than copied from the trainer, so it is the starting policy even when first
         asked for after updates, or after a resume (then: the setup's model, as LoRA's

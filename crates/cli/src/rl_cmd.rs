@@ -9,7 +9,7 @@ use std::time::Duration;
 use tritonforge_agent::embedded::{EmbeddedBackend, EmbeddedConfig};
 use tritonforge_agent::episode::EpisodeConfig;
 use tritonforge_agent::{bundled, runner, Prompts, Sampling};
-use tritonforge_protocol::{DeviceKind, DeviceRequest};
+use tritonforge_protocol::{Attention, Compile, DeviceKind, DeviceRequest};
 use tritonforge_rl::config::GenerationCfg;
 use tritonforge_rl::engines::{Colocated, SglangEngines, WorkerLearner};
 use tritonforge_rl::run::source_name;
@@ -110,12 +110,25 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         "rl-{}",
         cfg.output.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     );
+    let mut setup = tritonforge_rl::setup::train_setup(&cfg, &model);
+    if matches!(cfg.generation, GenerationCfg::Colocated) {
+        // The colocated engine generates through the trained model itself, with its own
+        // KV cache and CUDA graphs: transformers' SDPA serves both (the packed-rows kernel
+        // does not), and layers compiled for training shapes recompile at every decoding
+        // shape (on an H100 a first heldout pass did not finish in 9 minutes).
+        if setup.attention == Attention::Auto {
+            setup.attention = Attention::Sdpa;
+        }
+        if setup.compile == Compile::Auto {
+            setup.compile = Compile::Off;
+        }
+    }
     let parts = Parts {
         env: env_of(tasks),
         heldout,
         generator,
         learner,
-        setup: tritonforge_rl::setup::train_setup(&cfg, &model),
+        setup,
         pad_id: 0,
         timeline,
         timed: !cpu && settings.timing.enabled,

@@ -437,6 +437,15 @@ mod tests {
         assert!(c.check().is_err());
     }
 
+    /// The shipped recipe loads and passes the checks.
+    #[test]
+    fn the_bundled_recipe_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rl/bundled.toml");
+        let c = RlConfig::load(&path).unwrap();
+        assert_eq!(c.model.path, "bundled");
+        assert!(c.model.lora.is_some() && c.data.train.len() == 2);
+    }
+
     #[test]
     fn bad_settings_are_named() {
         for (extra, key) in [

@@ -30,6 +30,9 @@ pub struct StepMetrics {
     /// Episodes cut short by a backend or evaluator failure (recorded, not trained on
     /// when they have no turn).
     pub episodes_failed: usize,
+    /// The first few distinct reasons episodes failed (what to fix).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
     pub mean_abs_advantage: f64,
     pub sequences: usize,
     pub merged_turns: usize,
@@ -79,4 +82,6 @@ pub struct HeldoutMetrics {
     pub solved: f64,
     pub compile_rate: f64,
     pub wall_s: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
 }

@@ -563,7 +563,22 @@ async fn heldout(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics
             solved: solved as f64 / n,
             compile_rate: compile_rate(&turns),
             wall_s: started.elapsed().as_secs_f64(),
+            errors: errors(&eps),
         });
+    }
+    out
+}
+
+/// Up to three distinct failure reasons of `eps`.
+fn errors<'a>(eps: impl IntoIterator<Item = &'a Episode>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in eps {
+        if let Some(err) = &e.error {
+            let short: String = err.chars().take(600).collect();
+            if out.len() < 3 && !out.contains(&short) {
+                out.push(short);
+            }
+        }
     }
     out
 }
@@ -617,6 +632,7 @@ async fn train_step(
     let all: Vec<&Episode> = rollout.groups.iter().flat_map(|g| &g.episodes).collect();
     m.episodes = all.len();
     m.episodes_failed = all.iter().filter(|e| e.error.is_some()).count();
+    m.errors = errors(all.iter().copied());
     let rewards: Vec<f64> = all.iter().flat_map(|e| e.turns.iter().map(|t| t.reward)).collect();
     let nr = rewards.len().max(1) as f64;
     m.reward_mean = rewards.iter().sum::<f64>() / nr;
