@@ -53,7 +53,7 @@ pub struct Group {
 }
 
 /// Whether a turn's code got past extraction, the guard and compilation.
-fn compiled(t: &crate::Turn) -> bool {
+pub fn compiled(t: &crate::Turn) -> bool {
     use tritonforge_protocol::Status;
     matches!(
         t.outcome,

@@ -60,6 +60,18 @@ fn is_true(x: &bool) -> bool {
     *x
 }
 
+/// `R_t = Σ_k γ^k r_{t+k}`, one per turn: the return of each turn, not one scalar per
+/// trajectory (what the episode records and what RL's advantages compare).
+pub fn discounted_returns(rewards: &[f64], gamma: f64) -> Vec<f64> {
+    let mut out = vec![0.0; rewards.len()];
+    let mut acc = 0.0;
+    for (i, r) in rewards.iter().enumerate().rev() {
+        acc = r + gamma * acc;
+        out[i] = acc;
+    }
+    out
+}
+
 /// The named reward settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -144,13 +156,7 @@ impl RewardConfig {
 
     /// Discounted returns, one per turn.
     pub fn returns(&self, rewards: &[f64]) -> Vec<f64> {
-        let mut out = vec![0.0; rewards.len()];
-        let mut acc = 0.0;
-        for (i, r) in rewards.iter().enumerate().rev() {
-            acc = r + self.gamma * acc;
-            out[i] = acc;
-        }
-        out
+        discounted_returns(rewards, self.gamma)
     }
 }
 

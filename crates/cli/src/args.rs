@@ -9,7 +9,7 @@ use clap::Args;
 use tritonforge_eval::{
     EvalSettings, Evaluator, PoolConfig, ShapeCheck, ShareMode, TimingSettings, Workspace,
 };
-use tritonforge_protocol::DeviceRequest;
+use tritonforge_protocol::{DeviceKind, DeviceRequest};
 use tritonforge_pyenv::{PythonEnv, PythonSource};
 use tritonforge_suite::{Filter, Suite, SuiteSource};
 
@@ -72,6 +72,15 @@ impl Global {
     /// The interpreter, creating the managed venv on first use (progress on stderr).
     pub fn python_env(&self) -> anyhow::Result<PythonEnv> {
         Ok(self.workspace().python_env(&mut |line| eprintln!("  [python] {line}"))?)
+    }
+
+    /// The device a policy worker runs on: `--device`, or `auto` probed with `py`.
+    pub fn device_kind(&self, py: &PythonEnv) -> anyhow::Result<DeviceKind> {
+        Ok(match self.device {
+            DeviceRequest::Cpu => DeviceKind::Cpu,
+            DeviceRequest::Cuda => DeviceKind::Cuda,
+            DeviceRequest::Auto => tritonforge_pyenv::probe(py, self.device)?.device,
+        })
     }
 
     /// The suite: `--suite`, `TRITONFORGE_SUITE`, or the one built into the binary.

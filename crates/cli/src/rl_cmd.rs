@@ -9,7 +9,7 @@ use std::time::Duration;
 use tritonforge_agent::embedded::{EmbeddedBackend, EmbeddedConfig};
 use tritonforge_agent::episode::EpisodeConfig;
 use tritonforge_agent::{bundled, runner, Prompts, Sampling};
-use tritonforge_protocol::{Attention, Compile, DeviceKind, DeviceRequest};
+use tritonforge_protocol::{Attention, Compile, DeviceKind};
 use tritonforge_rl::config::GenerationCfg;
 use tritonforge_rl::engines::{Colocated, SglangEngines, WorkerLearner};
 use tritonforge_rl::run::source_name;
@@ -39,11 +39,7 @@ pub struct RlArgs {
 pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     let cfg = RlConfig::load(&args.config).map_err(usage)?;
     let py = global.python_env()?;
-    let device = match global.device {
-        DeviceRequest::Cpu => DeviceKind::Cpu,
-        DeviceRequest::Cuda => DeviceKind::Cuda,
-        DeviceRequest::Auto => tritonforge_pyenv::probe(&py, global.device)?.device,
-    };
+    let device = global.device_kind(&py)?;
     let settings = args.eval.settings()?;
     let builtin = global.workspace().suite.root(&global.workspace().state_dir)?;
     let tasks = tritonforge_rl::setup::load_tasks(&cfg.data.train, &builtin, &settings, device)

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Subcommand;
-use tritonforge_protocol::{DeviceKind, DeviceRequest};
 use tritonforge_store::Store;
 use tritonforge_train::events::MetricsLog;
 use tritonforge_train::worker::{TrainerSpec, WorkerPolicy};
@@ -45,11 +44,7 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
     };
     let cfg = SftConfig::load(&config).map_err(usage)?;
     let py = global.python_env()?;
-    let device = match global.device {
-        DeviceRequest::Cpu => DeviceKind::Cpu,
-        DeviceRequest::Cuda => DeviceKind::Cuda,
-        DeviceRequest::Auto => tritonforge_pyenv::probe(&py, global.device)?.device,
-    };
+    let device = global.device_kind(&py)?;
     std::fs::create_dir_all(&cfg.output.dir)
         .with_context(|| format!("creating {}", cfg.output.dir.display()))?;
     let tok_dir = tritonforge_train::tokenizer_dir(&cfg, &py).map_err(usage)?;

@@ -28,19 +28,6 @@ use common::*;
 /// A completion token pays when its id is a multiple of this.
 const MARK: u32 = 4;
 
-/// SmolLM2's tokenizer, exported once for the tests of this file.
-fn tokenizer() -> PathBuf {
-    static TOK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    TOK.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap().keep();
-        let tok = dir.join("tok");
-        let out = run(tf(&dir.join("state")).args(["tokenizer", "export", "--out"]).arg(&tok));
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-        tok
-    })
-    .clone()
-}
-
 /// The tiny model's config with the tokenizer beside it: a model directory the worker
 /// loads (random weights, seeded). `init`: the weights' initial scale, when not the
 /// config's 0.02 (whose next-token distribution is uniform over 49,152 tokens: at 0.5 it
@@ -57,7 +44,7 @@ fn tiny_model(dir: &Path, init: Option<f64>) -> PathBuf {
         config["initializer_range"] = r.into();
     }
     std::fs::write(m.join("config.json"), config.to_string()).unwrap();
-    for f in std::fs::read_dir(tokenizer()).unwrap() {
+    for f in std::fs::read_dir(exported_tokenizer()).unwrap() {
         let f = f.unwrap();
         std::fs::copy(f.path(), m.join(f.file_name())).unwrap();
     }
@@ -467,7 +454,9 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
     let state = dir.path().join("state");
     let model = tiny_model(dir.path(), None);
     let engine = Engine {
-        tokenizer: Arc::new(tritonforge_chat::ChatTokenizer::from_dir(&tokenizer()).unwrap()),
+        tokenizer: Arc::new(
+            tritonforge_chat::ChatTokenizer::from_dir(&exported_tokenizer()).unwrap(),
+        ),
         seen: Default::default(),
         loads: Default::default(),
     };
@@ -485,7 +474,7 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
         .replace("turns = 2", "turns = 1")
         + &format!(
             "[generation]\nkind = \"sglang\"\nurls = [\"{url}\"]\ntokenizer = \"{}\"\n",
-            tokenizer().display()
+            exported_tokenizer().display()
         );
     std::fs::write(&cfg, text_cfg).unwrap();
     let o = run(tf(&state)

@@ -31,24 +31,10 @@ struct Setup {
     tok: PathBuf,
 }
 
-/// SmolLM2's tokenizer, exported once for all tests of this file (loading the GGUF file
-/// takes a while).
-fn tokenizer() -> PathBuf {
-    static TOK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    TOK.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap().keep();
-        let tok = dir.join("tok");
-        let out = run(tf(&dir.join("state")).args(["tokenizer", "export", "--out"]).arg(&tok));
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-        tok
-    })
-    .clone()
-}
-
 fn setup() -> Setup {
     let root = tempfile::tempdir().unwrap();
     let state = root.path().join("state");
-    let tok = tokenizer();
+    let tok = exported_tokenizer();
     let mut train: Vec<String> = (0..40).map(|i| chat(i).to_string()).collect();
     // Rows the trainer must skip and count: no answer, too long, not JSON.
     train.push(json!({"messages": [{"role": "user", "content": "hi"}]}).to_string());

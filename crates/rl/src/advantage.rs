@@ -29,17 +29,6 @@ pub const STD_EPS: f64 = 1e-6;
 /// Below this an advantage counts as zero (no signal).
 pub const ZERO: f64 = 1e-9;
 
-/// `R_t = Σ_k γ^k r_{t+k}`, one per turn.
-pub fn returns(rewards: &[f64], gamma: f64) -> Vec<f64> {
-    let mut out = vec![0.0; rewards.len()];
-    let mut acc = 0.0;
-    for (i, r) in rewards.iter().enumerate().rev() {
-        acc = r + gamma * acc;
-        out[i] = acc;
-    }
-    out
-}
-
 /// Advantages for one group: `returns[i][t]` is episode `i`'s return at turn `t` (episodes
 /// may have different numbers of turns). The result has the same shape, or `None` when
 /// every advantage is zero (the group carries no signal).
@@ -73,6 +62,7 @@ pub fn group_advantages(returns: &[Vec<f64>], estimator: Estimator) -> Option<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tritonforge_agent::reward::discounted_returns as returns;
 
     fn close(a: &[Vec<f64>], b: &[Vec<f64>]) {
         assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");

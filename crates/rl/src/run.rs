@@ -8,10 +8,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
-use tritonforge_agent::{Backend, Episode, Sampling, TurnOutcome};
-use tritonforge_protocol::{
-    RlLoss, RlStats, SaveJob, ScoreJob, Scores, Status, TrainInfo, TrainSetup,
-};
+use tritonforge_agent::{Backend, Episode, Sampling};
+use tritonforge_protocol::{RlLoss, RlStats, SaveJob, ScoreJob, Scores, TrainInfo, TrainSetup};
 use tritonforge_store::Store;
 
 use crate::advantage::group_advantages;
@@ -24,6 +22,7 @@ use crate::pool::{Pool, PoolState};
 use crate::rng::Rng;
 use crate::staleness::Gate;
 use crate::RlError;
+use tritonforge_agent::reward::discounted_returns;
 
 /// The trainer's side: the policy worker with `--train`.
 pub trait Learner: Send + Sync {
@@ -278,7 +277,7 @@ impl Producer {
                     .iter()
                     .map(|e| {
                         let rw: Vec<f64> = e.turns.iter().map(|t| t.reward).collect();
-                        crate::advantage::returns(&rw, self.reward_gamma)
+                        discounted_returns(&rw, self.reward_gamma)
                     })
                     .collect();
                 let adv = group_advantages(&returns, self.cfg.advantage.estimator);
@@ -583,20 +582,12 @@ fn errors<'a>(eps: impl IntoIterator<Item = &'a Episode>) -> Vec<String> {
     out
 }
 
-fn compiled(o: TurnOutcome) -> bool {
-    matches!(
-        o,
-        TurnOutcome::Evaluated(
-            Status::Correct | Status::Incorrect | Status::RuntimeError | Status::Timeout
-        )
-    )
-}
-
 fn compile_rate(turns: &[&tritonforge_agent::Turn]) -> f64 {
     if turns.is_empty() {
         return 0.0;
     }
-    turns.iter().filter(|t| compiled(t.outcome)).count() as f64 / turns.len() as f64
+    turns.iter().filter(|t| tritonforge_agent::metrics::compiled(t)).count() as f64
+        / turns.len() as f64
 }
 
 /// Train on one rollout batch (no update when no group carried signal, even after
@@ -642,7 +633,7 @@ async fn train_step(
         .filter(|e| !e.turns.is_empty())
         .map(|e| {
             let rw: Vec<f64> = e.turns.iter().map(|t| t.reward).collect();
-            crate::advantage::returns(&rw, reward.gamma)[0]
+            discounted_returns(&rw, reward.gamma)[0]
         })
         .collect();
     m.return_mean = firsts.iter().sum::<f64>() / firsts.len().max(1) as f64;

@@ -119,3 +119,17 @@ pub fn serve(state: &Path, extra: &[&str]) -> Served {
         .unwrap_or_else(|_| panic!("the server did not start:\n{}", log.lock().unwrap()));
     Served { child, url, log }
 }
+
+/// SmolLM2's tokenizer (`tokenizer export`), written once per test binary: loading the
+/// GGUF file takes a while.
+pub fn exported_tokenizer() -> PathBuf {
+    static TOK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TOK.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let tok = dir.join("tok");
+        let out = run(tf(&dir.join("state")).args(["tokenizer", "export", "--out"]).arg(&tok));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        tok
+    })
+    .clone()
+}
