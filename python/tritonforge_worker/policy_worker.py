@@ -23,7 +23,7 @@ import queue
 import sys
 import threading
 import time
-from typing import Any, List
+from typing import Any, List, Optional
 
 from .engine import Engine, EngineError
 from .models import load, load_tokenizer
@@ -42,6 +42,7 @@ from .protocol import (
     decode,
     encode,
 )
+from .usage import Usage
 
 TRAIN_MESSAGES = ("train_setup", "train_step", "eval_loss", "save_checkpoint", "score", "rl_step")
 # Training messages after which the weights are new: the engine forgets its cached prefixes.
@@ -146,7 +147,7 @@ def serve_policy(argv: List[str]) -> int:
     # prefills one request at a time, slower there).
     engine_default = "1" if device.startswith("cuda") or train else "0"
     if os.environ.get("TRITONFORGE_POLICY_ENGINE", engine_default) != "0":
-        return _serve_engine(inbox, _Generator(model, tok, net, device, limit))
+        return _serve_engine(inbox, _Generator(model, tok, net, device, limit, Usage(device)))
     while True:
         jobs: List[Any] = []
         stop = False
@@ -190,18 +191,57 @@ class _Generator:
     """The engine as the worker uses it: requests by message id, the model it generates
     from (the loaded one, or the trainer's once training is set up), its tokenizer."""
 
-    def __init__(self, model: str, tok: Any, net: Any, device: str, slots: int) -> None:
+    def __init__(self, model: str, tok: Any, net: Any, device: str, slots: int, usage: Usage) -> None:
         self.model, self.tok, self.net, self.device, self.slots = model, tok, net, device, slots
+        self.usage = usage
         self.max_len = int(os.environ.get("TRITONFORGE_POLICY_MAX_LEN", "4096"))
         sync = os.environ.get("TRITONFORGE_POLICY_SYNC")
         self.sync = int(sync) if sync else None
         self.engine: Any = None
         self.ids: dict = {}
+        # Colocated: the trainer's model, and the generation copy made from it.
+        self.trained: Any = None
+        self.copy: Any = None
 
     def use(self, net: Any) -> None:
         """Generate from `net` from now on (a new engine when it is another model)."""
         if net is not self.net:
             self.net, self.engine = net, None
+
+    def follow(self, trained: Any, updated: bool) -> None:
+        """Generate from the weights of the trainer's model `trained` (colocated): through
+        a generation copy (`gencopy`), made when the trainer's model is new and refreshed
+        in place after each update; or, with TRITONFORGE_POLICY_GEN_COPY=0 or a model the
+        copy cannot mirror, through the trained model itself."""
+        if self.copy is not None and self.trained is trained:
+            if updated:
+                self._refresh(trained)
+            return
+        self.trained = trained
+        if os.environ.get("TRITONFORGE_POLICY_GEN_COPY", "1") != "0":
+            import torch
+
+            from .gencopy import GenerationCopy
+
+            try:
+                self.copy = GenerationCopy(trained, self.device, getattr(torch, _dtype(self.device)))
+                self.use(self.copy.net)
+                return
+            except Exception as exc:  # noqa: BLE001 - generating through the trained model still works
+                sys.stderr.write(f"policy: no generation copy ({type(exc).__name__}: {exc}); "
+                                 "generating through the trained model\n")
+                self.copy = None
+        self.use(trained)
+        if updated and self.engine is not None:
+            self.engine.weights_changed()
+
+    def _refresh(self, trained: Any) -> None:
+        assert self.copy is not None
+        started = time.perf_counter()
+        self.copy.refresh(trained)
+        self.usage.refresh_s += time.perf_counter() - started
+        if self.engine is not None:
+            self.engine.weights_changed()
 
     def busy(self) -> bool:
         return self.engine is not None and self.engine.busy()
@@ -236,6 +276,7 @@ class _Generator:
             return
         training = bool(getattr(self.net, "training", False))
         self.net.eval()
+        started = time.perf_counter()
         try:
             done = self.engine.step()
         except Exception as exc:  # noqa: BLE001 - reported to every caller in flight
@@ -244,6 +285,7 @@ class _Generator:
             _free_device_memory(self.device)
             return
         finally:
+            self.usage.generate_s += time.perf_counter() - started
             if training:
                 self.net.train()
         for fin in done:
@@ -286,11 +328,9 @@ def _serve_engine(inbox: "queue.Queue[Any]", gen: _Generator) -> int:
                 _send(Error(type="error", id=None, message=str(msg)))
             elif msg.type in TRAIN_MESSAGES:
                 gen.finish()  # training is strictly in order
-                _train(trainer, msg, gen.device)
+                _train(trainer, msg, gen.device, usage=gen.usage)
                 if trainer:
-                    gen.use(trainer[0].net)
-                    if msg.type in UPDATES and gen.engine is not None:
-                        gen.engine.weights_changed()
+                    gen.follow(trainer[0].net, updated=msg.type in UPDATES)
             elif msg.type == "generate":
                 gen.submit(msg)
             else:
@@ -374,11 +414,14 @@ def _serve_ranks(device: str) -> int:
     return 0
 
 
-def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: bool = False) -> None:
+def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: bool = False,
+           usage: Optional[Usage] = None) -> None:
     """One training request, answered in order; errors name the request and keep the
-    worker alive (nothing already trained is lost)."""
+    worker alive (nothing already trained is lost). Its time counts to `usage`, whose
+    totals an RL step's answer carries."""
     from .trainer import Refused, Trainer, TrainError, describe_oom
 
+    started: Optional[float] = time.perf_counter()
     try:
         if msg.type == "train_setup":
             state.clear()
@@ -399,7 +442,12 @@ def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: b
         elif msg.type == "score":
             reply = Scored(type="scored", id=msg.id, scores=trainer.score(msg.job))
         elif msg.type == "rl_step":
-            reply = RlDone(type="rl_done", id=msg.id, stats=trainer.rl_step(msg.batch))
+            stats = trainer.rl_step(msg.batch)
+            if usage is not None and started is not None:
+                usage.train_s += time.perf_counter() - started
+                started = None
+                stats.device = usage.snapshot()
+            reply = RlDone(type="rl_done", id=msg.id, stats=stats)
         elif msg.type == "save_checkpoint":
             trainer.save(msg.save)
             reply = Checkpointed(type="checkpointed", id=msg.id,
@@ -423,6 +471,9 @@ def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: b
             sys.stderr.write(f"rank {os.environ.get('RANK', '?')}: {text}\n")
             sys.stderr.flush()
             os._exit(1)
+    finally:
+        if usage is not None and started is not None:
+            usage.train_s += time.perf_counter() - started
 
 
 def _micro_batches(msg: Any) -> List[Any]:

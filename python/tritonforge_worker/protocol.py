@@ -532,6 +532,18 @@ class RlBatch:
 
 
 @dataclass
+class DeviceUse:
+    """The policy worker's time, cumulative since it started (see `usage`)."""
+
+    wall_s: float
+    generate_s: float
+    train_s: float
+    refresh_s: float
+    gpu_busy_s: Optional[float]
+    gpu_sampled_s: Optional[float]
+
+
+@dataclass
 class RlStats:
     step: int
     loss: float
@@ -548,6 +560,7 @@ class RlStats:
     tokens: int
     elapsed_ms: float
     memory_bytes: Optional[int]
+    device: Optional[DeviceUse] = None
 
 
 @dataclass

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tritonforge_agent::embedded::{EmbeddedBackend, EmbeddedConfig};
 use tritonforge_agent::episode::EpisodeConfig;
 use tritonforge_agent::{bundled, runner, Prompts, Sampling};
-use tritonforge_protocol::{Attention, Compile, DeviceKind};
+use tritonforge_protocol::{Compile, DeviceKind};
 use tritonforge_rl::config::GenerationCfg;
 use tritonforge_rl::engines::{Colocated, SglangEngines, WorkerLearner};
 use tritonforge_rl::run::source_name;
@@ -107,17 +107,12 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         cfg.output.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     );
     let mut setup = tritonforge_rl::setup::train_setup(&cfg, &model);
-    if matches!(cfg.generation, GenerationCfg::Colocated) {
-        // The colocated engine generates through the trained model itself, with its own
-        // KV cache and CUDA graphs: transformers' SDPA serves both (the packed-rows kernel
-        // does not), and layers compiled for training shapes recompile at every decoding
-        // shape (on an H100 a first heldout pass did not finish in 9 minutes).
-        if setup.attention == Attention::Auto {
-            setup.attention = Attention::Sdpa;
-        }
-        if setup.compile == Compile::Auto {
-            setup.compile = Compile::Off;
-        }
+    // The colocated engine decodes with its own generation copy (plain SDPA, CUDA graphs),
+    // so the trainer keeps its own attention kernel. Compiled layers are left off unless
+    // asked for: an RL batch's micro-batches change shape at every step, and each new
+    // shape recompiles.
+    if setup.compile == Compile::Auto {
+        setup.compile = Compile::Off;
     }
     let parts = Parts {
         env: env_of(tasks),
@@ -198,9 +193,20 @@ fn describe(e: &RlEvent) -> String {
         ),
         RlEvent::Step(m) => {
             let pass: Vec<String> = m.pass_by_turn.iter().map(|p| format!("{:.0}%", 100.0 * p)).collect();
+            let worker = m.worker.as_ref().map_or(String::new(), |w| {
+                let gpu = w.gpu_idle.map_or(String::new(), |g| format!(", GPU idle {:.0}%", 100.0 * g));
+                format!(
+                    "; worker: gen {:.1} s, train {:.1} s, refresh {:.2} s, idle {:.0}%{gpu}",
+                    w.generate_s,
+                    w.train_s,
+                    w.refresh_s,
+                    100.0 * w.idle
+                )
+            });
             format!(
                 "step {}: reward {:.3}±{:.3}, solved by turn [{}], groups {}/{} kept, loss {:.4}, clip {:.3}, \
-                 entropy {:.3}, {:.1} s (rollout {:.1}: gen {:.1}, eval {:.1}; train {:.1}), idle {:.0}%, {:.0} tok/s",
+                 entropy {:.3}, {:.1} s (rollout {:.1}: gen {:.1}, eval {:.1}; train {:.1}), idle {:.0}%, {:.0} tok/s\
+                 {worker}",
                 m.step,
                 m.reward_mean,
                 m.reward_std,

@@ -558,6 +558,14 @@ pub fn sample_messages() -> Vec<Message> {
                 tokens: 10,
                 elapsed_ms: 20.0,
                 memory_bytes: None,
+                device: Some(DeviceUse {
+                    wall_s: 12.5,
+                    generate_s: 8.0,
+                    train_s: 3.0,
+                    refresh_s: 0.25,
+                    gpu_busy_s: None,
+                    gpu_sampled_s: None,
+                }),
             },
         },
     ]

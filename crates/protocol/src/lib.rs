@@ -77,8 +77,8 @@ pub use fixtures::sample_messages;
 pub use generation::{ChatTurn, GenerateJob, Generated};
 pub use record::{EvalConfig, EvalRecord, FindingSeverity, GuardFinding, MemoryUse, SourceRef};
 pub use trainer::{
-    Attention, Compile, LoraSetup, MicroBatch, Precision, RlBatch, RlLoss, RlMicroBatch, RlStats,
-    SaveJob, ScoreJob, Scores, StepStats, TrainBatch, TrainInfo, TrainSetup, WeightDtype,
+    Attention, Compile, DeviceUse, LoraSetup, MicroBatch, Precision, RlBatch, RlLoss, RlMicroBatch,
+    RlStats, SaveJob, ScoreJob, Scores, StepStats, TrainBatch, TrainInfo, TrainSetup, WeightDtype,
 };
 
 /// A name outside one of the protocol's closed sets (parsed from configuration; on the

@@ -244,6 +244,25 @@ pub struct RlStats {
     pub tokens: u64,
     pub elapsed_ms: f64,
     pub memory_bytes: Option<u64>,
+    /// The worker's time so far, for the step's time split and idle share.
+    #[serde(default)]
+    pub device: Option<DeviceUse>,
+}
+
+/// The policy worker's time, cumulative since it started: the host takes differences
+/// between steps. The worker's view (seconds inside generation and training; the rest it
+/// waited) and, on a GPU with NVML, the device's (utilisation integrated over time).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceUse {
+    pub wall_s: f64,
+    pub generate_s: f64,
+    pub train_s: f64,
+    /// Writing the trained weights into the generation copy (colocated).
+    pub refresh_s: f64,
+    /// Seconds of kernel activity, of `gpu_sampled_s` seconds sampled.
+    pub gpu_busy_s: Option<f64>,
+    pub gpu_sampled_s: Option<f64>,
 }
 
 /// Log-probabilities of the target tokens, no update.

@@ -63,6 +63,8 @@ const WORKER_FILES: &[(&str, &str)] = &[
     ("models.py", include_str!("../../../python/tritonforge_worker/models.py")),
     ("trainer.py", include_str!("../../../python/tritonforge_worker/trainer.py")),
     ("rl.py", include_str!("../../../python/tritonforge_worker/rl.py")),
+    ("gencopy.py", include_str!("../../../python/tritonforge_worker/gencopy.py")),
+    ("usage.py", include_str!("../../../python/tritonforge_worker/usage.py")),
     ("__init__.py", include_str!("../../../python/tritonforge_worker/__init__.py")),
     ("__main__.py", include_str!("../../../python/tritonforge_worker/__main__.py")),
     ("protocol.py", include_str!("../../../python/tritonforge_worker/protocol.py")),

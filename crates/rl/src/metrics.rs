@@ -1,6 +1,7 @@
 //! What a step reports, and where it is kept.
 
 use serde::{Deserialize, Serialize};
+use tritonforge_protocol::DeviceUse;
 
 /// One RL step, as `metrics.jsonl` and the store keep it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -64,8 +65,55 @@ pub struct StepMetrics {
     /// Generated tokens per second of rollout wall time.
     pub tokens_per_s: f64,
     /// Share of `step_s` during which the policy (generator or trainer) had nothing in
-    /// flight: the GPU's idle share when they share it.
+    /// flight, as the host sees it.
     pub policy_idle: f64,
+    /// The policy worker's own account since the previous update (`None` when it gives
+    /// none, e.g. external engines): seconds in generation, in training, refreshing the
+    /// generation copy, and the share of its wall time it waited for work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerShare>,
+}
+
+/// The worker's time over one step (differences of [`DeviceUse`] totals).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerShare {
+    pub wall_s: f64,
+    pub generate_s: f64,
+    pub train_s: f64,
+    pub refresh_s: f64,
+    /// 1 - (generate + train + refresh) / wall: an upper bound on the device's idle share.
+    pub idle: f64,
+    /// The GPU's idle share from NVML utilisation (`None` on a CPU or without NVML).
+    pub gpu_idle: Option<f64>,
+}
+
+impl WorkerShare {
+    /// The step between two totals (`prev`: the previous update's, or `None` from the
+    /// worker's start).
+    pub fn between(prev: Option<&DeviceUse>, now: &DeviceUse) -> WorkerShare {
+        let zero = DeviceUse {
+            wall_s: 0.0,
+            generate_s: 0.0,
+            train_s: 0.0,
+            refresh_s: 0.0,
+            gpu_busy_s: now.gpu_busy_s.map(|_| 0.0),
+            gpu_sampled_s: now.gpu_sampled_s.map(|_| 0.0),
+        };
+        let p = prev.unwrap_or(&zero);
+        let wall_s = (now.wall_s - p.wall_s).max(0.0);
+        let generate_s = (now.generate_s - p.generate_s).max(0.0);
+        let train_s = (now.train_s - p.train_s).max(0.0);
+        let refresh_s = (now.refresh_s - p.refresh_s).max(0.0);
+        let busy = generate_s + train_s + refresh_s;
+        let idle = if wall_s > 0.0 { (1.0 - busy / wall_s).clamp(0.0, 1.0) } else { 0.0 };
+        let gpu_idle = match (now.gpu_busy_s, now.gpu_sampled_s, p.gpu_busy_s, p.gpu_sampled_s) {
+            (Some(b), Some(s), Some(pb), Some(ps)) if s - ps > 0.0 => {
+                Some((1.0 - (b - pb) / (s - ps)).clamp(0.0, 1.0))
+            }
+            _ => None,
+        };
+        WorkerShare { wall_s, generate_s, train_s, refresh_s, idle, gpu_idle }
+    }
 }
 
 /// A heldout measurement.
@@ -84,4 +132,39 @@ pub struct HeldoutMetrics {
     pub wall_s: f64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn totals(wall: f64, generate: f64, train: f64, gpu: Option<(f64, f64)>) -> DeviceUse {
+        DeviceUse {
+            wall_s: wall,
+            generate_s: generate,
+            train_s: train,
+            refresh_s: 0.5,
+            gpu_busy_s: gpu.map(|g| g.0),
+            gpu_sampled_s: gpu.map(|g| g.1),
+        }
+    }
+
+    #[test]
+    fn worker_share_is_the_difference_of_totals() {
+        let first = totals(40.0, 20.0, 10.0, Some((24.0, 40.0)));
+        // From the worker's start: 30.5 of 40 s busy; the GPU busy 24 of 40 s sampled.
+        let s = WorkerShare::between(None, &first);
+        assert!((s.idle - 9.5 / 40.0).abs() < 1e-12);
+        assert!((s.gpu_idle.unwrap_or(-1.0) - 0.4).abs() < 1e-12);
+        // The next step: 20 s more wall, 12 generating, 6 training, no refresh; the GPU
+        // busy 15 of 19 s sampled.
+        let second = totals(60.0, 32.0, 16.0, Some((39.0, 59.0)));
+        let s = WorkerShare::between(Some(&first), &second);
+        assert_eq!((s.wall_s, s.generate_s, s.train_s, s.refresh_s), (20.0, 12.0, 6.0, 0.0));
+        assert!((s.idle - 0.1).abs() < 1e-12);
+        assert!((s.gpu_idle.unwrap_or(-1.0) - 4.0 / 19.0).abs() < 1e-12);
+        // No NVML: no GPU share, never a guess.
+        let cpu = WorkerShare::between(None, &totals(10.0, 5.0, 5.0, None));
+        assert_eq!(cpu.gpu_idle, None);
+    }
 }

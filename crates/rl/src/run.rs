@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 use tritonforge_agent::{Backend, Episode, Sampling};
-use tritonforge_protocol::{RlLoss, RlStats, SaveJob, ScoreJob, Scores, TrainInfo, TrainSetup};
+use tritonforge_protocol::{
+    DeviceUse, RlLoss, RlStats, SaveJob, ScoreJob, Scores, TrainInfo, TrainSetup,
+};
 use tritonforge_store::Store;
 
 use crate::advantage::group_advantages;
@@ -17,7 +19,7 @@ use crate::batch;
 use crate::config::RlConfig;
 use crate::env::{Activity, BoxFuture, Environment, Play, TimedBackend, Timeline};
 use crate::layout::{lay_out, Sequence};
-use crate::metrics::{HeldoutMetrics, StepMetrics};
+use crate::metrics::{HeldoutMetrics, StepMetrics, WorkerShare};
 use crate::pool::{Pool, PoolState};
 use crate::rng::Rng;
 use crate::staleness::Gate;
@@ -409,13 +411,15 @@ pub async fn train(
     });
 
     let mut last_end = parts.timeline.now();
+    // The worker's time totals at the previous update.
+    let mut last_use: Option<DeviceUse> = None;
     let mut result = Ok(());
     for step in start..end {
         let Some(rollout) = batch_rx.recv().await else {
             result = Err(RlError::Schedule("the rollout producer stopped early".into()));
             break;
         };
-        match train_step(cfg, &parts, &rollout, step, last_end, &reward).await {
+        match train_step(cfg, &parts, &rollout, step, last_end, &reward, &mut last_use).await {
             Ok(m) => {
                 append_jsonl(&metrics_path, &m)?;
                 put_metric(store, &parts.run, step + 1, "rl", &m)?;
@@ -599,6 +603,7 @@ async fn train_step(
     step: u64,
     last_end: f64,
     reward: &tritonforge_agent::RewardConfig,
+    last_use: &mut Option<DeviceUse>,
 ) -> Result<StepMetrics, RlError> {
     let gate = Gate { max_staleness: cfg.schedule.max_staleness };
     let staleness = gate.age(rollout.b, rollout.generated_at, step).map_err(RlError::Schedule)?;
@@ -748,6 +753,10 @@ async fn train_step(
     m.grad_norm = stats.iter().map(|s| s.grad_norm).fold(0.0, f64::max);
     m.lr = stats.last().map_or(0.0, |s| s.lr);
     m.trained_tokens = stats.iter().map(|s| s.tokens).sum();
+    if let Some(now) = stats.last().and_then(|s| s.device.clone()) {
+        m.worker = Some(WorkerShare::between(last_use.as_ref(), &now));
+        *last_use = Some(now);
+    }
     m.step_s = t2 - last_end.min(rollout.started);
     let window = (last_end.min(rollout.started), t2);
     let busy = tl.covered(&[Activity::Generate, Activity::Train], window.0, window.1);

@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""The colocated RL policy's two halves, measured side by side on one device.
+
+Generation: B prompts of about PROMPT tokens (random ids) each get TOKENS new tokens,
+sampled at temperature 1 (end-of-sequence ignored, so every row runs to its budget), by
+the worker's engine
+- `trained`: decoding through the trainer's own model (LoRA unmerged, the trainer's
+  dtype): what `train rl` did before the generation copy;
+- `copy`: decoding through the generation copy (`gencopy`: the effective weights merged
+  into a plain model in the generation dtype), as `train rl` does now.
+Each arm runs once untimed (warm-up: CUDA graphs) and once timed. Then the copy's
+refresh after one optimizer step (the in-place weight write), timed.
+
+Training: one `score` (proximal log-probs) and one `rl_step` over ROWS rows of 600 to
+1,400 tokens (a third of each a completion, the rest prompt), in micro-batches of 8
+rows, for each attention kernel asked for (`sdpa`; `auto` picks the packed-rows kernel on
+a GPU).
+
+usage: PYTHONPATH=python python3 scripts/bench_colocated.py --model MODEL [--device cuda]
+       [--batch 64] [--prompt-tokens 800] [--tokens 384] [--rows 64] [--attention sdpa,auto]
+       [--lora-rank 16] [--dtype bf16]
+--quick: the tiny test model on the CPU, small sizes (checks the script itself).
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))
+
+import torch  # noqa: E402
+
+from tritonforge_worker.engine import Engine, Request  # noqa: E402
+from tritonforge_worker.gencopy import GenerationCopy  # noqa: E402
+from tritonforge_worker.protocol import (  # noqa: E402
+    LoraSetup,
+    MicroBatch,
+    RlBatch,
+    RlLoss,
+    RlMicroBatch,
+    ScoreJob,
+    TrainBatch,
+    TrainSetupJob,
+)
+from tritonforge_worker.trainer import Trainer  # noqa: E402
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def setup(model: str, attention: str, rank: int, dtype: str) -> TrainSetupJob:
+    lora = LoraSetup(rank=rank, alpha=2.0 * rank, dropout=0.0,
+                     target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    return TrainSetupJob(model=model, resume=None, lora=lora if rank > 0 else None, lr=1e-4, min_lr=1e-4,
+                         warmup_steps=0, total_steps=100, weight_decay=0.0, grad_clip=1.0,
+                         gradient_checkpointing=False, dtype=dtype, seed=0, attention=attention, compile="off")
+
+
+def generate(net: Any, device: str, prompts: List[List[int]], tokens: int) -> Dict[str, Any]:
+    eng = Engine(net, device, max_slots=len(prompts), max_len=max(len(p) for p in prompts) + tokens + 8)
+
+    def once() -> float:
+        reqs = [Request(key=i, prompt=p, max_tokens=tokens, temperature=1.0, seed=i) for i, p in enumerate(prompts)]
+        sync(device)
+        t = time.perf_counter()
+        eng.run(reqs)
+        sync(device)
+        eng.weights_changed()  # no prefix reuse between the two passes
+        return time.perf_counter() - t
+
+    was_training = net.training
+    net.eval()
+    try:
+        warm = once()
+        timed = once()
+    finally:
+        if was_training:
+            net.train()
+    new = len(prompts) * tokens
+    return {"warmup_s": round(warm, 3), "seconds": round(timed, 3), "tokens": new,
+            "tokens_per_s": round(new / timed, 1), "graphs": eng.stats["graphs"]}
+
+
+def rows(n: int, vocab: int, seed: int) -> List[MicroBatch]:
+    rng = random.Random(seed)
+    out = []
+    for start in range(0, n, 8):
+        lengths = [rng.randint(600, 1400) for _ in range(min(8, n - start))]
+        width = max(lengths)
+        ids, mask, pos = [], [], []
+        for length in lengths:
+            prompt = (2 * length) // 3
+            ids.append([rng.randrange(3, vocab) for _ in range(length)] + [0] * (width - length))
+            mask.append([0] * prompt + [1] * (length - prompt) + [0] * (width - length))
+            pos.append(list(range(width)))
+        out.append(MicroBatch(input_ids=ids, loss_mask=mask, position_ids=pos, lengths=lengths))
+    return out
+
+
+def train_arm(model: str, device: str, attention: str, rank: int, dtype: str, n_rows: int) -> Dict[str, Any]:
+    trainer = Trainer(setup(model, attention, rank, dtype), device)
+    vocab = int(trainer._base().get_input_embeddings().weight.shape[0])
+    micro = rows(n_rows, vocab, 1)
+    job = ScoreJob(batch=TrainBatch(micro=micro), reference=False)
+    trainer.score(job)  # warm-up
+    sync(device)
+    t = time.perf_counter()
+    scores = trainer.score(job).logprobs
+    sync(device)
+    score_s = time.perf_counter() - t
+    targets = sum(len(r) for mb in scores for r in mb)
+    batch = RlBatch(micro=[RlMicroBatch(rows=mb, advantages=[[1.0 if i % 2 else -1.0] * len(r)
+                                                             for i, r in enumerate(scores[k])],
+                                        behaviour=scores[k], proximal=scores[k], reference=None)
+                           for k, mb in enumerate(micro)],
+                    loss=RlLoss(clip_low=0.2, clip_high=0.28, kl_coef=0.0, entropy_coef=0.0, tis_cap=2.0,
+                                loss_tokens=targets))
+    trainer.rl_step(batch)  # warm-up
+    sync(device)
+    t = time.perf_counter()
+    trainer.rl_step(batch)
+    sync(device)
+    step_s = time.perf_counter() - t
+    positions = sum(sum(mb.lengths) for mb in micro)
+    return {"attention": trainer.attention_note, "rows": n_rows, "tokens": positions, "targets": targets,
+            "score_s": round(score_s, 3), "rl_step_s": round(step_s, 3),
+            "score_tokens_per_s": round(positions / score_s, 1), "step_tokens_per_s": round(positions / step_s, 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--prompt-tokens", type=int, default=800)
+    ap.add_argument("--tokens", type=int, default=384)
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--attention", default="sdpa,auto")
+    ap.add_argument("--lora-rank", type=int, default=16)
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    if a.quick:
+        a.model, a.device, a.batch, a.prompt_tokens, a.tokens, a.rows = (
+            str(REPO / "configs/models/tiny-llama"), "cpu", 4, 40, 8, 8)
+        a.attention, a.dtype, a.lora_rank = "sdpa", "fp32", 4
+    result: Dict[str, Any] = {"model": a.model, "device": a.device, "batch": a.batch,
+                              "prompt_tokens": a.prompt_tokens, "tokens": a.tokens, "lora_rank": a.lora_rank,
+                              "dtype": a.dtype}
+    if a.device.startswith("cuda"):
+        result["gpu"] = torch.cuda.get_device_name(0)
+    gen_dtype = torch.bfloat16 if a.device.startswith("cuda") else torch.float32
+    trainer = Trainer(setup(a.model, "sdpa", a.lora_rank, a.dtype), a.device)
+    vocab = int(trainer._base().get_input_embeddings().weight.shape[0])
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, vocab) for _ in range(a.prompt_tokens + rng.randint(-100, 100) * (a.prompt_tokens > 200))]
+               for _ in range(a.batch)]
+    arms: Dict[str, Any] = {}
+    try:
+        arms["trained"] = generate(trainer.net, a.device, prompts, a.tokens)
+    except Exception as exc:  # noqa: BLE001 - reported, the other arm goes on
+        arms["trained"] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-1500:]}
+    copy = GenerationCopy(trainer.net, a.device, gen_dtype)
+    arms["copy"] = generate(copy.net, a.device, prompts, a.tokens)
+    result["generation"] = arms
+    if "tokens_per_s" in arms["trained"]:
+        result["copy_speedup"] = round(arms["copy"]["tokens_per_s"] / arms["trained"]["tokens_per_s"], 2)
+    # The refresh after an update (the weights moved: its time, and the copy matching).
+    with torch.no_grad():
+        for p in trainer.params:
+            p.add_(torch.randn_like(p) * 1e-3)
+    sync(a.device)
+    t = time.perf_counter()
+    copy.refresh(trainer.net)
+    sync(a.device)
+    result["refresh_s"] = round(time.perf_counter() - t, 4)
+    del copy, trainer
+    if a.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    result["training"] = []
+    for attention in a.attention.split(","):
+        try:
+            result["training"].append(train_arm(a.model, a.device, attention, a.lora_rank, a.dtype, a.rows))
+        except Exception as exc:  # noqa: BLE001 - reported, the other arms go on
+            result["training"].append({"attention": attention, "error": f"{type(exc).__name__}: {exc}",
+                                       "trace": traceback.format_exc()[-1500:]})
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
