@@ -7,7 +7,12 @@ the worker's engine
 - `trained`: decoding through the trainer's own model (LoRA unmerged, the trainer's
   dtype): what `train rl` did before the generation copy;
 - `copy`: decoding through the generation copy (`gencopy`: the effective weights merged
-  into a plain model in the generation dtype), as `train rl` does now.
+  into a plain model in the generation dtype, the engine's decode attention), as `train
+  rl` does now;
+- `copy_sdpa`: the same copy with transformers' SDPA attention (keys and values copied
+  per query head at every decode step).
+`--profile`: the busiest CUDA kernels of 16 decode steps of the `copy` arm, eager (no CUDA
+graph), from torch's profiler.
 Each arm runs once untimed (warm-up: CUDA graphs) and once timed. Then the copy's
 refresh after one optimizer step (the in-place weight write), timed.
 
@@ -18,7 +23,7 @@ a GPU).
 
 usage: PYTHONPATH=python python3 scripts/bench_colocated.py --model MODEL [--device cuda]
        [--batch 64] [--prompt-tokens 800] [--tokens 384] [--rows 64] [--attention sdpa,auto]
-       [--lora-rank 16] [--dtype bf16]
+       [--lora-rank 16] [--dtype bf16] [--arms trained,copy_sdpa,copy] [--profile]
 --quick: the tiny test model on the CPU, small sizes (checks the script itself).
 Prints one JSON object.
 """
@@ -92,6 +97,29 @@ def generate(net: Any, device: str, prompts: List[List[int]], tokens: int) -> Di
             "tokens_per_s": round(new / timed, 1), "graphs": eng.stats["graphs"]}
 
 
+def profile(net: Any, device: str, prompts: List[List[int]]) -> List[Dict[str, Any]]:
+    """The busiest kernels over 16 eager decode steps with every row running."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    eng = Engine(net, device, max_slots=len(prompts), max_len=max(len(p) for p in prompts) + 64, graphs=False)
+    for i, p in enumerate(prompts):
+        eng.submit(Request(key=i, prompt=p, max_tokens=48, temperature=1.0, seed=i))
+    with torch.no_grad():
+        for _ in range(4):
+            eng.step()
+        sync(device)
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+        with torch_profile(activities=acts) as prof:
+            for _ in range(16):
+                eng.step()
+            sync(device)
+    attr = "device_time_total" if device.startswith("cuda") else "cpu_time_total"
+    rows_ = sorted(prof.key_averages(), key=lambda e: getattr(e, attr, 0.0), reverse=True)[:15]
+    return [{"name": e.key[:90], "ms_per_step": round(getattr(e, attr, 0.0) / 1000.0 / 16, 3), "calls": e.count}
+            for e in rows_]
+
+
 def rows(n: int, vocab: int, seed: int) -> List[MicroBatch]:
     rng = random.Random(seed)
     out = []
@@ -146,15 +174,17 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=800)
     ap.add_argument("--tokens", type=int, default=384)
     ap.add_argument("--rows", type=int, default=64)
-    ap.add_argument("--attention", default="sdpa,auto")
+    ap.add_argument("--attention", default="sdpa,auto", help="trainer attention kernels; '' skips training")
     ap.add_argument("--lora-rank", type=int, default=16)
     ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--arms", default="trained,copy_sdpa,copy")
+    ap.add_argument("--profile", action="store_true")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
     if a.quick:
         a.model, a.device, a.batch, a.prompt_tokens, a.tokens, a.rows = (
             str(REPO / "configs/models/tiny-llama"), "cpu", 4, 40, 8, 8)
-        a.attention, a.dtype, a.lora_rank = "sdpa", "fp32", 4
+        a.attention, a.dtype, a.lora_rank, a.profile = "sdpa", "fp32", 4, True
     result: Dict[str, Any] = {"model": a.model, "device": a.device, "batch": a.batch,
                               "prompt_tokens": a.prompt_tokens, "tokens": a.tokens, "lora_rank": a.lora_rank,
                               "dtype": a.dtype}
@@ -167,15 +197,26 @@ def main() -> int:
     prompts = [[rng.randrange(3, vocab) for _ in range(a.prompt_tokens + rng.randint(-100, 100) * (a.prompt_tokens > 200))]
                for _ in range(a.batch)]
     arms: Dict[str, Any] = {}
-    try:
-        arms["trained"] = generate(trainer.net, a.device, prompts, a.tokens)
-    except Exception as exc:  # noqa: BLE001 - reported, the other arm goes on
-        arms["trained"] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-1500:]}
+    wanted = a.arms.split(",")
     copy = GenerationCopy(trainer.net, a.device, gen_dtype)
-    arms["copy"] = generate(copy.net, a.device, prompts, a.tokens)
+    for arm in wanted:
+        try:
+            if arm == "trained":
+                arms[arm] = generate(trainer.net, a.device, prompts, a.tokens)
+            elif arm == "copy":
+                arms[arm] = generate(copy.net, a.device, prompts, a.tokens)
+            elif arm == "copy_sdpa":
+                plain = GenerationCopy(trainer.net, a.device, gen_dtype, attention="sdpa")
+                arms[arm] = generate(plain.net, a.device, prompts, a.tokens)
+                del plain
+        except Exception as exc:  # noqa: BLE001 - reported, the other arms go on
+            arms[arm] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-1500:]}
     result["generation"] = arms
-    if "tokens_per_s" in arms["trained"]:
-        result["copy_speedup"] = round(arms["copy"]["tokens_per_s"] / arms["trained"]["tokens_per_s"], 2)
+    for arm in ("trained", "copy_sdpa"):
+        if "tokens_per_s" in arms.get(arm, {}) and "tokens_per_s" in arms.get("copy", {}):
+            result[f"copy_speedup_over_{arm}"] = round(arms["copy"]["tokens_per_s"] / arms[arm]["tokens_per_s"], 2)
+    if a.profile:
+        result["profile"] = profile(copy.net, a.device, prompts)
     # The refresh after an update (the weights moved: its time, and the copy matching).
     with torch.no_grad():
         for p in trainer.params:
@@ -189,7 +230,7 @@ def main() -> int:
     if a.device.startswith("cuda"):
         torch.cuda.empty_cache()
     result["training"] = []
-    for attention in a.attention.split(","):
+    for attention in filter(None, a.attention.split(",")):
         try:
             result["training"].append(train_arm(a.model, a.device, attention, a.lora_rank, a.dtype, a.rows))
         except Exception as exc:  # noqa: BLE001 - reported, the other arms go on

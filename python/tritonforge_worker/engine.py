@@ -123,6 +123,47 @@ def sample(logits: Any, temp: Any, top_p: Any, top_k: Any, seed: Any, step: Any,
     return token, lp, slp
 
 
+DECODE_ATTENTION = "tritonforge_decode"
+
+
+def register_decode_attention() -> bool:
+    """Register the engine's attention with transformers (as `DECODE_ATTENTION`): SDPA,
+    except that a decode step (one query per row) of grouped-query attention takes the
+    query heads sharing a key/value head as that head's queries, so the keys and values
+    are read once, in place. transformers' SDPA path copies them once per query head
+    (`repeat_kv`) whenever a mask is given, and the engine always gives one: at 128 rows
+    of 3,000 positions that copying, not the attention, was most of a decode step.
+    Prefill and models without grouped heads take transformers' own SDPA path."""
+    try:
+        import torch.nn.functional as F
+        from transformers import AttentionInterface
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    except ImportError:
+        return False
+
+    def attend(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+               scaling: Optional[float] = None, dropout: float = 0.0, **kw: Any) -> Tuple[Any, None]:
+        b, h, t, d = query.shape
+        kv = key.shape[1]
+        if t != 1 or h == kv or h % kv or dropout or (attention_mask is not None and attention_mask.dim() != 4):
+            return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                          dropout=dropout, **kw)
+        # Head i uses key/value head i // (h // kv): the groups are consecutive heads.
+        q = query.reshape(b, kv, h // kv, d)
+        out = F.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling)
+        return out.reshape(b, 1, h, d), None
+
+    AttentionInterface.register(DECODE_ATTENTION, attend)
+    AttentionMaskInterface.register(DECODE_ATTENTION, sdpa_mask)
+    return True
+
+
+def decode_attention() -> str:
+    """The attention implementation a generation model is best loaded with."""
+    return DECODE_ATTENTION if register_decode_attention() else "sdpa"
+
+
 class SlotCache:
     """The KV cache the model's attention writes into (see the module's docstring)."""
 

@@ -6,7 +6,8 @@ Why a copy rather than generating through the trained model: the trained model c
 LoRA layers (an extra pair of matmuls per projection at every decoding step), perhaps
 fp32 weights, a training attention kernel (varlen) and compiled layers built for training
 shapes. None of that serves decoding. The copy holds the effective weights (LoRA merged)
-in the generation dtype with plain SDPA attention, so the engine's CUDA graphs apply. The
+in the generation dtype with the engine's decode attention (`engine.register_decode_attention`),
+so the engine's CUDA graphs apply. The
 refresh writes into the same tensors (`copy_`), so captured graphs stay valid; no disk
 is involved. It costs one more copy of the weights in the generation dtype.
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import copy
 from typing import Any, Dict, List, Tuple
+
+from .engine import decode_attention
 
 
 class CopyError(RuntimeError):
@@ -58,7 +61,7 @@ def effective_weights(net: Any) -> Dict[str, Any]:
 class GenerationCopy:
     """A plain model for the engine, its weights those of the trained `net` (`refresh`)."""
 
-    def __init__(self, net: Any, device: str, dtype: Any) -> None:
+    def __init__(self, net: Any, device: str, dtype: Any, attention: str = "") -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -69,7 +72,7 @@ class GenerationCopy:
         # the training run is left as it was.
         devices = [torch.device(device).index or 0] if device.startswith("cuda") else []
         with torch.random.fork_rng(devices=devices), torch.device(device):
-            self.net = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+            self.net = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attention or decode_attention())
         self.net.eval()
         for p in self.net.parameters():
             p.requires_grad_(False)

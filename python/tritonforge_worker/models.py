@@ -95,7 +95,10 @@ def load(model: str, device: str, dtype: str = "float32") -> Tuple[Any, Any]:
     tok = AutoTokenizer.from_pretrained(path, **kw)
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype {dtype!r}: expected float32 or bfloat16")
-    net = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), **kw)
+    from .engine import decode_attention
+
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), attn_implementation=decode_attention(),
+                                               **kw)
     net = merge_adapters(net, adapters)
     net.to(device).eval()
     return tok, net
