@@ -147,8 +147,9 @@ def register_decode_attention() -> bool:
         b, h, t, d = query.shape
         kv = key.shape[1]
         if t != 1 or h == kv or h % kv or dropout or (attention_mask is not None and attention_mask.dim() != 4):
-            return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
-                                          dropout=dropout, **kw)
+            out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                            dropout=dropout, **kw)
+            return out, None
         # Head i uses key/value head i // (h // kv): the groups are consecutive heads.
         q = query.reshape(b, kv, h // kv, d)
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling)

@@ -72,7 +72,8 @@ class GenerationCopy:
         # the training run is left as it was.
         devices = [torch.device(device).index or 0] if device.startswith("cuda") else []
         with torch.random.fork_rng(devices=devices), torch.device(device):
-            self.net = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attention or decode_attention())
+            self.net = AutoModelForCausalLM.from_config(cfg, dtype=dtype,
+                                                        attn_implementation=attention or decode_attention())
         self.net.eval()
         for p in self.net.parameters():
             p.requires_grad_(False)

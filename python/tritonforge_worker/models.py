@@ -97,8 +97,8 @@ def load(model: str, device: str, dtype: str = "float32") -> Tuple[Any, Any]:
         raise ValueError(f"dtype {dtype!r}: expected float32 or bfloat16")
     from .engine import decode_attention
 
-    net = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), attn_implementation=decode_attention(),
-                                               **kw)
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
+                                               attn_implementation=decode_attention(), **kw)
     net = merge_adapters(net, adapters)
     net.to(device).eval()
     return tok, net
