@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Where an RL run's evaluations spent their time, from the store it wrote.
+
+Reads every `*.sqlite` under STATE_DIR, takes the evaluation records the episodes of runs
+whose name starts with `rl-` point at (each turn's `record` key), and prints per status:
+how many, and the mean / median / 90th percentile of the host's wall time, the executor's
+time, the wait for a started process, the wait for a GPU lease, and exclusive (timing)
+time, in milliseconds; also the whole sum of wall time against the rollouts' span.
+
+usage: python3 scripts/rl_eval_profile.py STATE_DIR  (prints one JSON object)
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+FIELDS = ("wall_ms", "executor_ms", "start_wait_ms", "lease_wait_ms", "exclusive_ms")
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    return {"mean": round(statistics.fmean(ordered), 1), "p50": round(ordered[len(ordered) // 2], 1),
+            "p90": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))], 1), "sum": round(sum(ordered), 1)}
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        sys.stderr.write(__doc__ or "")
+        return 2
+    by_status: dict[str, dict[str, list[float]]] = {}
+    stages: dict[str, int] = {}
+    created: list[int] = []
+    for db in Path(sys.argv[1]).rglob("*.sqlite"):
+        conn = sqlite3.connect(str(db))
+        try:
+            episodes = conn.execute("SELECT episode FROM episodes WHERE run LIKE 'rl-%'").fetchall()
+        except sqlite3.Error:
+            continue
+        keys = []
+        for (text,) in episodes:
+            for turn in json.loads(text).get("turns", []):
+                if turn.get("record"):
+                    keys.append(turn["record"])
+                stage = turn.get("stage") or "-"
+                stages[stage] = stages.get(stage, 0) + 1
+        for key in keys:
+            row = conn.execute("SELECT status, record FROM evaluations WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                continue
+            record: dict[str, Any] = json.loads(row[1])
+            created.append(int(record.get("created_at", 0)))
+            slot = by_status.setdefault(row[0], {f: [] for f in FIELDS})
+            for f in FIELDS:
+                v = record.get(f)
+                if isinstance(v, (int, float)):
+                    slot[f].append(float(v))
+    out: dict[str, Any] = {"statuses": {s: {"count": len(v["wall_ms"]), **{f: summary(v[f]) for f in FIELDS}}
+                                        for s, v in sorted(by_status.items())},
+                           "turn_stages": stages}
+    if created:
+        out["records"] = len(created)
+        out["span_s"] = max(created) - min(created)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
