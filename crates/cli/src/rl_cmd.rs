@@ -4,18 +4,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tritonforge_agent::embedded::{EmbeddedBackend, EmbeddedConfig};
 use tritonforge_agent::episode::EpisodeConfig;
 use tritonforge_agent::{bundled, runner, Prompts, Sampling};
 use tritonforge_protocol::{Compile, DeviceKind};
 use tritonforge_rl::config::GenerationCfg;
-use tritonforge_rl::engines::{Colocated, SglangEngines, WorkerLearner};
+use tritonforge_rl::engines::WorkerLaunch;
 use tritonforge_rl::run::source_name;
-use tritonforge_rl::{
-    Environment, Generator, Parts, RlConfig, RlError, RlEvent, SuiteEnv, Timeline,
-};
+use tritonforge_rl::{Environment, Parts, RlConfig, RlError, RlEvent, SuiteEnv, Timeline};
 use tritonforge_store::Store;
 
 use crate::args::{EvalFlags, Global, GuardOpts, PoolArgs};
@@ -40,8 +36,24 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     let cfg = RlConfig::load(&args.config).map_err(usage)?;
     let py = global.python_env()?;
     let device = global.device_kind(&py)?;
+    let ws = global.workspace();
+    let path = if cfg.model.path == "bundled" { bundled::NAME } else { cfg.model.path.as_str() };
+    let (model, label) = bundled::resolve(path, &ws.state_dir)?;
+    // Checked before anything starts: the prompts' chat template (colocated), the
+    // engines' tokenizer (disaggregated).
+    tritonforge_rl::setup::check_chat_template(&cfg, &model, &py).map_err(usage)?;
+    let launch = WorkerLaunch {
+        python: py.interpreter.clone(),
+        worker_path: py.worker_path.clone(),
+        model: model.clone(),
+        label,
+        device,
+        log: cfg.output.dir.join("learner.log"),
+    };
+    let engines = tritonforge_rl::engines::build(&cfg, &launch).map_err(usage)?;
+    std::fs::create_dir_all(&cfg.output.dir)?;
     let settings = args.eval.settings()?;
-    let builtin = global.workspace().suite.root(&global.workspace().state_dir)?;
+    let builtin = ws.suite.root(&ws.state_dir)?;
     let tasks = tritonforge_rl::setup::load_tasks(&cfg.data.train, &builtin, &settings, device)
         .map_err(usage)?;
     let mut heldout_tasks = Vec::new();
@@ -77,30 +89,6 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         })
     };
     let heldout = heldout_tasks.into_iter().map(|(n, t)| (n, env_of(t))).collect();
-    let ws = global.workspace();
-    let path = if cfg.model.path == "bundled" { bundled::NAME } else { cfg.model.path.as_str() };
-    let (model, label) = bundled::resolve(path, &ws.state_dir)?;
-    std::fs::create_dir_all(&cfg.output.dir)?;
-    let policy = Arc::new(EmbeddedBackend::new(EmbeddedConfig {
-        python: py.interpreter.clone(),
-        worker_path: py.worker_path.clone(),
-        model: model.clone(),
-        label,
-        device,
-        startup_timeout: Duration::from_secs(600),
-        request_timeout: Duration::from_secs(1800),
-        max_batch: cfg.rollout.parallel,
-        train: true,
-    }));
-    let learner =
-        Arc::new(WorkerLearner { policy: policy.clone(), timeout: Duration::from_secs(3600) });
-    let generator: Arc<dyn Generator> = match &cfg.generation {
-        GenerationCfg::Colocated => Arc::new(Colocated(policy.clone())),
-        GenerationCfg::Sglang { urls, tokenizer, timeout_s } => Arc::new(
-            SglangEngines::new(urls, tokenizer, Duration::from_secs_f64(timeout_s.max(1.0)))
-                .map_err(usage)?,
-        ),
-    };
     let cpu = evaluator.device() == DeviceKind::Cpu;
     let run_name = format!(
         "rl-{}",
@@ -117,8 +105,8 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     let parts = Parts {
         env: env_of(tasks),
         heldout,
-        generator,
-        learner,
+        generator: engines.generator,
+        learner: engines.learner,
         setup,
         pad_id: 0,
         timeline,

@@ -7,8 +7,10 @@
 //! - A run stopped after two steps and resumed takes the same steps as one that ran
 //!   through.
 //! - `tritonforge train rl` on the built-in suite: metrics, heldout, checkpoints, and a
-//!   checkpoint `run --model` evaluates; bad configs and an unreachable evaluation
-//!   server are named.
+//!   checkpoint `run --model` evaluates; bad configs, a model without a chat template
+//!   and an unreachable evaluation server are named.
+//! - Disaggregated: a mock SGLang engine refreshed from the learner's weights after every
+//!   step, with the learner in one process and on two ranks (`torchrun`, gloo).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -379,6 +381,14 @@ fn bad_configs_and_unreachable_servers_are_named() {
         (fewer, "rollout.samples"),
         (suite_config(&out, &model, "[loss]\nclip_lo = 0.1\n"), "clip_lo"),
         (suite_config(&out, &model, "[reward]\npreset = \"nobody\"\n"), "nobody"),
+        // Several ranks only train, and not LoRA yet.
+        (suite_config(&out, &model, "[learner]\nprocs = 2\n"), "learner.procs = 2 with model.lora"),
+        (
+            suite_config(&out, &model, "[learner]\nprocs = 2\n")
+                .replace("[model.lora]\nrank = 4\nalpha = 8.0\n", "")
+                .replace("target_modules = [\"q_proj\", \"v_proj\"]\n", ""),
+            "learner.procs = 2 with generation.kind = \"colocated\"",
+        ),
     ] {
         std::fs::write(&cfg, &text_cfg).unwrap();
         let o = run(tf(&state).args(["--device", "cpu", "train", "rl", "--config"]).arg(&cfg));
@@ -396,14 +406,64 @@ fn bad_configs_and_unreachable_servers_are_named() {
     assert!(!out.join("LATEST").exists());
 }
 
+/// A model without a chat template is refused before anything starts (no worker, no
+/// evaluator), by name: colocated, the worker would render every prompt with it; with
+/// external engines, their `generation.tokenizer` must have one.
+#[test]
+fn a_model_without_a_chat_template_is_named_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let model = tiny_model(dir.path(), None);
+    for f in ["chat_template.jinja", "chat_template.json"] {
+        let _ = std::fs::remove_file(model.join(f));
+    }
+    let tc = model.join("tokenizer_config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&tc).unwrap()).unwrap();
+    config.as_object_mut().unwrap().remove("chat_template");
+    std::fs::write(&tc, config.to_string()).unwrap();
+    let out = dir.path().join("out");
+    let cfg = dir.path().join("rl.toml");
+    let sglang = format!(
+        "[generation]\nkind = \"sglang\"\nurls = [\"http://127.0.0.1:9\"]\ntokenizer = \"{}\"\n",
+        model.display()
+    );
+    let full = suite_config(&out, &model, "")
+        .replace("[model.lora]\nrank = 4\nalpha = 8.0\n", "")
+        .replace("target_modules = [\"q_proj\", \"v_proj\"]\n", "");
+    for (text_cfg, key) in
+        [(suite_config(&out, &model, ""), "model.path"), (full + &sglang, "generation.tokenizer")]
+    {
+        std::fs::write(&cfg, text_cfg).unwrap();
+        let started = std::time::Instant::now();
+        let o = run(tf(&state).args(["--device", "cpu", "train", "rl", "--config"]).arg(&cfg));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(key) && err.contains("no chat template"), "{err}");
+        assert!(err.contains(&model.display().to_string()), "the model is named: {err}");
+        assert!(!err.contains("Traceback") && err.lines().count() <= 3, "{err}");
+        assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+        assert!(!out.exists(), "nothing was started or written");
+    }
+}
+
 /// The SGLang mock: per prompt, the first request gets a code answer and the second none,
 /// so every group of two has unequal rewards; `/update_weights_from_disk` records the
-/// directories it was told to load (and refuses one without weights, as SGLang would).
+/// directories it was told to load with a digest of the weights it found there (and
+/// refuses a directory without weights, as SGLang would).
 #[derive(Clone)]
 struct Engine {
     tokenizer: Arc<tritonforge_chat::ChatTokenizer>,
     seen: Arc<std::sync::Mutex<std::collections::HashMap<Vec<u32>, usize>>>,
-    loads: Arc<std::sync::Mutex<Vec<String>>>,
+    loads: Arc<std::sync::Mutex<Vec<(String, u64)>>>,
+}
+
+/// A digest of a weights file (0: none there).
+fn digest(path: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let Ok(bytes) = std::fs::read(path) else { return 0 };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 async fn engine_generate(
@@ -440,14 +500,17 @@ async fn engine_load(
     axum::Json(body): axum::Json<Value>,
 ) -> axum::Json<Value> {
     let dir = body["model_path"].as_str().unwrap_or_default().to_string();
-    let ok = Path::new(&dir).join("model.safetensors").is_file();
-    e.loads.lock().unwrap().push(dir.clone());
+    let weights = Path::new(&dir).join("model.safetensors");
+    let ok = weights.is_file();
+    e.loads.lock().unwrap().push((dir.clone(), digest(&weights)));
     axum::Json(serde_json::json!({"success": ok, "message": if ok { "ok" } else { "no weights" }}))
 }
 
-/// Disaggregated: generation on an (mock) SGLang engine refreshed from the trainer's
+/// Disaggregated: generation on a (mock) SGLang engine refreshed from the trainer's
 /// weights on disk after every step, evaluation on a real `tritonforge serve` on
-/// loopback, training in the policy worker (full weights).
+/// loopback, training in the policy worker (full weights): first in one process, then on
+/// two ranks under `torchrun` (`[learner] procs = 2`, FSDP2 over gloo), whose rank 0
+/// writes the weights the engine loads.
 #[test]
 fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
     let dir = tempfile::tempdir().unwrap();
@@ -466,48 +529,56 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
         .with_state(engine.clone());
     let url = format!("http://{}", serve_on_loopback(app));
     let server = serve(&dir.path().join("server-state"), &["--device", "cpu"]);
-    let out = dir.path().join("out");
     let cfg = dir.path().join("rl.toml");
-    let text_cfg = suite_config(&out, &model, "")
+    let config = |out: &Path, extra: &str| {
+        suite_config(out, &model, extra)
         .replace("[model.lora]\nrank = 4\nalpha = 8.0\ntarget_modules = [\"q_proj\", \"v_proj\"]\n", "")
         .replace("heldout = [{ suite = \"builtin\", split = \"heldout\", level = 2, name = \"l2-heldout\" }]\n", "")
         .replace("turns = 2", "turns = 1")
         + &format!(
             "[generation]\nkind = \"sglang\"\nurls = [\"{url}\"]\ntokenizer = \"{}\"\n",
             exported_tokenizer().display()
-        );
-    std::fs::write(&cfg, text_cfg).unwrap();
-    let o = run(tf(&state)
-        .args([
-            "--device",
-            "cpu",
-            "--eval-server",
-            &server.url,
-            "train",
-            "rl",
-            "--json",
-            "--config",
-        ])
-        .arg(&cfg));
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}\n{}", server.log());
-    let steps: Vec<Value> = text(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["event"] == "step")
-        .map(|e| e["metrics"].clone())
-        .collect();
-    assert_eq!(steps.len(), 2, "{err}");
-    for m in &steps {
-        assert_eq!(m["groups_kept"], 2, "one code answer and one refusal per group: {m}");
-        assert!(m["updates"].as_u64().unwrap() >= 1, "{m}");
-        // The engine's log-probs (all -30) say its tokens were far less likely than the
-        // trainer finds them: the importance weight hits its cap.
-        assert!(m["tis_capped"].as_f64().unwrap() > 0.0, "{m}");
-    }
+        )
+    };
+    // The learner's world size and the steps of one run of the binary (each checked).
+    let train = |text_cfg: String| -> (Value, Vec<Value>, String) {
+        std::fs::write(&cfg, text_cfg).unwrap();
+        let o = run(tf(&state)
+            .args([
+                "--device",
+                "cpu",
+                "--eval-server",
+                &server.url,
+                "train",
+                "rl",
+                "--json",
+                "--config",
+            ])
+            .arg(&cfg));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}\n{}", server.log());
+        let events: Vec<Value> =
+            text(&o.stdout).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).collect();
+        let world = events[0]["info"]["world_size"].clone();
+        let steps: Vec<Value> =
+            events.iter().filter(|e| e["event"] == "step").map(|e| e["metrics"].clone()).collect();
+        assert_eq!(steps.len(), 2, "{err}");
+        for m in &steps {
+            assert_eq!(m["groups_kept"], 2, "one code answer and one refusal per group: {m}");
+            assert!(m["updates"].as_u64().unwrap() >= 1, "{m}");
+            // The engine's log-probs (all -30) say its tokens were far less likely than
+            // the trainer finds them: the importance weight hits its cap.
+            assert!(m["tis_capped"].as_f64().unwrap() > 0.0, "{m}");
+        }
+        (world, steps, err)
+    };
+    let out = dir.path().join("out");
+    let (world, _, _) = train(config(&out, ""));
+    assert_eq!(world, 1);
     let weights = out.join("weights").display().to_string();
+    let loads = std::mem::take(&mut *engine.loads.lock().unwrap());
     assert_eq!(
-        *engine.loads.lock().unwrap(),
+        loads.iter().map(|l| l.0.clone()).collect::<Vec<_>>(),
         vec![weights.clone(), weights],
         "refreshed after each step"
     );
@@ -519,4 +590,32 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
     };
     assert!(count(&dir.path().join("server-state")) >= 2, "{}", server.log());
     assert_eq!(count(&state), 0, "evaluations went to the server");
+
+    // The learner on two ranks: the same steps, a whole checkpoint each step, and the
+    // engine refreshed after each with the weights rank 0 wrote.
+    let out = dir.path().join("ranks");
+    let (world, steps, err) = train(config(&out, "[learner]\nprocs = 2\n"));
+    let log = std::fs::read_to_string(out.join("learner.log")).unwrap_or_default();
+    assert_eq!(world, 2, "{err}\n{log}");
+    for m in &steps {
+        assert!(m["grad_norm"].as_f64().unwrap() > 0.0, "{m}\n{err}\n{log}");
+    }
+    assert_eq!(std::fs::read_to_string(out.join("LATEST")).unwrap().trim(), "step-000002");
+    let last = out.join("checkpoints/step-000002");
+    for f in ["model.safetensors", "config.json", "trainer_state.pt", "rl_state.json"] {
+        assert!(last.join(f).is_file(), "{f} missing from {}: {log}", last.display());
+    }
+    let weights = out.join("weights").display().to_string();
+    let loads = engine.loads.lock().unwrap().clone();
+    assert_eq!(
+        loads.iter().map(|l| l.0.clone()).collect::<Vec<_>>(),
+        vec![weights.clone(), weights],
+        "refreshed after each step"
+    );
+    assert_ne!(loads[0].1, loads[1].1, "the second load has the second step's weights");
+    assert_eq!(
+        loads[1].1,
+        digest(&last.join("model.safetensors")),
+        "the engine loaded what the checkpoint of the same step holds"
+    );
 }

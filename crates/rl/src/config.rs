@@ -32,6 +32,8 @@ pub struct RlConfig {
     pub schedule: ScheduleCfg,
     #[serde(default)]
     pub generation: GenerationCfg,
+    #[serde(default)]
+    pub learner: LearnerCfg,
     pub output: OutputCfg,
 }
 
@@ -301,6 +303,26 @@ pub enum GenerationCfg {
     },
 }
 
+/// Where the weights are trained: the policy worker, in one process (`procs = 1`, the
+/// default), or under `torchrun` on several ranks (FSDP2, one per GPU), which only trains:
+/// generation then comes from external engines (`[generation] kind = "sglang"`), refreshed
+/// from the weights rank 0 writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LearnerCfg {
+    /// Processes training together (one per GPU) [default: 1].
+    pub procs: u32,
+    /// Arguments for `torchrun` in place of `--standalone` (several nodes: `--nnodes`,
+    /// `--node-rank`, `--rdzv-endpoint`, ...) [default: none].
+    pub torchrun: Vec<String>,
+}
+
+impl Default for LearnerCfg {
+    fn default() -> Self {
+        LearnerCfg { procs: 1, torchrun: Vec::new() }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputCfg {
@@ -386,6 +408,33 @@ impl RlConfig {
         if self.schedule.steps == 0 || self.schedule.save_every == 0 {
             return bad("schedule", "steps and save_every must be at least 1");
         }
+        let procs = self.learner.procs;
+        if procs == 0 {
+            return bad("learner.procs", "must be at least 1");
+        }
+        if procs == 1 && !self.learner.torchrun.is_empty() {
+            return bad("learner.torchrun", "only used with learner.procs > 1");
+        }
+        if procs > 1 {
+            if self.model.lora.is_some() {
+                return bad(
+                    &format!("learner.procs = {procs} with model.lora"),
+                    "LoRA on several ranks is not supported yet: train all weights (drop model.lora) or set learner.procs = 1",
+                );
+            }
+            if self.generation == GenerationCfg::Colocated {
+                return bad(
+                    &format!("learner.procs = {procs} with generation.kind = \"colocated\""),
+                    "a learner on several ranks only trains; generate on external engines ([generation] kind = \"sglang\", urls, tokenizer) or set learner.procs = 1",
+                );
+            }
+            if l.kl_coef > 0.0 {
+                return bad(
+                    &format!("learner.procs = {procs} with loss.kl_coef"),
+                    "the reference policy is not scored on several ranks yet: set loss.kl_coef = 0 or learner.procs = 1",
+                );
+            }
+        }
         if let GenerationCfg::Sglang { urls, .. } = &self.generation {
             if urls.is_empty() {
                 return bad("generation.urls", "no SGLang server named");
@@ -421,6 +470,50 @@ mod tests {
         assert_eq!(r.gamma, 0.4);
         assert_eq!(c.data.train[0].split, "train");
         assert_eq!(c.generation, GenerationCfg::Colocated);
+        assert_eq!(c.learner, LearnerCfg { procs: 1, torchrun: Vec::new() });
+    }
+
+    /// A learner on several ranks only trains: it needs external engines, full weights
+    /// and no reference scoring; each combination it cannot run is named by its keys.
+    #[test]
+    fn a_learner_on_several_ranks_needs_external_engines_and_full_weights() {
+        let sglang = "[generation]\nkind = \"sglang\"\nurls = [\"http://e\"]\ntokenizer = \"t\"\n";
+        let ranks = "[learner]\nprocs = 2\ntorchrun = [\"--nnodes=1\"]\n";
+        let c: RlConfig = toml::from_str(&format!("{MIN}{sglang}{ranks}")).unwrap();
+        c.check().unwrap();
+        assert_eq!(c.learner.procs, 2);
+        assert_eq!(c.learner.torchrun, ["--nnodes=1"]);
+        let lora = "[model.lora]\nrank = 4\n";
+        let full = MIN.replace("[data]", &format!("{lora}[data]"));
+        for (text, keys, why) in [
+            (
+                format!("{MIN}[learner]\nprocs = 2\n"),
+                "learner.procs = 2 with generation.kind",
+                "sglang",
+            ),
+            (
+                format!("{full}{sglang}[learner]\nprocs = 2\n"),
+                "learner.procs = 2 with model.lora",
+                "LoRA",
+            ),
+            (
+                format!("{MIN}{sglang}[learner]\nprocs = 2\n[loss]\nkl_coef = 0.1\n"),
+                "learner.procs = 2 with loss.kl_coef",
+                "kl_coef = 0",
+            ),
+            (format!("{MIN}[learner]\nprocs = 0\n"), "learner.procs", "at least 1"),
+            (
+                format!("{MIN}[learner]\ntorchrun = [\"--nnodes=2\"]\n"),
+                "learner.torchrun",
+                "procs > 1",
+            ),
+        ] {
+            let c: RlConfig = toml::from_str(&text).unwrap();
+            let e = c.check().unwrap_err();
+            assert!(e.starts_with(keys) && e.contains(why), "{text}: {e}");
+        }
+        let e = toml::from_str::<RlConfig>(&format!("{MIN}[learner]\ngpus = 2\n")).unwrap_err();
+        assert!(e.to_string().contains("gpus"), "{e}");
     }
 
     #[test]

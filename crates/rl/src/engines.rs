@@ -1,23 +1,102 @@
 //! The concrete generators and learners: the colocated policy worker (it trains and
-//! generates from the same weights, one process), and SGLang servers refreshed from the
-//! trainer's weights on disk (disaggregated).
+//! generates from the same weights, one process), the policy worker under `torchrun` on
+//! several ranks (it only trains), and SGLang servers refreshed from the trainer's weights
+//! on disk (disaggregated). [`build`] picks them from the config.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use tritonforge_agent::embedded::EmbeddedBackend;
+use tritonforge_agent::embedded::{EmbeddedBackend, EmbeddedConfig};
 use tritonforge_agent::http::{HttpClient, HttpConfig};
 use tritonforge_agent::sglang::SglangBackend;
 use tritonforge_agent::{Backend, BackendError, ChatMessage, Completion, Sampling};
 use tritonforge_protocol::{
-    Message, RlBatch, RlStats, SaveJob, ScoreJob, Scores, TrainInfo, TrainSetup,
+    DeviceKind, Message, RlBatch, RlStats, SaveJob, ScoreJob, Scores, TrainInfo, TrainSetup,
 };
+use tritonforge_train::worker::{TrainerSpec, WorkerPolicy};
+use tritonforge_train::{Policy as _, TrainError};
 
+use crate::config::{GenerationCfg, RlConfig};
 use crate::env::BoxFuture;
 use crate::run::{Generator, Learner};
+use crate::RlError;
+
+/// How to start the policy worker that learns (and, colocated, generates).
+#[derive(Debug, Clone)]
+pub struct WorkerLaunch {
+    pub python: PathBuf,
+    /// Directory holding `tritonforge_worker/`.
+    pub worker_path: PathBuf,
+    /// The model the worker loads (resolved: a directory, an adapter, a `.gguf` file).
+    pub model: String,
+    /// What reports call it.
+    pub label: String,
+    pub device: DeviceKind,
+    /// Where a learner on several ranks writes its stderr.
+    pub log: PathBuf,
+}
+
+/// The learner and the generator of a run.
+pub struct Engines {
+    pub learner: Arc<dyn Learner>,
+    pub generator: Arc<dyn Generator>,
+}
+
+/// The learner and the generator `cfg` asks for. Nothing is started yet: the worker
+/// starts on its first request.
+/// - `learner.procs = 1`: the policy worker in one process learns; colocated, it also
+///   generates.
+/// - `learner.procs > 1`: the policy worker under `torchrun` learns ([`RanksLearner`]);
+///   generation is on the SGLang engines (the config's check refuses anything else).
+pub fn build(cfg: &RlConfig, launch: &WorkerLaunch) -> Result<Engines, RlError> {
+    let engines = match &cfg.generation {
+        GenerationCfg::Colocated => None,
+        GenerationCfg::Sglang { urls, tokenizer, timeout_s } => Some(Arc::new(
+            SglangEngines::new(urls, tokenizer, Duration::from_secs_f64(timeout_s.max(1.0)))
+                .map_err(|e| RlError::Config(format!("generation.tokenizer: {e}")))?,
+        )),
+    };
+    if cfg.learner.procs > 1 {
+        let Some(engines) = engines else {
+            return Err(RlError::Config(
+                "learner.procs > 1 needs generation.kind = \"sglang\"".into(),
+            ));
+        };
+        let spec = TrainerSpec {
+            python: launch.python.clone(),
+            worker_path: launch.worker_path.clone(),
+            device: launch.device,
+            log: launch.log.clone(),
+            procs: cfg.learner.procs,
+            torchrun: cfg.learner.torchrun.clone(),
+        };
+        return Ok(Engines {
+            learner: Arc::new(RanksLearner::new(spec, &launch.model)),
+            generator: engines,
+        });
+    }
+    let policy = Arc::new(EmbeddedBackend::new(EmbeddedConfig {
+        python: launch.python.clone(),
+        worker_path: launch.worker_path.clone(),
+        model: launch.model.clone(),
+        label: launch.label.clone(),
+        device: launch.device,
+        startup_timeout: Duration::from_secs(600),
+        request_timeout: Duration::from_secs(1800),
+        max_batch: cfg.rollout.parallel,
+        train: true,
+    }));
+    let learner =
+        Arc::new(WorkerLearner { policy: policy.clone(), timeout: Duration::from_secs(3600) });
+    let generator: Arc<dyn Generator> = match engines {
+        Some(e) => e,
+        None => Arc::new(Colocated(policy)),
+    };
+    Ok(Engines { learner, generator })
+}
 
 /// The policy worker started with `--train`: the learner, and (colocated) the generator.
 pub struct WorkerLearner {
@@ -78,6 +157,73 @@ impl Learner for WorkerLearner {
                 m => Err(wrong("checkpointed", &m)),
             }
         })
+    }
+}
+
+/// The policy worker under `torchrun` on several ranks (FSDP2), started on its first
+/// request: `tritonforge-train`'s trainer process, with the launcher, protocol and
+/// clean-up `train sft` uses. Rank 0 reads the requests and answers them; every rank
+/// computes; a checkpoint is gathered to rank 0, which writes it and answers only once
+/// it is whole (so an engine told to load it finds it complete). It only trains: a
+/// worker of several ranks does not generate.
+pub struct RanksLearner {
+    spec: Arc<TrainerSpec>,
+    model: String,
+    worker: Arc<Mutex<Option<WorkerPolicy>>>,
+}
+
+impl RanksLearner {
+    pub fn new(spec: TrainerSpec, model: &str) -> RanksLearner {
+        RanksLearner {
+            spec: Arc::new(spec),
+            model: model.to_string(),
+            worker: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// `f` on the worker (started first if it is not yet), on a blocking thread: the
+    /// trainer's protocol is synchronous, and a step takes as long as it takes.
+    fn with<T, F>(&self, f: F) -> BoxFuture<'_, Result<T, String>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut WorkerPolicy) -> Result<T, TrainError> + Send + 'static,
+    {
+        let (spec, model, worker) = (self.spec.clone(), self.model.clone(), self.worker.clone());
+        Box::pin(async move {
+            let call = move || -> Result<T, String> {
+                let mut slot = worker
+                    .lock()
+                    .map_err(|_| "the learner failed in an earlier request".to_string())?;
+                if slot.is_none() {
+                    *slot = Some(WorkerPolicy::start(&spec, &model).map_err(|e| e.to_string())?);
+                }
+                match slot.as_mut() {
+                    Some(w) => f(w).map_err(|e| e.to_string()),
+                    None => Err("the learner did not start".into()),
+                }
+            };
+            tokio::task::spawn_blocking(call)
+                .await
+                .map_err(|e| format!("the learner's thread: {e}"))?
+        })
+    }
+}
+
+impl Learner for RanksLearner {
+    fn setup(&self, setup: TrainSetup) -> BoxFuture<'_, Result<TrainInfo, String>> {
+        self.with(move |w| w.setup(setup))
+    }
+
+    fn score(&self, job: ScoreJob) -> BoxFuture<'_, Result<Scores, String>> {
+        self.with(move |w| w.score(job))
+    }
+
+    fn step(&self, batch: RlBatch) -> BoxFuture<'_, Result<RlStats, String>> {
+        self.with(move |w| w.rl_step(batch))
+    }
+
+    fn save(&self, save: SaveJob) -> BoxFuture<'_, Result<u64, String>> {
+        self.with(move |w| w.save(save))
     }
 }
 

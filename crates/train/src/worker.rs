@@ -2,6 +2,8 @@
 //! --train`, over the JSON-lines protocol. Requests are answered in order; training
 //! steps may be sent ahead of their answers (see [`crate::Policy::send_step`]). Its stderr
 //! goes to a log file, and its last lines into any error, so a crash explains itself.
+//! Reinforcement learning's `score` and `rl_step` go the same way (`tritonforge-rl`'s
+//! learner on several ranks).
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
@@ -9,7 +11,8 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 
 use tritonforge_protocol::{
-    DeviceKind, Message, SaveJob, StepStats, TrainBatch, TrainInfo, TrainSetup,
+    DeviceKind, Message, RlBatch, RlStats, SaveJob, ScoreJob, Scores, StepStats, TrainBatch,
+    TrainInfo, TrainSetup,
 };
 use tritonforge_pyenv::launch::{read_hello_blocking, HelloError, StderrTail, TAIL_SHOWN};
 use tritonforge_pyenv::{WorkerCommand, WorkerMode};
@@ -140,7 +143,9 @@ impl WorkerPolicy {
             Message::Error { id, .. } => id.clone(),
             Message::StepDone { id, .. }
             | Message::TrainReady { id, .. }
-            | Message::Checkpointed { id, .. } => Some(id.clone()),
+            | Message::Checkpointed { id, .. }
+            | Message::Scored { id, .. }
+            | Message::RlDone { id, .. } => Some(id.clone()),
             _ => None,
         };
         if got.as_deref().is_some_and(|g| g != id) {
@@ -175,6 +180,26 @@ impl WorkerPolicy {
     ) -> Result<T, TrainError> {
         let reply = self.ask(make)?;
         pick(reply).map_err(|other| self.fail(format!("expected {want}, got {other:?}")))
+    }
+}
+
+impl WorkerPolicy {
+    /// Log-probabilities of a batch's target tokens (reinforcement learning's `score`).
+    pub fn score(&mut self, job: ScoreJob) -> Result<Scores, TrainError> {
+        let make = |id| Message::Score { id, job };
+        self.call(make, "scored", |m| match m {
+            Message::Scored { scores, .. } => Ok(scores),
+            other => Err(Box::new(other)),
+        })
+    }
+
+    /// One PPO-clip optimizer step (reinforcement learning's `rl_step`).
+    pub fn rl_step(&mut self, batch: RlBatch) -> Result<RlStats, TrainError> {
+        let make = |id| Message::RlStep { id, batch };
+        self.call(make, "rl_done", |m| match m {
+            Message::RlDone { stats, .. } => Ok(stats),
+            other => Err(Box::new(other)),
+        })
     }
 }
 
