@@ -8,7 +8,6 @@ use std::sync::Arc;
 use tritonforge_agent::episode::EpisodeConfig;
 use tritonforge_agent::{bundled, runner, Prompts, Sampling};
 use tritonforge_protocol::{Compile, DeviceKind};
-use tritonforge_rl::config::GenerationCfg;
 use tritonforge_rl::engines::WorkerLaunch;
 use tritonforge_rl::run::source_name;
 use tritonforge_rl::{Environment, Parts, RlConfig, RlError, RlEvent, SuiteEnv, Timeline};
