@@ -209,6 +209,12 @@ fn the_rewarded_behaviour_increases() {
         assert!(s.target_tokens > 0 && s.grad_norm > 0.0 && s.entropy > 0.0, "{s:?}");
         // The one update's ratio against the proximal log-probs is exactly 1.
         assert!((s.ratio_mean - 1.0).abs() < 1e-3, "{s:?}");
+        // The worker's own account of the step: it generated and trained; no GPU, so no
+        // GPU share (never a guess).
+        let w = s.worker.as_ref().expect("the colocated worker reports its time");
+        assert!(w.wall_s > 0.0 && w.generate_s > 0.0 && w.train_s > 0.0, "{w:?}");
+        assert!(w.generate_s + w.train_s + w.refresh_s <= w.wall_s + 1e-6, "{w:?}");
+        assert!((0.0..=1.0).contains(&w.idle) && w.gpu_idle.is_none(), "{w:?}");
     }
     // Checkpoints every two steps, the marker naming the last.
     let out = dir.path().join("out");
