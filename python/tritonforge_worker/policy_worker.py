@@ -210,38 +210,32 @@ class _Generator:
 
     def follow(self, trained: Any, updated: bool) -> None:
         """Generate from the weights of the trainer's model `trained` (colocated): through
-        a generation copy (`gencopy`), made when the trainer's model is new and refreshed
-        in place after each update; or, with TRITONFORGE_POLICY_GEN_COPY=0 or a model the
-        copy cannot mirror, through the trained model itself."""
-        if self.copy is not None and self.trained is trained:
-            if updated:
-                self._refresh(trained)
-            return
-        self.trained = trained
-        if os.environ.get("TRITONFORGE_POLICY_GEN_COPY", "1") != "0":
-            import torch
-
-            from .gencopy import GenerationCopy
-
-            try:
-                self.copy = GenerationCopy(trained, self.device, getattr(torch, _dtype(self.device)))
-                self.use(self.copy.net)
-                return
-            except Exception as exc:  # noqa: BLE001 - generating through the trained model still works
-                sys.stderr.write(f"policy: no generation copy ({type(exc).__name__}: {exc}); "
-                                 "generating through the trained model\n")
-                self.copy = None
-        self.use(trained)
+        a generation copy (`gencopy`), made once per trainer's model and refreshed in place
+        after each update; or, with TRITONFORGE_POLICY_GEN_COPY=0 or a model the copy
+        cannot mirror, through the trained model itself."""
+        if trained is not self.trained:
+            self.trained, self.copy = trained, self._make_copy(trained)
+            self.use(self.copy.net if self.copy is not None else trained)
+        elif updated and self.copy is not None:
+            started = time.perf_counter()
+            self.copy.refresh(trained)
+            self.usage.refresh_s += time.perf_counter() - started
         if updated and self.engine is not None:
             self.engine.weights_changed()
 
-    def _refresh(self, trained: Any) -> None:
-        assert self.copy is not None
-        started = time.perf_counter()
-        self.copy.refresh(trained)
-        self.usage.refresh_s += time.perf_counter() - started
-        if self.engine is not None:
-            self.engine.weights_changed()
+    def _make_copy(self, trained: Any) -> Any:
+        if os.environ.get("TRITONFORGE_POLICY_GEN_COPY", "1") == "0":
+            return None
+        import torch
+
+        from .gencopy import GenerationCopy
+
+        try:
+            return GenerationCopy(trained, self.device, getattr(torch, _dtype(self.device)))
+        except Exception as exc:  # noqa: BLE001 - generating through the trained model still works
+            sys.stderr.write(f"policy: no generation copy ({type(exc).__name__}: {exc}); "
+                             "generating through the trained model\n")
+            return None
 
     def busy(self) -> bool:
         return self.engine is not None and self.engine.busy()

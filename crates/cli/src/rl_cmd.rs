@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tritonforge_agent::episode::EpisodeConfig;
 use tritonforge_agent::{bundled, runner, Prompts, Sampling};
-use tritonforge_protocol::{Compile, DeviceKind};
+use tritonforge_protocol::DeviceKind;
 use tritonforge_rl::engines::WorkerLaunch;
 use tritonforge_rl::run::source_name;
 use tritonforge_rl::{Environment, Parts, RlConfig, RlError, RlEvent, SuiteEnv, Timeline};
@@ -93,14 +93,7 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         "rl-{}",
         cfg.output.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     );
-    let mut setup = tritonforge_rl::setup::train_setup(&cfg, &model);
-    // The colocated engine decodes with its own generation copy (plain SDPA, CUDA graphs),
-    // so the trainer keeps its own attention kernel. Compiled layers are left off unless
-    // asked for: an RL batch's micro-batches change shape at every step, and each new
-    // shape recompiles.
-    if setup.compile == Compile::Auto {
-        setup.compile = Compile::Off;
-    }
+    let setup = tritonforge_rl::setup::train_setup(&cfg, &model);
     let parts = Parts {
         env: env_of(tasks),
         heldout,

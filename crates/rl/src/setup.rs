@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use tritonforge_chat::{ChatError, ChatTemplate};
 use tritonforge_eval::EvalSettings;
-use tritonforge_protocol::{DeviceKind, LoraSetup, TrainSetup};
+use tritonforge_protocol::{Compile, DeviceKind, LoraSetup, TrainSetup};
 use tritonforge_pyenv::PythonEnv;
 use tritonforge_suite::{Filter, Problem, Selection, Suite};
 
@@ -85,7 +85,10 @@ pub fn train_setup(cfg: &RlConfig, model: &str) -> TrainSetup {
         dtype: m.dtype,
         seed: o.seed,
         attention: m.attention,
-        compile: m.compile,
+        // Compiled layers only when asked for: an RL batch's micro-batches change shape at
+        // every step, and each new shape recompiles. (The colocated engine decodes with its
+        // own generation copy, so the trainer keeps its own attention kernel.)
+        compile: if m.compile == Compile::Auto { Compile::Off } else { m.compile },
         // Rows hold one sequence each.
         one_per_row: true,
     }
