@@ -42,16 +42,19 @@ def _driver() -> Optional[str]:
         return None
 
 
-def collect(mode: str) -> EnvInfo:
+def collect(mode: str, gpus: bool = True) -> EnvInfo:
+    """The environment's fingerprint; `gpus=False` leaves the GPU list out, since reading
+    it creates a CUDA context, nor the driver version, read through NVML (a preflight
+    process must not reach the GPU)."""
     import numpy
     import torch
     import triton
 
-    gpus: List[GpuInfo] = []
-    if mode == "cuda":
+    found: List[GpuInfo] = []
+    if mode == "cuda" and gpus:
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            gpus.append(GpuInfo(index=i, name=p.name, memory_bytes=int(p.total_memory),
+            found.append(GpuInfo(index=i, name=p.name, memory_bytes=int(p.total_memory),
                                 capability=f"{p.major}.{p.minor}"))
     return EnvInfo(
         python=sys.version.split()[0],
@@ -62,6 +65,6 @@ def collect(mode: str) -> EnvInfo:
         device="cuda" if mode == "cuda" else "cpu",
         interpret=os.environ.get("TRITON_INTERPRET") == "1",
         cuda=torch.version.cuda if mode == "cuda" else None,
-        driver=_driver() if mode == "cuda" else None,
-        gpus=gpus,
+        driver=_driver() if mode == "cuda" and gpus else None,
+        gpus=found,
     )
