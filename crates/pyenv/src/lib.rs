@@ -160,7 +160,9 @@ impl PythonEnv {
         quiet: bool,
     ) -> Result<bool, PyEnvError> {
         let mode = WorkerMode::Tokenizer { model: model.to_owned(), out: out.to_owned() };
-        let mut cmd = self.worker(mode).command();
+        // Our code only, and the model may live in a package found on the caller's
+        // `PYTHONPATH` (as the policy worker finds it).
+        let mut cmd = self.worker(mode).inherit_pythonpath().command();
         if quiet {
             cmd.stdout(Stdio::null());
         }
