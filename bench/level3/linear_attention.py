@@ -26,7 +26,7 @@ class Model(nn.Module):
         kv = torch.cumsum(k[..., :, None] * v[..., None, :], dim=2)
         num = (q[..., :, None] * kv).sum(-2)
         den = (q * torch.cumsum(k, dim=2)).sum(-1, keepdim=True)
-        return self.out((num / den).transpose(1, 2).reshape(b, n, d)) * 4.0
+        return self.out((num / den).transpose(1, 2).reshape(b, n, d)) * 8.0
 
 
 def get_inputs():

@@ -119,6 +119,22 @@ fn the_guard_rejects_every_static_cheat_and_no_honest_kernel() {
     for (name, (rejected, rules)) in guard(state.path(), &[honest, solutions].concat()) {
         assert!(!rejected, "honest {name} rejected by {rules:?}");
     }
+    // Level 3's solutions may keep parts in PyTorch: checked under that level's policy,
+    // where calling PyTorch only warns; strict, the mixed ones are rejected.
+    let level3: Vec<PathBuf> = std::fs::read_dir(repo().join("bench/solutions/level3"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(level3.len() >= 20, "{} level-3 solutions", level3.len());
+    let out = run(tf(state.path()).args(["guard", "--json", "--level", "3"]).args(&level3));
+    for l in text(&out.stdout).lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["rejected"], false, "level-3 solution rejected: {v}");
+    }
+    let mixed = repo().join("bench/solutions/level3/convnext_block.py");
+    assert!(guard(state.path(), &[mixed.clone()])["convnext_block"].0, "strict rules passed a mixed file");
+    let out = run(tf(state.path()).args(["guard", "--json", "--level", "3"]).arg(&mixed));
+    assert!(text(&out.stdout).contains("torch-compute-in-forward"), "the warning is kept");
 }
 
 /// A batch directory: the named problem copied under each candidate's name, with a
@@ -295,6 +311,16 @@ const OTHER_ROUTES: &[(&str, &str)] = &[
     ("counter_with_token_launch", "[runtime-recall]"),
 ];
 
+/// Level-3 cheats the mixed-kernel policy must catch (PyTorch compute is allowed there, so
+/// no operator is refused): the tag their message carries, with or without the guard.
+const MIXED_ROUTES: &[(&str, &str)] = &[
+    ("lazy_relu_only_level3", "[runtime-share-model]"), // ReLUs in Triton, the GEMMs in PyTorch
+    ("decoy_copy_around_pytorch_level3", "[runtime-share-model]"), // a copy kernel, then all of it in PyTorch
+    ("decoy_output_scale_level3", "[runtime-share-model]"), // PyTorch, then the output scale in Triton
+    ("loosens_reference_precision", "[runtime-patched]"), // TF32 for the reference too
+    ("slows_the_reference", "[runtime-patched]"),       // the reference's attention slowed
+];
+
 /// With no guard at all the runtime layers are still on (they belong to the evaluator):
 /// at least 95% of every hostile file that can run on the CPU (static-only ones included)
 /// ends anything but `correct`, every honest file (views, reshapes, allocation, scratch
@@ -332,6 +358,12 @@ fn with_no_guard_the_runtime_layers_keep_95_percent_of_the_corpus_from_correct()
             names_op && msg.contains(&format!("{name}.py:")),
             "{name}: no operator or line in {msg}"
         );
+    }
+    for (name, tag) in MIXED_ROUTES {
+        let r = &records[*name];
+        let msg = r["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(tag), "{name}: expected {tag}: {r}");
+        assert_eq!((&r["status"], &r["stage"]), (&"rejected".into(), &"provenance".into()), "{name}: {r}");
     }
     for (name, tag) in OTHER_ROUTES {
         let r = &records[*name];
