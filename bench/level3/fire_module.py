@@ -18,6 +18,8 @@ class Model(nn.Module):
         self.squeeze = nn.Conv2d(in_channels, squeeze, 1)
         self.expand1 = nn.Conv2d(squeeze, expand, 1)
         self.expand3 = nn.Conv2d(squeeze, expand, 3, padding=1)
+        for conv in (self.squeeze, self.expand1, self.expand3):  # He initialisation, as for ReLU nets
+            nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = torch.relu(self.squeeze(x))

@@ -346,7 +346,9 @@ def import_both(cx: Context) -> Tuple[types.ModuleType, List[Any], types.ModuleT
     if job.compile_baseline and cx.device.type == "cuda":
         # Importing torch.compile's machinery rewraps some PyTorch functions: it happens
         # before the snapshot, so that the baseline later changes nothing the snapshot holds.
-        import torch._dynamo  # noqa: F401
+        import importlib
+
+        importlib.import_module("torch._dynamo")
     # Taken before the candidate's code runs at all, after everything the worker installs.
     cx.integrity = Integrity(torch)
 

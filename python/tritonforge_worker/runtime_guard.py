@@ -142,14 +142,21 @@ def torch_settings(torch: Any) -> Dict[str, Any]:
     put("torch.get_default_dtype()", torch.get_default_dtype)
     put("torch.get_num_threads()", torch.get_num_threads)
     put("torch.are_deterministic_algorithms_enabled()", torch.are_deterministic_algorithms_enabled)
-    matmul = torch.backends.cuda.matmul
-    for flag in ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
-        put(f"torch.backends.cuda.matmul.{flag}", lambda flag=flag: getattr(matmul, flag))
-    cudnn = torch.backends.cudnn
-    for flag in ("enabled", "allow_tf32", "benchmark", "deterministic"):
-        put(f"torch.backends.cudnn.{flag}", lambda flag=flag: getattr(cudnn, flag))
+    for owner, label, flags in (
+        ("cuda.matmul", "torch.backends.cuda.matmul",
+         ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")),
+        ("cudnn", "torch.backends.cudnn", ("enabled", "allow_tf32", "benchmark", "deterministic")),
+    ):
+        obj: Any = torch.backends
+        for part in owner.split("."):
+            obj = getattr(obj, part, None)
+        for flag in flags:
+            if obj is not None and hasattr(obj, flag):
+                out[f"{label}.{flag}"] = getattr(obj, flag)
     for sdp in ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled", "cudnn_sdp_enabled"):
-        put(f"torch.backends.cuda.{sdp}()", lambda sdp=sdp: getattr(torch.backends.cuda, sdp)())
+        fn = getattr(torch.backends.cuda, sdp, None)
+        if fn is not None:
+            put(f"torch.backends.cuda.{sdp}()", fn)
     return out
 
 

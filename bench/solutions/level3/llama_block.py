@@ -6,7 +6,8 @@ import triton.language as tl
 
 @triton.jit
 def _activate(z, ACT: tl.constexpr):
-    # 0 identity, 1 ReLU, 2 GELU (erf), 3 GELU (tanh form), 4 SiLU, 5 sigmoid
+    # 0 identity, 1 ReLU, 2 GELU (erf), 3 GELU (tanh form), 4 SiLU, 5 sigmoid, 6 ReLU6,
+    # 7 softplus (linear above 20, as PyTorch's)
     if ACT == 1:
         z = tl.maximum(z, 0.0)
     elif ACT == 2:
@@ -18,6 +19,10 @@ def _activate(z, ACT: tl.constexpr):
         z = z * tl.sigmoid(z)
     elif ACT == 5:
         z = tl.sigmoid(z)
+    elif ACT == 6:
+        z = tl.minimum(tl.maximum(z, 0.0), 6.0)
+    elif ACT == 7:
+        z = tl.where(z > 20.0, z, tl.log(1.0 + tl.exp(tl.minimum(z, 20.0))))
     return z
 
 

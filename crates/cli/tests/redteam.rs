@@ -132,7 +132,10 @@ fn the_guard_rejects_every_static_cheat_and_no_honest_kernel() {
         assert_eq!(v["rejected"], false, "level-3 solution rejected: {v}");
     }
     let mixed = repo().join("bench/solutions/level3/convnext_block.py");
-    assert!(guard(state.path(), &[mixed.clone()])["convnext_block"].0, "strict rules passed a mixed file");
+    assert!(
+        guard(state.path(), &[mixed.clone()])["convnext_block"].0,
+        "strict rules passed a mixed file"
+    );
     let out = run(tf(state.path()).args(["guard", "--json", "--level", "3"]).arg(&mixed));
     assert!(text(&out.stdout).contains("torch-compute-in-forward"), "the warning is kept");
 }
@@ -317,8 +320,8 @@ const MIXED_ROUTES: &[(&str, &str)] = &[
     ("lazy_relu_only_level3", "[runtime-share-model]"), // ReLUs in Triton, the GEMMs in PyTorch
     ("decoy_copy_around_pytorch_level3", "[runtime-share-model]"), // a copy kernel, then all of it in PyTorch
     ("decoy_output_scale_level3", "[runtime-share-model]"), // PyTorch, then the output scale in Triton
-    ("loosens_reference_precision", "[runtime-patched]"), // TF32 for the reference too
-    ("slows_the_reference", "[runtime-patched]"),       // the reference's attention slowed
+    ("loosens_reference_precision", "[runtime-patched]"),   // TF32 for the reference too
+    ("slows_the_reference", "[runtime-patched]"),           // the reference's attention slowed
 ];
 
 /// With no guard at all the runtime layers are still on (they belong to the evaluator):
@@ -363,7 +366,11 @@ fn with_no_guard_the_runtime_layers_keep_95_percent_of_the_corpus_from_correct()
         let r = &records[*name];
         let msg = r["message"].as_str().unwrap_or_default();
         assert!(msg.contains(tag), "{name}: expected {tag}: {r}");
-        assert_eq!((&r["status"], &r["stage"]), (&"rejected".into(), &"provenance".into()), "{name}: {r}");
+        assert_eq!(
+            (&r["status"], &r["stage"]),
+            (&"rejected".into(), &"provenance".into()),
+            "{name}: {r}"
+        );
     }
     for (name, tag) in OTHER_ROUTES {
         let r = &records[*name];

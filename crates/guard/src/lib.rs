@@ -773,9 +773,10 @@ mod tests {
                      return torch.relu(x)\n";
         assert!(check(decoy, &mixed).rejects());
         // An explicit `off` stays off.
-        let off = GuardRules::from_toml("[rules]\n\"torch-compute-in-forward\" = \"off\"\n", "p.toml")
-            .unwrap()
-            .for_mixed();
+        let off =
+            GuardRules::from_toml("[rules]\n\"torch-compute-in-forward\" = \"off\"\n", "p.toml")
+                .unwrap()
+                .for_mixed();
         assert!(check(src, &off).findings.iter().all(|f| f.rule != "torch-compute-in-forward"));
     }
 

@@ -463,7 +463,10 @@ mod tests {
         assert_eq!(policy("level4/c.py").unwrap().min_kernel_share, Some(0.3));
         assert_eq!(policy("level1/d.py"), None);
         let suite = Suite::load(d.path()).unwrap();
-        assert_eq!(suite.find("level3/b").unwrap().meta.policy.unwrap().min_kernel_share, Some(0.4));
+        assert_eq!(
+            suite.find("level3/b").unwrap().meta.policy.unwrap().min_kernel_share,
+            Some(0.4)
+        );
     }
 
     #[test]
@@ -582,9 +585,8 @@ impl Suite {
         for (name, p) in &self.manifest.policy {
             let level = name.strip_prefix("level").and_then(|n| n.parse::<u32>().ok());
             if !level.is_some_and(|l| (1..=4).contains(&l)) {
-                findings.push(format!(
-                    "{manifest}: [policy.{name}] names no level (level1 to level4)"
-                ));
+                findings
+                    .push(format!("{manifest}: [policy.{name}] names no level (level1 to level4)"));
             }
             if let Some(share) = p.min_kernel_share.filter(|s| !(0.0..=1.0).contains(s)) {
                 findings.push(format!(
@@ -625,13 +627,11 @@ impl Suite {
                 (Some(_), None) => findings.push(format!("{k}: not inside a levelN/ directory")),
                 _ => {}
             }
-            if let Some(share) = e
-                .meta
-                .policy
-                .and_then(|p| p.min_kernel_share)
-                .filter(|s| !(0.0..=1.0).contains(s))
+            if let Some(share) =
+                e.meta.policy.and_then(|p| p.min_kernel_share).filter(|s| !(0.0..=1.0).contains(s))
             {
-                findings.push(format!("{k}: policy min_kernel_share {share} is not between 0 and 1"));
+                findings
+                    .push(format!("{k}: policy min_kernel_share {share} is not between 0 and 1"));
             }
             if let Some(d) = e.meta.difficulty.filter(|d| !DIFFICULTIES.contains(d)) {
                 findings.push(format!("{k}: difficulty {d} is outside 1..=5"));
