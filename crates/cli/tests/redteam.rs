@@ -108,7 +108,12 @@ fn the_guard_rejects_every_static_cheat_and_no_honest_kernel() {
         assert!(rejected, "hostile {} passed the guard", e.name);
         assert!(!rules.is_empty(), "{}", e.name);
     }
-    let honest: Vec<PathBuf> = corpus("honest").into_iter().map(|e| e.path).collect();
+    // Honest files of levels that allow mixed kernels are checked under that level's policy.
+    let (mixed, honest): (Vec<Entry>, Vec<Entry>) =
+        corpus("honest").into_iter().partition(|e| e.problem.starts_with("level3/"));
+    let honest: Vec<PathBuf> = honest.into_iter().map(|e| e.path).collect();
+    let mixed: Vec<PathBuf> = mixed.into_iter().map(|e| e.path).collect();
+    assert!(!mixed.is_empty(), "no honest level-3 file");
     let mut solutions: Vec<PathBuf> = ["level1", "level2"]
         .iter()
         .flat_map(|l| std::fs::read_dir(repo().join("bench/solutions").join(l)).unwrap())
@@ -126,6 +131,7 @@ fn the_guard_rejects_every_static_cheat_and_no_honest_kernel() {
         .map(|e| e.unwrap().path())
         .collect();
     assert!(level3.len() >= 20, "{} level-3 solutions", level3.len());
+    let level3 = [level3, mixed].concat();
     let out = run(tf(state.path()).args(["guard", "--json", "--level", "3"]).args(&level3));
     for l in text(&out.stdout).lines() {
         let v: Value = serde_json::from_str(l).unwrap();
@@ -133,7 +139,7 @@ fn the_guard_rejects_every_static_cheat_and_no_honest_kernel() {
     }
     let mixed = repo().join("bench/solutions/level3/convnext_block.py");
     assert!(
-        guard(state.path(), &[mixed.clone()])["convnext_block"].0,
+        guard(state.path(), std::slice::from_ref(&mixed))["convnext_block"].0,
         "strict rules passed a mixed file"
     );
     let out = run(tf(state.path()).args(["guard", "--json", "--level", "3"]).arg(&mixed));

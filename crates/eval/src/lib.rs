@@ -671,3 +671,30 @@ fn crash_message(exit: &str, stderr_tail: &str, candidate_file: &str) -> String 
 fn file_name(p: &std::path::Path) -> String {
     p.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "file.py".into())
 }
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+    use tritonforge_suite::{MixedPolicy, ProblemMeta};
+
+    fn problem(level: Option<u32>, policy: Option<MixedPolicy>) -> Problem {
+        Problem {
+            name: "p".into(),
+            path: "p.py".into(),
+            source: String::new(),
+            meta: ProblemMeta { level, policy, ..ProblemMeta::default() },
+        }
+    }
+
+    #[test]
+    fn a_problem_without_a_policy_takes_its_levels_default_never_a_laxer_one() {
+        assert_eq!(suite_policy(&problem(Some(1), None)), None);
+        let l3 = suite_policy(&problem(Some(3), None)).unwrap();
+        assert_eq!((l3.allow_torch_compute, l3.min_kernel_share), (Some(true), Some(0.5)));
+        let l4 = suite_policy(&problem(Some(4), None)).unwrap();
+        assert_eq!(l4.min_kernel_share, Some(0.3));
+        let own = MixedPolicy { allow_torch_compute: Some(true), min_kernel_share: Some(0.7) };
+        assert_eq!(suite_policy(&problem(Some(3), Some(own))).unwrap().min_kernel_share, Some(0.7));
+        assert_eq!(suite_policy(&problem(None, None)), None);
+    }
+}
