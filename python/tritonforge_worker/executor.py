@@ -223,6 +223,10 @@ class Context:
     # the candidate kernels' share of each share-measured call's GPU window.
     watched_host_ms: float = 0.0
     shares: List[float] = field(default_factory=list)
+    # Mixed levels: the modelled share of each trial's work done by the candidate's kernels
+    # (`runtime_guard.op_cost`), and the meter pricing the reference's forward.
+    model_shares: List[float] = field(default_factory=list)
+    meter: Any = None
     spin_per_ms: float = 0.0
     tolerance_used: Tolerance = field(default_factory=lambda: Tolerance(atol=1e-4, rtol=1e-4))
 
@@ -335,6 +339,16 @@ def import_both(cx: Context) -> Tuple[types.ModuleType, List[Any], types.ModuleT
                            cx.recorder.in_launch, cx.device.type)
     cx.audit = audit.Watch(cx.candidate_path, lines, cx.problem_path, cx.recorder.in_launch)
     audit.install(cx.audit)
+    if policy.allow_torch_compute and policy.min_kernel_share > 0.0:
+        from .runtime_guard import CostMeter
+
+        cx.meter = CostMeter(policy.allow_aten)
+    if job.compile_baseline and cx.device.type == "cuda":
+        # Importing torch.compile's machinery rewraps some PyTorch functions: it happens
+        # before the snapshot, so that the baseline later changes nothing the snapshot holds.
+        import importlib
+
+        importlib.import_module("torch._dynamo")
     # Taken before the candidate's code runs at all, after everything the worker installs.
     cx.integrity = Integrity(torch)
 
@@ -406,7 +420,28 @@ def run_trials(cx: Context, built: Built) -> List[TrialStat]:
     trials: List[TrialStat] = []
     for t in range(cx.job.trials):
         trials.append(trial(cx, t, built.problem, built.reference, built.model, trials))
+    check_model_share(cx, trials)
     return trials
+
+
+def check_model_share(cx: Context, done: List[TrialStat]) -> None:
+    """Mixed levels, where no GPU window is measured (CPU mode, or a GPU job without timing):
+    the candidate's kernels must have done the policy's least share of the modelled work of
+    every trial (`runtime_guard.op_cost`). On a GPU with timing the measured share decides."""
+    least = cx.job.runtime.min_kernel_share
+    if not cx.model_shares or least <= 0.0:
+        return
+    if cx.device.type == "cuda" and cx.job.timing:
+        return
+    worst = min(cx.model_shares)
+    if worst < least:
+        raise _Fail(verdict(cx,
+            "rejected", "provenance",
+            f"[runtime-share-model] the candidate's own Triton kernels did about {worst:.0%} of the work of a "
+            f"trial: the PyTorch operators its forward ran cost {1.0 - worst:.0%} of what the reference's forward "
+            f"costs, priced by a roofline model of a GPU (FLOPs and bytes moved); the policy asks its kernels to do "
+            f"at least {least:.0%}. Move the heavy operators (matmuls, convolutions, attention) into Triton "
+            "kernels", done))
 
 
 def check_shapes(cx: Context, built: Built, trials: List[TrialStat]) -> str:
@@ -513,10 +548,17 @@ def trial(cx: Context, t: int, problem: Any, reference: Any, model: Any, done: L
         info = error_info(exc, cx.candidate_path)
         status: Status = "compile_error" if _is_compile_error(exc) else "runtime_error"
         raise _Fail(verdict(cx, status, "correctness", f"trial {t}: {_describe(info)}", done, error=info)) from exc
+    left_to_torch = cx.aten.torch_cost
     try:
         with torch.no_grad():
             torch.manual_seed(seed)
-            expected = reference(*inputs)
+            if cx.meter is not None:
+                with cx.meter:
+                    expected = reference(*inputs)
+                if cx.meter.cost > 0.0:
+                    cx.model_shares.append(max(0.0, 1.0 - left_to_torch / cx.meter.cost))
+            else:
+                expected = reference(*inputs)
     except BaseException as exc:  # noqa: BLE001
         # Not a problem error: the problem was checked alone (`suite validate`), and
         # the candidate ran first in this process, so it may have broken what the
@@ -732,8 +774,10 @@ def check_integrity(cx: Context, where: str, done: List[TrialStat], threads: Opt
         names = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
         raise _Fail(verdict(cx,
             "rejected", "provenance",
-            f"{where}: [runtime-patched] the candidate replaced functions the evaluator relies on ({names}); "
-            "clocks, synchronisation, comparisons and the evaluator's own code must be left alone", done))
+            f"{where}: [runtime-patched] the candidate replaced functions or changed settings the evaluator or the "
+            f"reference relies on ({names}); clocks, synchronisation, comparisons, the evaluator's own code, the "
+            "PyTorch functions and modules the reference runs through and global PyTorch settings (precision, "
+            "backends) must be left alone: speedups count against the unmodified reference", done))
     if threads is not None and thread_count() > threads:
         raise _Fail(verdict(cx,
             "rejected", "provenance",
@@ -969,6 +1013,7 @@ def provenance_of(cx: Context, gpu_share: Optional[float]) -> Optional[Provenanc
     if cx.recorder is not None and cx.recorder.calls:
         summary: Provenance = cx.recorder.summary(gpu_share)
         summary.window_share = max(cx.shares) if cx.shares else None
+        summary.model_share = min(cx.model_shares) if cx.model_shares else None
         return summary
     return None
 

@@ -177,6 +177,7 @@ class Provenance:
     calls_without_launch: int
     gpu_share: Optional[float]
     window_share: Optional[float] = None
+    model_share: Optional[float] = None
 
 
 @dataclass

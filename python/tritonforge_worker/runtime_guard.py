@@ -88,6 +88,17 @@ class Integrity:
                     self.watched.append((f"{name}.{attr}", module, attr, value))
                     if isinstance(value, type) and value.__module__ == name:
                         self._add(f"{name}.{attr}", value, [m for m in vars(value) if callable(vars(value)[m])])
+        # What the reference runs through (levels 3 and 4 let the candidate call PyTorch, so it
+        # could slow or change the reference it is timed against): every public function of
+        # `torch.nn.functional` and the `forward` of every module class of `torch.nn`.
+        functional = torch.nn.functional
+        self._add("torch.nn.functional", functional,
+                  [n for n, v in vars(functional).items() if not n.startswith("_") and callable(v)])
+        for cname, cls in vars(torch.nn).items():
+            if isinstance(cls, type) and issubclass(cls, torch.nn.Module) and "forward" in vars(cls):
+                self._add(f"torch.nn.{cname}", cls, ("forward",))
+        self._add("torch.nn.Module", torch.nn.Module, ("__call__", "_call_impl"))
+        self.settings = torch_settings(torch)
         for name in ("time", "builtins", "numpy", "torch", "triton", "triton.testing", "torch.cuda"):
             if name in sys.modules:
                 self.modules[name] = sys.modules[name]
@@ -101,14 +112,52 @@ class Integrity:
                 self.watched.append((f"{label}.{n}", owner, n, getattr(owner, n)))
 
     def changed(self) -> List[str]:
-        """Names whose object is no longer the one seen at the snapshot."""
+        """Names whose object is no longer the one seen at the snapshot, and global PyTorch
+        settings (precision, backends) that differ from it."""
         out = [f"sys.modules[{n!r}]" for n, m in self.modules.items() if sys.modules.get(n) is not m]
+        now = torch_settings(sys.modules["torch"])
+        out += [f"the setting {k} ({self.settings[k]!r} -> {now.get(k)!r})" for k in self.settings
+                if now.get(k) != self.settings[k]]
         for label, owner, attr, value in self.watched:
             current = vars(owner).get(attr) if isinstance(owner, type) and attr in vars(owner) else \
                 getattr(owner, attr, None)
             if current is not value:
                 out.append(label)
         return out
+
+
+def torch_settings(torch: Any) -> Dict[str, Any]:
+    """Global PyTorch settings the reference's speed and numerics depend on: a candidate
+    turning on TF32 or reduced-precision reductions, or changing a backend, would be timed
+    against a reference that is not the problem's."""
+    out: Dict[str, Any] = {}
+
+    def put(name: str, read: Callable[[], Any]) -> None:
+        try:
+            out[name] = read()
+        except Exception:  # noqa: BLE001 - a build without that backend
+            pass
+
+    put("torch.get_float32_matmul_precision()", torch.get_float32_matmul_precision)
+    put("torch.get_default_dtype()", torch.get_default_dtype)
+    put("torch.get_num_threads()", torch.get_num_threads)
+    put("torch.are_deterministic_algorithms_enabled()", torch.are_deterministic_algorithms_enabled)
+    for owner, label, flags in (
+        ("cuda.matmul", "torch.backends.cuda.matmul",
+         ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")),
+        ("cudnn", "torch.backends.cudnn", ("enabled", "allow_tf32", "benchmark", "deterministic")),
+    ):
+        obj: Any = torch.backends
+        for part in owner.split("."):
+            obj = getattr(obj, part, None)
+        for flag in flags:
+            if obj is not None and hasattr(obj, flag):
+                out[f"{label}.{flag}"] = getattr(obj, flag)
+    for sdp in ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled", "cudnn_sdp_enabled"):
+        fn = getattr(torch.backends.cuda, sdp, None)
+        if fn is not None:
+            put(f"torch.backends.cuda.{sdp}()", fn)
+    return out
 
 
 class AtenRecorder:
@@ -128,6 +177,9 @@ class AtenRecorder:
         self.device_type = device_type
         self.denied: Dict[str, int] = {}
         self.host_reads: Dict[str, int] = {}
+        # Where PyTorch compute is allowed (levels 3 and 4): the modelled GPU cost of what
+        # the last watched forward left to PyTorch (`op_cost`), against the reference's.
+        self.torch_cost = 0.0
         # First site of each denied operator or host read, and foreign modes seen.
         self.sites: Dict[str, str] = {}
         self.modes: List[str] = []
@@ -139,7 +191,7 @@ class AtenRecorder:
             def __torch_dispatch__(self, func: Any, types: Any, args: Tuple[Any, ...] = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
                 out = func(*args, **kwargs)
-                recorder._note(func, args, out, in_launch())
+                recorder._note(func, args, out, in_launch(), kwargs)
                 return out
 
         self._mode_cls = _Mode
@@ -151,7 +203,7 @@ class AtenRecorder:
         _install_host_reads(torch)
         install_thread_and_mode_watch(torch)
 
-    def _note(self, func: Any, args: Tuple[Any, ...], out: Any, launching: bool) -> None:
+    def _note(self, func: Any, args: Tuple[Any, ...], out: Any, launching: bool, kwargs: Any = None) -> None:
         ns = getattr(func, "namespace", "")
         name = func.overloadpacket.__name__
         if launching:
@@ -173,7 +225,10 @@ class AtenRecorder:
             self.host_read("aten::_local_scalar_dense (.item())")
             return
         full = name if ns == "aten" else f"{ns}::{name}"
-        if full in self.allow or self.allow_compute:
+        if full in self.allow:
+            return
+        if self.allow_compute:
+            self.torch_cost += op_cost(func, args, kwargs or {}, out)
             return
         key = f"{ns}::{name}"
         n = self.denied.get(key, 0)
@@ -197,6 +252,7 @@ class AtenRecorder:
         global _ACTIVE
         self.denied = {}
         self.host_reads = {}
+        self.torch_cost = 0.0
         self.sites = {}
         self.modes = []
         torch = self.torch
@@ -241,6 +297,103 @@ class AtenRecorder:
             out.append(("runtime-mode", "used a dispatch or function mode of its own ("
                         + "; ".join(self.modes) + "), which could answer for operators unseen"))
         return out
+
+
+# -- the modelled share of the work (mixed levels, where no GPU time is measured) --------
+#
+# On a GPU the candidate's kernels' share of the GPU time is measured (`runtime-share`). On
+# the CPU it cannot be, and interpreter time says nothing about GPU time, so the ATen
+# operators a forward leaves to PyTorch are priced by a roofline of a data-centre GPU:
+# max(FLOPs / FLOP rate, bytes moved / bandwidth), FLOPs from PyTorch's own FLOP formulas
+# (matmuls, convolutions, attention) and ours (attention on the CPU, recurrent layers),
+# bytes from the operator's tensors. The reference's forward is priced the same way; the
+# candidate's kernels are credited with what it did not leave to PyTorch:
+# share = 1 - cost(candidate's PyTorch) / cost(reference). Allocation, views and copies
+# (the allow-list) cost nothing on either side.
+_FLOP_RATE = 5.0e13
+_BYTE_RATE = 3.0e12
+# Lookups read the rows they gather, not the whole table.
+_GATHERS = frozenset({"embedding", "index_select", "index", "gather", "embedding_bag", "_embedding_bag", "take"})
+# Recurrent layers: 2 FLOPs per weight per step and batch row.
+_RNNS = frozenset({"mkldnn_rnn_layer", "mkldnn_rnn", "_cudnn_rnn", "miopen_rnn", "lstm", "gru", "rnn_tanh",
+                   "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell"})
+_FLOP_REGISTRY: Optional[Dict[Any, Any]] = None
+
+
+def _tensor_leaves(x: Any) -> List[Any]:
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor)]
+
+
+def _nbytes(t: Any) -> float:
+    return float(t.numel() * t.element_size())
+
+
+def op_cost(func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], out: Any) -> float:
+    """Modelled GPU seconds of one ATen operator (see above); never raises."""
+    global _FLOP_REGISTRY
+    try:
+        name = func.overloadpacket.__name__
+        ins = _tensor_leaves(args) + _tensor_leaves(kwargs)
+        outs = _tensor_leaves(out)
+        if name in _GATHERS:
+            moved = 2.0 * sum(_nbytes(t) for t in outs) + sum(
+                _nbytes(t) for t in ins if not t.is_floating_point())
+        else:
+            moved = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in outs)
+        if _FLOP_REGISTRY is None:
+            from torch.utils.flop_counter import flop_registry
+
+            _FLOP_REGISTRY = dict(flop_registry)
+        flops = 0.0
+        formula = _FLOP_REGISTRY.get(func.overloadpacket)
+        if formula is not None:
+            flops = float(formula(*args, **kwargs, out_val=out))
+        elif name.startswith("_scaled_dot_product") and len(ins) >= 2:
+            q, k = ins[0], ins[1]
+            flops = 4.0 * q.numel() * k.shape[-2]
+        elif name in _RNNS and ins:
+            x = ins[0]
+            rows = x.numel() / max(int(x.shape[-1]), 1)
+            flops = 2.0 * rows * sum(t.numel() for t in ins[1:] if t.dim() == 2)
+        return max(flops / _FLOP_RATE, moved / _BYTE_RATE)
+    except Exception:  # noqa: BLE001 - a formula that cannot read these arguments: no price
+        return 0.0
+
+
+class CostMeter:
+    """Prices every operator a forward dispatches (the reference's, for `op_cost`'s share)
+    outside the allow-list; used as a context manager around the call."""
+
+    def __init__(self, allow: Iterable[str]) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.cost = 0.0
+        meter = self
+        allowed = frozenset(allow)
+
+        class _Meter(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                ns = getattr(func, "namespace", "")
+                name = func.overloadpacket.__name__
+                if (name if ns == "aten" else f"{ns}::{name}") not in allowed:
+                    meter.cost += op_cost(func, args, kwargs, out)
+                return out
+
+        _OURS.add(_Meter)
+        self._mode = _Meter()
+
+    def __enter__(self) -> "CostMeter":
+        self.cost = 0.0
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
 
 
 # What Triton's launch paths dispatch themselves (the interpreter's argument copies).
@@ -298,7 +451,7 @@ def install_thread_and_mode_watch(torch: Any) -> None:
             out = func(*args, **(kwargs or {}))
             rec = _ACTIVE
             if rec is not None:
-                rec._note(func, args, out, rec.in_launch())
+                rec._note(func, args, out, rec.in_launch(), kwargs)
             return out
 
     _OURS.add(_ThreadMode)

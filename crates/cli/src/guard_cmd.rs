@@ -22,6 +22,10 @@ pub struct GuardArgs {
     /// List the rules with their default severity and documentation.
     #[arg(long)]
     rules: bool,
+    /// Check as for a problem of this suite level: at levels whose mixed-kernel policy lets
+    /// PyTorch compute run (3 and 4 by default), `torch-compute-in-forward` only warns.
+    #[arg(long)]
+    level: Option<u32>,
 }
 
 pub fn run(args: GuardArgs) -> anyhow::Result<u8> {
@@ -34,7 +38,15 @@ pub fn run(args: GuardArgs) -> anyhow::Result<u8> {
     if args.files.is_empty() {
         return Err(usage("give one or more candidate files (or --rules)"));
     }
-    let policy = load_rules(args.rules_file.as_deref())?;
+    let mut policy = load_rules(args.rules_file.as_deref())?;
+    let mixed = args
+        .level
+        .and_then(tritonforge_suite::default_level_policy)
+        .and_then(|p| p.allow_torch_compute)
+        .unwrap_or(false);
+    if mixed {
+        policy = policy.for_mixed();
+    }
     let mut any_reject = false;
     for file in &args.files {
         let source =

@@ -108,7 +108,12 @@ fn the_guard_rejects_every_static_cheat_and_no_honest_kernel() {
         assert!(rejected, "hostile {} passed the guard", e.name);
         assert!(!rules.is_empty(), "{}", e.name);
     }
-    let honest: Vec<PathBuf> = corpus("honest").into_iter().map(|e| e.path).collect();
+    // Honest files of levels that allow mixed kernels are checked under that level's policy.
+    let (mixed, honest): (Vec<Entry>, Vec<Entry>) =
+        corpus("honest").into_iter().partition(|e| e.problem.starts_with("level3/"));
+    let honest: Vec<PathBuf> = honest.into_iter().map(|e| e.path).collect();
+    let mixed: Vec<PathBuf> = mixed.into_iter().map(|e| e.path).collect();
+    assert!(!mixed.is_empty(), "no honest level-3 file");
     let mut solutions: Vec<PathBuf> = ["level1", "level2"]
         .iter()
         .flat_map(|l| std::fs::read_dir(repo().join("bench/solutions").join(l)).unwrap())
@@ -119,6 +124,26 @@ fn the_guard_rejects_every_static_cheat_and_no_honest_kernel() {
     for (name, (rejected, rules)) in guard(state.path(), &[honest, solutions].concat()) {
         assert!(!rejected, "honest {name} rejected by {rules:?}");
     }
+    // Level 3's solutions may keep parts in PyTorch: checked under that level's policy,
+    // where calling PyTorch only warns; strict, the mixed ones are rejected.
+    let level3: Vec<PathBuf> = std::fs::read_dir(repo().join("bench/solutions/level3"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(level3.len() >= 20, "{} level-3 solutions", level3.len());
+    let level3 = [level3, mixed].concat();
+    let out = run(tf(state.path()).args(["guard", "--json", "--level", "3"]).args(&level3));
+    for l in text(&out.stdout).lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["rejected"], false, "level-3 solution rejected: {v}");
+    }
+    let mixed = repo().join("bench/solutions/level3/convnext_block.py");
+    assert!(
+        guard(state.path(), std::slice::from_ref(&mixed))["convnext_block"].0,
+        "strict rules passed a mixed file"
+    );
+    let out = run(tf(state.path()).args(["guard", "--json", "--level", "3"]).arg(&mixed));
+    assert!(text(&out.stdout).contains("torch-compute-in-forward"), "the warning is kept");
 }
 
 /// A batch directory: the named problem copied under each candidate's name, with a
@@ -295,6 +320,16 @@ const OTHER_ROUTES: &[(&str, &str)] = &[
     ("counter_with_token_launch", "[runtime-recall]"),
 ];
 
+/// Level-3 cheats the mixed-kernel policy must catch (PyTorch compute is allowed there, so
+/// no operator is refused): the tag their message carries, with or without the guard.
+const MIXED_ROUTES: &[(&str, &str)] = &[
+    ("lazy_relu_only_level3", "[runtime-share-model]"), // ReLUs in Triton, the GEMMs in PyTorch
+    ("decoy_copy_around_pytorch_level3", "[runtime-share-model]"), // a copy kernel, then all of it in PyTorch
+    ("decoy_output_scale_level3", "[runtime-share-model]"), // PyTorch, then the output scale in Triton
+    ("loosens_reference_precision", "[runtime-patched]"),   // TF32 for the reference too
+    ("slows_the_reference", "[runtime-patched]"),           // the reference's attention slowed
+];
+
 /// With no guard at all the runtime layers are still on (they belong to the evaluator):
 /// at least 95% of every hostile file that can run on the CPU (static-only ones included)
 /// ends anything but `correct`, every honest file (views, reshapes, allocation, scratch
@@ -331,6 +366,16 @@ fn with_no_guard_the_runtime_layers_keep_95_percent_of_the_corpus_from_correct()
         assert!(
             names_op && msg.contains(&format!("{name}.py:")),
             "{name}: no operator or line in {msg}"
+        );
+    }
+    for (name, tag) in MIXED_ROUTES {
+        let r = &records[*name];
+        let msg = r["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(tag), "{name}: expected {tag}: {r}");
+        assert_eq!(
+            (&r["status"], &r["stage"]),
+            (&"rejected".into(), &"provenance".into()),
+            "{name}: {r}"
         );
     }
     for (name, tag) in OTHER_ROUTES {

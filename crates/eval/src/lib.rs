@@ -199,9 +199,10 @@ impl Evaluator {
     }
 
     /// What the runtime layers allow `problem`'s forward: the guard rules' when a guard
-    /// runs, else the evaluator's default (the default rules' lists and knobs), with the
-    /// problem's level's relaxations. Sent with every job: the dispatch recorder, mode and
-    /// audit checks run whether or not the static guard does.
+    /// runs, else the evaluator's default (the default rules' lists and knobs), under the
+    /// problem's mixed-kernel policy (its manifest's, or its level's default when it came
+    /// without one), then the rules' own section for its level. Sent with every job: the
+    /// dispatch recorder, mode and audit checks run whether or not the static guard does.
     pub fn runtime_policy(&self, problem: &Problem) -> RuntimePolicy {
         let default;
         let rules = match &self.guard {
@@ -211,7 +212,8 @@ impl Evaluator {
                 &default
             }
         };
-        let r = rules.runtime_for(&problem.name);
+        let level = problem.meta.level.map(|l| format!("level{l}"));
+        let r = rules.runtime_for_level(level.as_deref(), suite_policy(problem));
         RuntimePolicy {
             allow_aten: r.allow_aten.into_iter().collect(),
             allow_torch_compute: r.allow_torch_compute,
@@ -298,8 +300,16 @@ impl Evaluator {
     ) -> Result<Evaluation, EvalError> {
         let config = &self.effective(config);
         let guard_started = std::time::Instant::now();
-        let report =
-            self.guard.as_ref().map(|(p, _)| tritonforge_guard::check(&candidate.source, p));
+        // Where the problem's policy lets PyTorch compute run (levels 3 and 4), the static
+        // rule against it only warns; the runtime share check takes its place.
+        let mixed = self.runtime_policy(problem).allow_torch_compute;
+        let report = self.guard.as_ref().map(|(p, _)| {
+            if mixed {
+                tritonforge_guard::check(&candidate.source, &p.for_mixed())
+            } else {
+                tritonforge_guard::check(&candidate.source, p)
+            }
+        });
         let guard_ms = guard_started.elapsed().as_secs_f64() * 1000.0;
         let findings: Vec<GuardFinding> =
             report.as_ref().map(|r| r.findings.iter().map(to_record).collect()).unwrap_or_default();
@@ -524,6 +534,18 @@ impl Evaluator {
     }
 }
 
+/// The problem's mixed-kernel policy as the guard takes it: the manifest's resolved one,
+/// or, for a problem that came with a level but no policy (a queued job, a row), the
+/// level's built-in default.
+fn suite_policy(problem: &Problem) -> Option<tritonforge_guard::SuitePolicy> {
+    let meta = &problem.meta;
+    let p = meta.policy.or_else(|| meta.level.and_then(tritonforge_suite::default_level_policy))?;
+    Some(tritonforge_guard::SuitePolicy {
+        allow_torch_compute: p.allow_torch_compute,
+        min_kernel_share: p.min_kernel_share,
+    })
+}
+
 fn to_record(f: &tritonforge_guard::Finding) -> GuardFinding {
     GuardFinding {
         rule: f.rule.clone(),
@@ -648,4 +670,31 @@ fn crash_message(exit: &str, stderr_tail: &str, candidate_file: &str) -> String 
 
 fn file_name(p: &std::path::Path) -> String {
     p.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "file.py".into())
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+    use tritonforge_suite::{MixedPolicy, ProblemMeta};
+
+    fn problem(level: Option<u32>, policy: Option<MixedPolicy>) -> Problem {
+        Problem {
+            name: "p".into(),
+            path: "p.py".into(),
+            source: String::new(),
+            meta: ProblemMeta { level, policy, ..ProblemMeta::default() },
+        }
+    }
+
+    #[test]
+    fn a_problem_without_a_policy_takes_its_levels_default_never_a_laxer_one() {
+        assert_eq!(suite_policy(&problem(Some(1), None)), None);
+        let l3 = suite_policy(&problem(Some(3), None)).unwrap();
+        assert_eq!((l3.allow_torch_compute, l3.min_kernel_share), (Some(true), Some(0.5)));
+        let l4 = suite_policy(&problem(Some(4), None)).unwrap();
+        assert_eq!(l4.min_kernel_share, Some(0.3));
+        let own = MixedPolicy { allow_torch_compute: Some(true), min_kernel_share: Some(0.7) };
+        assert_eq!(suite_policy(&problem(Some(3), Some(own))).unwrap().min_kernel_share, Some(0.7));
+        assert_eq!(suite_policy(&problem(None, None)), None);
+    }
 }

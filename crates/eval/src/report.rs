@@ -115,6 +115,9 @@ pub fn verdict_text(ev: &Evaluation) -> String {
         if let Some(x) = p.window_share {
             share.push_str(&format!(", {:.0}% of the watched calls' GPU window", x * 100.0));
         }
+        if let Some(x) = p.model_share {
+            share.push_str(&format!(", about {:.0}% of the modelled work", x * 100.0));
+        }
         let _ = writeln!(
             s,
             "kernels:   {} ({} of {} calls launched one{share})",

@@ -128,22 +128,54 @@ pub struct RuntimeFor {
     pub min_kernel_share: f64,
 }
 
+/// A suite's mixed-kernel policy for one problem (its manifest's, resolved per level), as
+/// the guard takes it: the fields it sets override the rules' top-level `[runtime]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SuitePolicy {
+    pub allow_torch_compute: Option<bool>,
+    pub min_kernel_share: Option<f64>,
+}
+
 impl GuardRules {
-    /// What the runtime layers allow `problem` (a suite name such as `level1/relu`).
+    /// What the runtime layers allow `problem` (a suite name such as `level1/relu`; its
+    /// level is the part before the slash).
     pub fn runtime_for(&self, problem: &str) -> RuntimeFor {
+        let level = problem.split_once('/').map(|(l, _)| l);
+        self.runtime_for_level(level, None)
+    }
+
+    /// What the runtime layers allow a problem of `level` (`level3`) under its suite's
+    /// policy: the top-level knobs, then the suite's policy, then this file's
+    /// `[runtime.levels.<level>]` (the operator's explicit word has the last say).
+    pub fn runtime_for_level(&self, level: Option<&str>, suite: Option<SuitePolicy>) -> RuntimeFor {
         let rt = &self.runtime;
         let mut out = RuntimeFor {
             allow_aten: self.allow_aten.clone(),
             allow_torch_compute: rt.allow_torch_compute,
             min_kernel_share: rt.min_kernel_share,
         };
-        let level = problem.split_once('/').map(|(l, _)| l);
+        if let Some(s) = suite {
+            out.allow_torch_compute = s.allow_torch_compute.unwrap_or(out.allow_torch_compute);
+            out.min_kernel_share = s.min_kernel_share.unwrap_or(out.min_kernel_share);
+        }
         if let Some(l) = level.and_then(|l| rt.levels.get(l)) {
             out.allow_torch_compute = l.allow_torch_compute.unwrap_or(out.allow_torch_compute);
             out.min_kernel_share = l.min_kernel_share.unwrap_or(out.min_kernel_share);
             out.allow_aten.extend(l.allow_aten.iter().cloned());
         }
         out
+    }
+
+    /// The rules for a candidate whose problem lets PyTorch compute run in `forward`
+    /// (levels 3 and 4): `torch-compute-in-forward` rejects no more, it warns (an explicit
+    /// `off` stays off). Every other rule stands: a decoy, the reference model, patching.
+    pub fn for_mixed(&self) -> GuardRules {
+        let mut rules = self.clone();
+        let id = "torch-compute-in-forward".to_string();
+        if rules.rules.get(&id).is_none_or(|s| *s == Severity::Reject) {
+            rules.rules.insert(id, Severity::Warn);
+        }
+        rules
     }
 }
 
@@ -714,8 +746,38 @@ mod tests {
         assert_eq!((l3.allow_torch_compute, l3.min_kernel_share), (true, 0.0));
         assert!(l3.allow_aten.contains("add") && !l1.allow_aten.contains("add"));
         assert_ne!(p.fingerprint(), GuardRules::default().fingerprint());
+        // A suite's policy overrides the top level; the file's level section overrides both.
+        let suite = SuitePolicy { allow_torch_compute: Some(true), min_kernel_share: Some(0.5) };
+        let l3s = p.runtime_for_level(Some("level3"), Some(suite));
+        assert_eq!((l3s.allow_torch_compute, l3s.min_kernel_share), (true, 0.0));
+        let l4s = p.runtime_for_level(Some("level4"), Some(suite));
+        assert_eq!((l4s.allow_torch_compute, l4s.min_kernel_share), (true, 0.5));
         let bad = GuardRules::from_toml("[runtime]\nmin_kernel_share = 1.5\n", "bad.toml");
         assert!(bad.is_err_and(|e| e.to_string().contains("bad.toml")));
+    }
+
+    #[test]
+    fn mixed_levels_warn_on_pytorch_compute_and_keep_every_other_rule() {
+        let src = "import torch\nimport triton\n\n@triton.jit\ndef k(x):\n    pass\n\n\
+                   class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        \
+                   k[(1,)](x)\n        return torch.relu(x) @ x\n";
+        let strict = GuardRules::default();
+        assert!(check(src, &strict).rejects());
+        let mixed = strict.for_mixed();
+        let r = check(src, &mixed);
+        assert!(!r.rejects(), "{:?}", r.findings);
+        assert!(r.findings.iter().any(|f| f.rule == "torch-compute-in-forward"));
+        // A decoy (no launch reachable from forward) is still rejected at a mixed level.
+        let decoy = "import torch\nimport triton\n\n@triton.jit\ndef k(x):\n    pass\n\n\
+                     class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        \
+                     return torch.relu(x)\n";
+        assert!(check(decoy, &mixed).rejects());
+        // An explicit `off` stays off.
+        let off =
+            GuardRules::from_toml("[rules]\n\"torch-compute-in-forward\" = \"off\"\n", "p.toml")
+                .unwrap()
+                .for_mixed();
+        assert!(check(src, &off).findings.iter().all(|f| f.rule != "torch-compute-in-forward"));
     }
 
     #[test]

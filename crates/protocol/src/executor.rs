@@ -320,6 +320,11 @@ pub struct Provenance {
     /// when measured (GPU timing).
     #[serde(default)]
     pub window_share: Option<f64>,
+    /// Mixed levels: the least share of a trial's work the candidate's kernels did, by a
+    /// roofline model (FLOPs, bytes) of the PyTorch operators it ran against the
+    /// reference's; what CPU mode checks in place of the GPU window share.
+    #[serde(default)]
+    pub model_share: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -148,6 +148,7 @@ pub fn sample_messages() -> Vec<Message> {
             calls_without_launch: 0,
             gpu_share: Some(0.97),
             window_share: Some(0.9),
+            model_share: Some(0.8),
         }),
         phases: Some(PhaseTimes {
             build_ms: 812.0,

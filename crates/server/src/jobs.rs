@@ -29,12 +29,15 @@ pub(crate) struct Resolved {
     pub config: EvalConfig,
 }
 
-/// The part of a suite problem's manifest entry a job keeps (its level's runtime rules
-/// key off the name; the tolerance is already in `config`).
+/// The part of a suite problem's manifest entry a job keeps (its level and mixed-kernel
+/// policy decide the runtime rules; the tolerance is already in `config`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct MetaLite {
     pub id: Option<String>,
     pub level: Option<u32>,
+    /// Jobs queued before policies existed have none: the level's default applies.
+    #[serde(default)]
+    pub policy: Option<tritonforge_suite::MixedPolicy>,
 }
 
 impl Resolved {
@@ -43,7 +46,11 @@ impl Resolved {
             problem_name: problem.name.clone(),
             problem_path: problem.path.display().to_string(),
             problem_source: problem.source.clone(),
-            meta: Some(MetaLite { id: problem.meta.id.clone(), level: problem.meta.level }),
+            meta: Some(MetaLite {
+                id: problem.meta.id.clone(),
+                level: problem.meta.level,
+                policy: problem.meta.policy,
+            }),
             candidate_name: candidate.name.clone(),
             candidate_path: Some(candidate.path.display().to_string()),
             candidate_source: candidate.source.clone(),
@@ -57,7 +64,12 @@ impl Resolved {
             name: self.problem_name.clone(),
             path: PathBuf::from(&self.problem_path),
             source: self.problem_source.clone(),
-            meta: ProblemMeta { id: meta.id, level: meta.level, ..ProblemMeta::default() },
+            meta: ProblemMeta {
+                id: meta.id,
+                level: meta.level,
+                policy: meta.policy,
+                ..ProblemMeta::default()
+            },
         };
         let candidate = Candidate {
             name: self.candidate_name.clone(),

@@ -52,6 +52,50 @@ pub struct ProblemMeta {
     /// Named overrides of module-level constants, e.g. `small = { N = 64 }`.
     #[serde(default)]
     pub variants: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
+    /// The mixed-kernel policy for this problem. As written in an entry, the problem's own
+    /// overrides; once loaded (`Problem::load_with`, `Suite::load`), the resolved policy:
+    /// the level's built-in default, then `[policy.levelN]`, then the entry's own fields.
+    #[serde(default)]
+    pub policy: Option<MixedPolicy>,
+}
+
+/// What a candidate may leave to PyTorch (`docs/guard.md#mixed-kernels`). At levels 3 and
+/// 4 a candidate may keep parts of a whole model in PyTorch, as KernelBench allows, but
+/// its own kernels must carry a least share of the work, so that keeping it all in
+/// PyTorch behind a token kernel gains nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixedPolicy {
+    /// PyTorch compute operators may run in `forward` (the runtime operator check and the
+    /// static `torch-compute-in-forward` rule are lifted).
+    pub allow_torch_compute: Option<bool>,
+    /// The least share of the work the candidate's own kernels must do: of the GPU time
+    /// (measured) on a GPU, of the modelled cost of the reference's operators on the CPU.
+    pub min_kernel_share: Option<f64>,
+}
+
+impl MixedPolicy {
+    /// `other`'s fields where it sets them, else this one's.
+    pub fn overlaid(self, other: Option<&MixedPolicy>) -> MixedPolicy {
+        match other {
+            None => self,
+            Some(o) => MixedPolicy {
+                allow_torch_compute: o.allow_torch_compute.or(self.allow_torch_compute),
+                min_kernel_share: o.min_kernel_share.or(self.min_kernel_share),
+            },
+        }
+    }
+}
+
+/// The built-in policy of a level, used where a manifest has no `[policy.levelN]`:
+/// levels 1 and 2 are all-Triton (no relaxation); level 3 (architectures) may mix with
+/// PyTorch if the candidate's kernels carry half of the work, level 4 (whole models) 30%.
+pub fn default_level_policy(level: u32) -> Option<MixedPolicy> {
+    match level {
+        3 => Some(MixedPolicy { allow_torch_compute: Some(true), min_kernel_share: Some(0.5) }),
+        4 => Some(MixedPolicy { allow_torch_compute: Some(true), min_kernel_share: Some(0.3) }),
+        _ => None,
+    }
 }
 
 impl ProblemMeta {
@@ -72,6 +116,9 @@ struct ManifestFile {
     problems: BTreeMap<String, ProblemMeta>,
     #[serde(default)]
     sets: BTreeMap<String, Vec<String>>,
+    /// `[policy.level3]`: the mixed-kernel policy of a level's problems.
+    #[serde(default)]
+    policy: BTreeMap<String, MixedPolicy>,
 }
 
 /// A parsed manifest and the directory its keys are relative to.
@@ -82,6 +129,8 @@ pub struct Manifest {
     pub problems: BTreeMap<String, ProblemMeta>,
     /// Named problem sets (`quick`: the default of `tritonforge run`), as problem keys.
     pub sets: BTreeMap<String, Vec<String>>,
+    /// Mixed-kernel policy per level (`level3`, `level4`), over the built-in defaults.
+    pub policy: BTreeMap<String, MixedPolicy>,
 }
 
 impl Manifest {
@@ -94,7 +143,21 @@ impl Manifest {
             path: path.to_owned(),
             problems: parsed.problems,
             sets: parsed.sets,
+            policy: parsed.policy,
         })
+    }
+
+    /// The resolved mixed-kernel policy of a problem: its level's built-in default, then
+    /// this manifest's `[policy.levelN]`, then the entry's own `policy` fields. `None`
+    /// where none of them says anything (levels 1 and 2 by default): all-Triton.
+    pub fn policy_for(&self, meta: &ProblemMeta) -> Option<MixedPolicy> {
+        let level = meta.level?;
+        let section = self.policy.get(&format!("level{level}"));
+        let base = default_level_policy(level);
+        if base.is_none() && section.is_none() && meta.policy.is_none() {
+            return None;
+        }
+        Some(base.unwrap_or_default().overlaid(section).overlaid(meta.policy.as_ref()))
     }
 
     /// Find the manifest governing `problem_file`: the nearest `manifest.toml` in its
@@ -143,7 +206,12 @@ impl Problem {
     pub fn load_with(path: &Path, manifest: Option<&Manifest>) -> Result<Problem, SuiteError> {
         let source = read_text(path)?;
         let meta = manifest
-            .and_then(|m| m.key_for(path).and_then(|k| m.problems.get(&k).cloned()))
+            .and_then(|m| {
+                m.key_for(path).and_then(|k| m.problems.get(&k).cloned()).map(|mut meta| {
+                    meta.policy = m.policy_for(&meta);
+                    meta
+                })
+            })
             .unwrap_or_default();
         Ok(Problem { name: stem(path), path: path.to_owned(), source, meta })
     }
@@ -371,6 +439,37 @@ mod tests {
     }
 
     #[test]
+    fn mixed_policy_resolves_default_then_level_then_problem() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir_all(d.path().join("level3")).unwrap();
+        fs::create_dir_all(d.path().join("level4")).unwrap();
+        fs::write(
+            d.path().join(MANIFEST_FILE),
+            "[policy.level3]\nmin_kernel_share = 0.6\n\n\
+             [problems.\"level3/a\"]\nlevel = 3\n\n\
+             [problems.\"level3/b\"]\nlevel = 3\npolicy = { min_kernel_share = 0.4 }\n\n\
+             [problems.\"level4/c\"]\nlevel = 4\n\n\
+             [problems.\"level1/d\"]\nlevel = 1\n",
+        )
+        .unwrap();
+        fs::create_dir_all(d.path().join("level1")).unwrap();
+        for f in ["level3/a.py", "level3/b.py", "level4/c.py", "level1/d.py"] {
+            fs::write(d.path().join(f), "N = 1\n").unwrap();
+        }
+        let policy = |f: &str| Problem::load(&d.path().join(f)).unwrap().meta.policy;
+        let a = policy("level3/a.py").unwrap();
+        assert_eq!((a.allow_torch_compute, a.min_kernel_share), (Some(true), Some(0.6)));
+        assert_eq!(policy("level3/b.py").unwrap().min_kernel_share, Some(0.4));
+        assert_eq!(policy("level4/c.py").unwrap().min_kernel_share, Some(0.3));
+        assert_eq!(policy("level1/d.py"), None);
+        let suite = Suite::load(d.path()).unwrap();
+        assert_eq!(
+            suite.find("level3/b").unwrap().meta.policy.unwrap().min_kernel_share,
+            Some(0.4)
+        );
+    }
+
+    #[test]
     fn a_broken_manifest_names_its_file() {
         let d = tempfile::tempdir().unwrap();
         fs::write(d.path().join(MANIFEST_FILE), "[problems.x]\nlevle = 1\n").unwrap();
@@ -432,9 +531,11 @@ impl Suite {
         for (key, meta) in &manifest.problems {
             let problem_path = root.join(format!("{key}.py"));
             let solution = root.join("solutions").join(format!("{key}.py"));
+            let mut meta = meta.clone();
+            meta.policy = manifest.policy_for(&meta);
             entries.push(SuiteEntry {
                 key: key.clone(),
-                meta: meta.clone(),
+                meta,
                 problem_path,
                 solution_path: solution.is_file().then_some(solution),
             });
@@ -481,6 +582,18 @@ impl Suite {
                 }
             }
         }
+        for (name, p) in &self.manifest.policy {
+            let level = name.strip_prefix("level").and_then(|n| n.parse::<u32>().ok());
+            if !level.is_some_and(|l| (1..=4).contains(&l)) {
+                findings
+                    .push(format!("{manifest}: [policy.{name}] names no level (level1 to level4)"));
+            }
+            if let Some(share) = p.min_kernel_share.filter(|s| !(0.0..=1.0).contains(s)) {
+                findings.push(format!(
+                    "{manifest}: [policy.{name}] min_kernel_share {share} is not between 0 and 1"
+                ));
+            }
+        }
         let mut ids: BTreeMap<&str, &str> = BTreeMap::new();
         for e in &self.entries {
             let k = &e.key;
@@ -513,6 +626,12 @@ impl Suite {
                 }
                 (Some(_), None) => findings.push(format!("{k}: not inside a levelN/ directory")),
                 _ => {}
+            }
+            if let Some(share) =
+                e.meta.policy.and_then(|p| p.min_kernel_share).filter(|s| !(0.0..=1.0).contains(s))
+            {
+                findings
+                    .push(format!("{k}: policy min_kernel_share {share} is not between 0 and 1"));
             }
             if let Some(d) = e.meta.difficulty.filter(|d| !DIFFICULTIES.contains(d)) {
                 findings.push(format!("{k}: difficulty {d} is outside 1..=5"));
@@ -607,6 +726,9 @@ split = "dev"
 difficulty = 9
 variants.small = { N = 4 }
 
+[policy.level9]
+min_kernel_share = 1.5
+
 [problems."level1/ghost"]
 id = "L1-003"
 level = 1
@@ -633,6 +755,8 @@ split = "train"
             "level1/b: level-1 problem has no reference solution",
             "level1/ghost: manifest entry has no problem file",
             "zzz.py: solution for no listed problem",
+            "[policy.level9] names no level",
+            "[policy.level9] min_kernel_share 1.5 is not between 0 and 1",
         ] {
             assert!(f.contains(needle), "missing {needle:?} in:\n{f}");
         }

@@ -1,0 +1,315 @@
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _activate(z, ACT: tl.constexpr):
+    # 0 identity, 1 ReLU, 2 GELU (erf), 3 GELU (tanh form), 4 SiLU, 5 sigmoid, 6 ReLU6,
+    # 7 softplus (linear above 20, as PyTorch's)
+    if ACT == 1:
+        z = tl.maximum(z, 0.0)
+    elif ACT == 2:
+        z = 0.5 * z * (1.0 + tl.erf(z * 0.7071067811865476))
+    elif ACT == 3:
+        inner = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+        z = 0.5 * z * (1.0 + (2.0 * tl.sigmoid(2.0 * inner) - 1.0))
+    elif ACT == 4:
+        z = z * tl.sigmoid(z)
+    elif ACT == 5:
+        z = tl.sigmoid(z)
+    elif ACT == 6:
+        z = tl.minimum(tl.maximum(z, 0.0), 6.0)
+    elif ACT == 7:
+        z = tl.where(z > 20.0, z, tl.log(1.0 + tl.exp(tl.minimum(z, 20.0))))
+    return z
+
+
+@triton.jit
+def linear_kernel(
+    x_ptr, w_ptr, b_ptr, g_ptr, r_ptr, y_ptr, M, N, K, pre, post,
+    XI, sx0, sx1, sxk, swn, swk, YI, sy0, sy1, syn, sr0, sr1, srn,
+    HAS_BIAS: tl.constexpr, HAS_GAMMA: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+):
+    # y = act((x @ W^T + b) * pre) * post * gamma + residual, one output tile per program.
+    # Row m of x sits at (m // XI) * sx0 + (m % XI) * sx1, row m of y (and of the residual)
+    # at (m // YI) * sy0 + (m % YI) * sy1: transposed and channels-first layouts are read
+    # and written in place.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    x_row = (rm // XI) * sx0 + (rm % XI) * sx1
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        ks = k0 + rk
+        x = tl.load(x_ptr + x_row[:, None] + ks[None, :] * sxk,
+                    mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + rn[None, :] * swn + ks[:, None] * swk,
+                    mask=(rn[None, :] < N) & (ks[:, None] < K), other=0.0)
+        acc += tl.dot(x, w, input_precision="ieee")
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0)[None, :]
+    z = _activate(acc * pre, ACT) * post
+    if HAS_GAMMA:
+        z = z * tl.load(g_ptr + rn, mask=rn < N, other=0.0)[None, :]
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    if HAS_RES:
+        r_row = (rm // YI) * sr0 + (rm % YI) * sr1
+        z += tl.load(r_ptr + r_row[:, None] + rn[None, :] * srn, mask=mask, other=0.0)
+    y_row = (rm // YI) * sy0 + (rm % YI) * sy1
+    tl.store(y_ptr + y_row[:, None] + rn[None, :] * syn, z, mask=mask)
+
+
+def linear(x, weight, bias=None, act=0, pre=1.0, post=1.0, gamma=None, residual=None, out=None):
+    """act((x @ weight^T + bias) * pre) * post * gamma + residual over the last dim of x."""
+    K = x.shape[-1]
+    x2 = x.reshape(-1, K)
+    M, N = x2.shape[0], weight.shape[0]
+    if out is None:
+        out = torch.empty((*x.shape[:-1], N), device=x.device, dtype=torch.float32)
+    y2 = out.reshape(M, N)
+    r2 = residual.reshape(M, N) if residual is not None else y2
+    BM, BN, BK = 64, 64, 32
+    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
+    linear_kernel[grid](
+        x2, weight, bias if bias is not None else weight, gamma if gamma is not None else weight, r2, y2,
+        M, N, K, pre, post,
+        M, 0, x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1),
+        M, 0, y2.stride(0), y2.stride(1), 0, r2.stride(0), r2.stride(1),
+        HAS_BIAS=bias is not None, HAS_GAMMA=gamma is not None, HAS_RES=residual is not None, ACT=act,
+        BM=BM, BN=BN, BK=BK,
+    )
+    return out
+
+
+@triton.jit
+def norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, sx, sy, eps,
+                HAS_W: tl.constexpr, HAS_B: tl.constexpr, RMS: tl.constexpr, BLOCK: tl.constexpr):
+    # LayerNorm (or RMSNorm) of one row per program; the whole row sits in registers.
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * sx + cols, mask=mask, other=0.0)
+    if RMS:
+        d = x
+    else:
+        d = tl.where(mask, x - tl.sum(x, axis=0) / N, 0.0)
+    y = d / tl.sqrt(tl.sum(d * d, axis=0) / N + eps)
+    if HAS_W:
+        y = y * tl.load(w_ptr + cols, mask=mask, other=0.0)
+    if HAS_B:
+        y = y + tl.load(b_ptr + cols, mask=mask, other=0.0)
+    tl.store(y_ptr + row * sy + cols, y, mask=mask)
+
+
+def norm(x, weight, bias, eps, rms=False):
+    N = x.shape[-1]
+    x2 = x.reshape(-1, N)
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    y = torch.empty((x2.shape[0], N), device=x.device, dtype=torch.float32)
+    norm_kernel[(x2.shape[0],)](
+        x2, weight if weight is not None else x2, bias if bias is not None else x2, y, N, x2.stride(0), y.stride(0),
+        eps, HAS_W=weight is not None, HAS_B=bias is not None, RMS=rms, BLOCK=triton.next_power_of_2(N),
+    )
+    return y.reshape(x.shape)
+
+
+@triton.jit
+def attention_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, bias_ptr, slope_ptr, qn_ptr, kn_ptr,
+    H, GROUP, M, N, D, scale, window, eps,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sbh, sbm,
+    CAUSAL: tl.constexpr, WINDOW: tl.constexpr, HAS_BIAS: tl.constexpr, ALIBI: tl.constexpr,
+    QK_NORM: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
+):
+    # Flash attention: one block of queries of one (batch, head) per program, keys and
+    # values streamed in blocks with an online softmax. Key/value head = head // GROUP.
+    # Causal masks align the last query with the last key; `window` > 0 keeps only the
+    # last `window` keys of each query (WINDOW); bias (per head, query, key) or ALiBi slopes are
+    # added to the logits; QK_NORM applies an RMS norm (learned scale) to queries and keys.
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    kh = h // GROUP
+    rm = pid_m * BM + tl.arange(0, BM)
+    rd = tl.arange(0, BD)
+    dmask = rd < D
+    q = tl.load(q_ptr + b * sqb + h * sqh + rm[:, None] * sqm + rd[None, :],
+                mask=(rm[:, None] < M) & dmask[None, :], other=0.0)
+    if QK_NORM:
+        qw = tl.load(qn_ptr + rd, mask=dmask, other=0.0)
+        kw = tl.load(kn_ptr + rd, mask=dmask, other=0.0)
+        q = q / tl.sqrt(tl.sum(q * q, axis=1) / D + eps)[:, None] * qw[None, :]
+    offset = N - M
+    m_i = tl.full((BM,), -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros((BM,), dtype=tl.float32)
+    acc = tl.zeros((BM, BD), dtype=tl.float32)
+    lo = 0
+    hi = N
+    if CAUSAL:
+        hi = tl.minimum(N, pid_m * BM + BM + offset)
+    if WINDOW:
+        lo = tl.maximum(0, pid_m * BM + offset - window + 1)
+        lo = (lo // BN) * BN
+    slope = 0.0
+    if ALIBI:
+        slope = tl.load(slope_ptr + h)
+    for start in range(lo, hi, BN):
+        rn = start + tl.arange(0, BN)
+        kv_mask = (rn[:, None] < N) & dmask[None, :]
+        k = tl.load(k_ptr + b * skb + kh * skh + rn[:, None] * skn + rd[None, :], mask=kv_mask, other=0.0)
+        if QK_NORM:
+            k = k / tl.sqrt(tl.sum(k * k, axis=1) / D + eps)[:, None] * kw[None, :]
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        if HAS_BIAS:
+            s += tl.load(bias_ptr + h * sbh + rm[:, None] * sbm + rn[None, :],
+                         mask=(rm[:, None] < M) & (rn[None, :] < N), other=0.0)
+        if ALIBI:
+            s += slope * (rn[None, :] - rm[:, None] - offset).to(tl.float32)
+        valid = rn[None, :] < N
+        if CAUSAL:
+            valid = valid & (rn[None, :] <= rm[:, None] + offset)
+        if WINDOW:
+            valid = valid & (rn[None, :] > rm[:, None] + offset - window)
+        s = tl.where(valid, s, -1.0e30)
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + b * svb + kh * svh + rn[:, None] * svn + rd[None, :], mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + b * sob + h * soh + rm[:, None] * som + rd[None, :], out,
+             mask=(rm[:, None] < M) & dmask[None, :])
+
+
+def attention(q, k, v, causal=False, window=0, bias=None, slopes=None, q_norm=None, k_norm=None, eps=1e-6,
+              out=None):
+    """Attention over (batch, seq, heads, head_dim) views (the last dim contiguous);
+    returns (batch, seq, heads, head_dim). k and v may have fewer heads (grouped)."""
+    B, M, H, D = q.shape
+    N, KH = k.shape[1], k.shape[2]
+    if out is None:
+        out = torch.empty((B, M, H, D), device=q.device, dtype=torch.float32)
+    BM, BN = 32, 32
+    BD = max(16, triton.next_power_of_2(D))
+    grid = (triton.cdiv(M, BM), B * H)
+    attention_kernel[grid](
+        q, k, v, out, bias if bias is not None else q, slopes if slopes is not None else q,
+        q_norm if q_norm is not None else q, k_norm if k_norm is not None else q,
+        H, H // KH, M, N, D, 1.0 / (D ** 0.5), window, eps,
+        q.stride(0), q.stride(2), q.stride(1), k.stride(0), k.stride(2), k.stride(1),
+        v.stride(0), v.stride(2), v.stride(1), out.stride(0), out.stride(2), out.stride(1),
+        bias.stride(0) if bias is not None else 0, bias.stride(1) if bias is not None else 0,
+        CAUSAL=causal, WINDOW=window > 0, HAS_BIAS=bias is not None, ALIBI=slopes is not None, QK_NORM=q_norm is not None,
+        BM=BM, BN=BN, BD=BD,
+    )
+    return out
+
+
+@triton.jit
+def rope_kernel(x_ptr, f_ptr, y_ptr, H, HALF, sxb, sxn, sxh, syb, syn, syh, BLOCK: tl.constexpr):
+    # Rotates one (batch, position, head) row: first half against second half, by the
+    # angles position * inv_freq, computed here.
+    pid = tl.program_id(0)
+    n = tl.program_id(1)
+    b = pid // H
+    h = pid % H
+    j = tl.arange(0, BLOCK)
+    mask = j < HALF
+    angle = n.to(tl.float32) * tl.load(f_ptr + j, mask=mask, other=0.0)
+    c = tl.cos(angle)
+    s = tl.sin(angle)
+    src = x_ptr + b * sxb + n * sxn + h * sxh
+    x1 = tl.load(src + j, mask=mask, other=0.0)
+    x2 = tl.load(src + HALF + j, mask=mask, other=0.0)
+    dst = y_ptr + b * syb + n * syn + h * syh
+    tl.store(dst + j, x1 * c - x2 * s, mask=mask)
+    tl.store(dst + HALF + j, x2 * c + x1 * s, mask=mask)
+
+
+def rope(x, inv_freq):
+    """Rotary embedding of a (batch, seq, heads, head_dim) view; returns a new tensor."""
+    B, N, H, D = x.shape
+    y = torch.empty((B, N, H, D), device=x.device, dtype=torch.float32)
+    rope_kernel[(B * H, N)](x, inv_freq, y, H, D // 2, x.stride(0), x.stride(1), x.stride(2),
+                            y.stride(0), y.stride(1), y.stride(2), BLOCK=triton.next_power_of_2(D // 2))
+    return y
+
+
+@triton.jit
+def swiglu_kernel(x_ptr, wg_ptr, wu_ptr, y_ptr, M, N, K, sxm, sxk, swn, swk, sym, syn,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # y = SiLU(x @ Wg^T) * (x @ Wu^T): both projections of a tile in one pass over x.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc_g = tl.zeros((BM, BN), dtype=tl.float32)
+    acc_u = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        ks = k0 + rk
+        x = tl.load(x_ptr + rm[:, None] * sxm + ks[None, :] * sxk,
+                    mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
+        wmask = (rn[None, :] < N) & (ks[:, None] < K)
+        wg = tl.load(wg_ptr + rn[None, :] * swn + ks[:, None] * swk, mask=wmask, other=0.0)
+        wu = tl.load(wu_ptr + rn[None, :] * swn + ks[:, None] * swk, mask=wmask, other=0.0)
+        acc_g += tl.dot(x, wg, input_precision="ieee")
+        acc_u += tl.dot(x, wu, input_precision="ieee")
+    y = acc_g * tl.sigmoid(acc_g) * acc_u
+    tl.store(y_ptr + rm[:, None] * sym + rn[None, :] * syn, y, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def swiglu(x, w_gate, w_up):
+    K = x.shape[-1]
+    x2 = x.reshape(-1, K)
+    M, N = x2.shape[0], w_gate.shape[0]
+    y = torch.empty((M, N), device=x.device, dtype=torch.float32)
+    BM, BN, BK = 64, 64, 32
+    swiglu_kernel[(triton.cdiv(M, BM), triton.cdiv(N, BN))](
+        x2, w_gate, w_up, y, M, N, K, x2.stride(0), x2.stride(1), w_gate.stride(0), w_gate.stride(1),
+        y.stride(0), y.stride(1), BM=BM, BN=BN, BK=BK)
+    return y.reshape(*x.shape[:-1], N)
+
+
+class ModelNew(nn.Module):
+    """RMSNorm kernels, Q and KV GEMMs, a rotary kernel, grouped causal flash attention,
+    output GEMM + residual, the fused gate/up SwiGLU kernel, down GEMM + residual."""
+
+    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int):
+        super().__init__()
+        self.heads, self.kv_heads = heads, kv_heads
+        self.head_dim = dim // heads
+        self.attn_norm = nn.RMSNorm(dim, eps=1e-5)
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.kv = nn.Linear(dim, 2 * kv_heads * self.head_dim, bias=False)
+        self.o = nn.Linear(dim, dim, bias=False)
+        with torch.no_grad():
+            self.q.weight.mul_(3.0)
+            self.kv.weight[: kv_heads * self.head_dim].mul_(3.0)
+        self.ffn_norm = nn.RMSNorm(dim, eps=1e-5)
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+        half = self.head_dim // 2
+        self.register_buffer("inv_freq", 1.0 / (500000.0 ** (torch.arange(half, dtype=torch.float32) / half)),
+                             persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        h = norm(x, self.attn_norm.weight, None, self.attn_norm.eps, rms=True)
+        q = linear(h, self.q.weight).view(b, n, self.heads, self.head_dim)
+        kv = linear(h, self.kv.weight).view(b, n, 2, self.kv_heads, self.head_dim)
+        q, k = rope(q, self.inv_freq), rope(kv[:, :, 0], self.inv_freq)
+        a = attention(q, k, kv[:, :, 1], causal=True)
+        x = linear(a.view(b, n, d), self.o.weight, residual=x)
+        h = norm(x, self.ffn_norm.weight, None, self.ffn_norm.eps, rms=True)
+        return linear(swiglu(h, self.gate.weight, self.up.weight), self.down.weight, residual=x)
