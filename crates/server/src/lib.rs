@@ -36,6 +36,8 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Dashboard(#[from] tritonforge_dashboard::DashboardError),
     #[error("serving HTTP: {0}")]
     Serve(#[source] std::io::Error),
     #[error(
@@ -144,6 +146,11 @@ impl Server {
             .await
             .map_err(|source| ServerError::Bind { addr: cfg.bind, source })?;
         let addr = listener.local_addr().map_err(ServerError::Serve)?;
+        let dashboard = tritonforge_dashboard::Dashboard::open(
+            store_path,
+            suite.clone(),
+            tritonforge_dashboard::Mode::Serve,
+        )?;
         let (finished, _) = broadcast::channel(4096);
         let state = Arc::new(AppState {
             evaluator,
@@ -159,7 +166,7 @@ impl Server {
         });
         state.metrics.requeued.store(requeued as u64, Ordering::Relaxed);
         let stop = Arc::new(Notify::new());
-        let app = http::router(state.clone());
+        let app = http::router(state.clone(), Arc::new(dashboard));
         let dispatcher = tokio::spawn(jobs::dispatch(state.clone()));
         let stop2 = stop.clone();
         let task = tokio::spawn(async move {
