@@ -405,7 +405,7 @@ function table(objs, cols) {
 
 async function pageEvaluation(key) {
   const d = await api(`/dash/evaluations/${encodeURIComponent(key)}`);
-  const r = d.record; const v = r.verdict || {}; const t = v.timing;
+  const r = d.record; const v = r; const t = v.timing;
   const prov = v.provenance;
   main().innerHTML = `<h1>${pill(v.status)} ${esc(r.problem.name)} <span class="muted">← ${esc(r.candidate.name)}</span></h1>
     <p class="muted">key <code>${esc(r.key)}</code> · ${fmtTime(r.created_at)} UTC · runs: ${d.runs.map((x) => `<a href="#/evaluations?${qs({ run: x })}">${esc(x)}</a>`).join(', ') || 'none recorded'}</p>

@@ -31,7 +31,7 @@ pub(crate) const MIGRATE: &str = "BEGIN;
          text TEXT NOT NULL
      ) WITHOUT ROWID;
      ALTER TABLE evaluations ADD COLUMN speedup REAL;
-     UPDATE evaluations SET speedup = json_extract(record, '$.verdict.timing.speedup')
+     UPDATE evaluations SET speedup = json_extract(record, '$.timing.speedup')
          WHERE json_valid(record);
      DROP INDEX IF EXISTS evaluations_problem;
      DROP INDEX IF EXISTS evaluations_status;
@@ -468,8 +468,8 @@ impl Store {
     fn evaluations_sql(filter: &EvalFilter) -> (String, Vec<Value>) {
         let mut sql = String::from(
             "SELECT e.key, e.problem, e.candidate, e.status, e.created_at, e.speedup,
-                    json_extract(e.record, '$.verdict.stage'),
-                    substr(json_extract(e.record, '$.verdict.message'), 1, 300)",
+                    json_extract(e.record, '$.stage'),
+                    substr(json_extract(e.record, '$.message'), 1, 300)",
         );
         let mut args: Vec<Value> = Vec::new();
         let mut wheres: Vec<String> = Vec::new();
