@@ -102,10 +102,10 @@ function smooth(points, a) {
 
 /** An SVG line chart of `series` ({name, color, points: [[x, y]]}). */
 function lineChart(series, { log = false, smoothing = 0, xLabel = 'step' } = {}) {
-  const W = 600; const H = 250; const L = 58; const R = 12; const T = 10; const B = 34;
+  const W = 520; const H = 240; const L = 58; const R = 12; const T = 10; const B = 34;
   const usable = series.map((s) => ({ ...s, points: s.points.filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y) && (!log || y > 0)) }))
     .filter((s) => s.points.length);
-  const head = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" font-family="system-ui, sans-serif" font-size="11"><rect width="${W}" height="${H}" fill="#fff"/>`;
+  const head = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" font-family="system-ui, sans-serif" font-size="12"><rect width="${W}" height="${H}" fill="#fff"/>`;
   if (!usable.length) return `${head}<text x="${W / 2}" y="${H / 2}" text-anchor="middle" fill="#6b7685">no data${log ? ' (log scale needs values > 0)' : ''}</text></svg>`;
   const xs = usable.flatMap((s) => s.points.map((p) => p[0]));
   const ys = usable.flatMap((s) => s.points.map((p) => p[1]));
@@ -298,13 +298,14 @@ async function pageCurves(p) {
 
   function render() {
     const anyKind = (k) => chosen.some((id) => kinds.get(id) === k);
-    const charts = [...(anyKind('sft') ? SFT_CHARTS : []), ...(anyKind('rl') ? RL_CHARTS : [])];
+    const charts = [...(anyKind('sft') ? [{ section: 'Supervised fine-tuning' }, ...SFT_CHARTS] : []),
+      ...(anyKind('rl') ? [{ section: 'Reinforcement learning' }, ...RL_CHARTS] : [])];
     const el = $('#charts');
     if (!el) return;
-    rendered = charts.map((c) => ({ c, series: seriesFor(c) }));
-    el.innerHTML = rendered.map(({ c, series }) => `<div class="panel chart" data-chart="${c.id}"><h3>${esc(c.title)}<span class="tools"><button data-png="${c.id}">PNG</button><button data-csv="${c.id}">CSV</button></span></h3>
+    rendered = charts.filter((c) => !c.section).map((c) => ({ c, series: seriesFor(c) }));
+    el.innerHTML = charts.map((c) => (c.section ? { c } : rendered.find((r) => r.c === c))).map(({ c, series }) => (c.section ? `<h2 class="section">${esc(c.section)}</h2>` : `<div class="panel chart" data-chart="${c.id}"><h3>${esc(c.title)}<span class="tools"><button data-png="${c.id}">PNG</button><button data-csv="${c.id}">CSV</button></span></h3>
       ${lineChart(series, { log, smoothing })}
-      <div class="legend">${series.map((s) => `<span><i style="background:${s.color}"></i>${esc(s.name)} <b>${fmtNum(s.points[s.points.length - 1][1])}</b></span>`).join('')}</div></div>`).join('')
+      <div class="legend">${series.map((s) => `<span><svg width="20" height="8"><line x1="0" x2="20" y1="4" y2="4" stroke="${s.color}" stroke-width="2" stroke-dasharray="${s.dash || ''}"/></svg> ${esc(s.name)} <b>${fmtNum(s.points[s.points.length - 1][1])}</b></span>`).join('')}</div></div>`)).join('')
       || '<p class="muted">Pick a run with metrics.</p>';
     el.querySelectorAll('button[data-png]').forEach((b) => { b.onclick = () => svgToPng(b.closest('.chart').querySelector('svg').outerHTML, `${b.dataset.png}.png`); });
     el.querySelectorAll('button[data-csv]').forEach((b) => { b.onclick = () => exportCsv(rendered.filter((r) => r.c.id === b.dataset.csv), `${b.dataset.csv}.csv`); });
@@ -516,8 +517,12 @@ async function pageSuite() {
     const all = [...fams.values()].flat();
     const solved = all.filter((p) => p.status === 'solved').length;
     const bar = `<div class="bars" title="${solved} of ${all.length} solved"><span style="width:${(100 * solved) / all.length}%;background:#2b8a3e"></span><span style="width:${(100 * all.filter((p) => p.status === 'attempted').length) / all.length}%;background:#e8a33a"></span></div>`;
+    const chips = [...fams.entries()].sort().map(([f, ps]) => {
+      const n = ps.filter((p) => p.status === 'solved').length;
+      return `<span class="pill ${n ? 's-solved' : ps.some((p) => p.status === 'attempted') ? 's-attempted' : ''}">${esc(f)} ${n}/${ps.length}</span>`;
+    }).join(' ');
     const body = [...fams.entries()].sort().map(([f, ps]) => `<tr><td colspan="7" class="family">${esc(f)}</td></tr>${ps.map(row).join('')}`).join('');
-    return `<div class="level panel"><h2>Level ${esc(l)} <span class="muted">${solved}/${all.length} solved</span></h2>${bar}<table>${head}<tbody>${body}</tbody></table></div>`;
+    return `<div class="level panel"><h2>Level ${esc(l)} <span class="muted">${solved}/${all.length} solved</span></h2>${bar}<p class="chips">${chips}</p><table>${head}<tbody>${body}</tbody></table></div>`;
   }).join('');
   const others = s.others.length ? `<div class="panel"><h2>Other problems <span class="muted">(evaluated, not in the suite)</span></h2><table><thead><tr><th>Problem</th><th>Status</th><th class="num">Evaluations</th><th class="num">Correct</th><th class="num">Best speedup</th></tr></thead><tbody>
     ${s.others.map((p) => `<tr><td><a href="#/evaluations?${qs({ problem: p.name })}">${esc(p.name)}</a></td><td>${pill(p.status)}</td><td class="num">${p.evaluations}</td><td class="num">${p.correct}</td><td class="num">${speed(p.best_speedup)}</td></tr>`).join('')}</tbody></table></div>` : '';
