@@ -88,7 +88,12 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
             "seed": settings.seed,
             "refresh": args.refresh,
         });
-        RunLog::begin(&global.workspace().store_path(), runlog::new_id("eval"), RunKind::Eval, &settings)
+        RunLog::begin(
+            &global.workspace().store_path(),
+            runlog::new_id("eval"),
+            RunKind::Eval,
+            &settings,
+        )
     });
     batch(Arc::new(evaluator), pairs, &settings, args.json, single, run.as_ref()).await
 }
@@ -184,7 +189,8 @@ async fn batch(
     if let Some(run) = run {
         let failed = rows.iter().any(|r| r.env_error || r.problem_error);
         let status = if failed { RunStatus::Failed } else { RunStatus::Done };
-        let summary = serde_json::json!({"pairs": rows.len(), "wall_s": started.elapsed().as_secs_f64()});
+        let summary =
+            serde_json::json!({"pairs": rows.len(), "wall_s": started.elapsed().as_secs_f64()});
         run.finish(status, Some(&summary));
     }
     Ok(if rows.iter().any(|r| r.env_error) {

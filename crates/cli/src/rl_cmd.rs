@@ -13,10 +13,10 @@ use tritonforge_rl::run::source_name;
 use tritonforge_rl::{Environment, Parts, RlConfig, RlError, RlEvent, SuiteEnv, Timeline};
 use tritonforge_store::Store;
 
-use crate::runlog::RunLog;
-use tritonforge_store::{RunKind, RunStatus};
 use crate::args::{EvalFlags, Global, GuardOpts, PoolArgs};
 use crate::exit::{self, usage};
+use crate::runlog::RunLog;
+use tritonforge_store::{RunKind, RunStatus};
 
 #[derive(clap::Args)]
 pub struct RlArgs {
@@ -126,7 +126,11 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     let result = tritonforge_rl::train(&cfg, parts, Some(&store), &mut show).await;
     match &result {
         Ok(s) => run.finish(
-            if s.steps_done >= cfg.schedule.steps { RunStatus::Done } else { RunStatus::Interrupted },
+            if s.steps_done >= cfg.schedule.steps {
+                RunStatus::Done
+            } else {
+                RunStatus::Interrupted
+            },
             Some(&serde_json::json!({
                 "steps_done": s.steps_done, "steps": cfg.schedule.steps,
                 "last_checkpoint": s.last_checkpoint,

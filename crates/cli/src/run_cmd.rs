@@ -262,7 +262,9 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     if let Some(run) = &run {
         match &result {
             Ok(r) => run.finish(RunStatus::Done, Some(&r.json()["summary"])),
-            Err(e) => run.finish(RunStatus::Failed, Some(&serde_json::json!({"error": e.to_string()}))),
+            Err(e) => {
+                run.finish(RunStatus::Failed, Some(&serde_json::json!({"error": e.to_string()})))
+            }
         }
     }
     let result = result.map_err(|e| match e {

@@ -65,11 +65,7 @@ pub async fn run(global: &Global, args: ServeArgs) -> anyhow::Result<u8> {
     if requeued > 0 {
         eprintln!("{requeued} evaluation(s) left running by the last server are queued again");
     }
-    eprintln!(
-        "serving on http://{} (store {}; dashboard at /)",
-        server.addr,
-        store.display()
-    );
+    eprintln!("serving on http://{} (store {}; dashboard at /)", server.addr, store.display());
     stopped().await;
     eprintln!("stopping: no new work; running evaluations get {:.0}s", grace.as_secs_f64());
     server.shutdown().await?;

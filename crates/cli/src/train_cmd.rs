@@ -154,7 +154,9 @@ fn train(
                 });
                 run.finish(status, Some(&summary));
             }
-            Err(e) => run.finish(RunStatus::Failed, Some(&serde_json::json!({"error": e.to_string()}))),
+            Err(e) => {
+                run.finish(RunStatus::Failed, Some(&serde_json::json!({"error": e.to_string()})))
+            }
         }
     }
     r

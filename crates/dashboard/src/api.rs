@@ -96,8 +96,9 @@ impl Params {
     fn int(&self, name: &str) -> Result<Option<i64>, ApiError> {
         self.text(name)
             .map(|v| {
-                v.parse::<i64>()
-                    .map_err(|_| ApiError::param(name, format!("`{name}` must be an integer, not {v:?}")))
+                v.parse::<i64>().map_err(|_| {
+                    ApiError::param(name, format!("`{name}` must be an integer, not {v:?}"))
+                })
             })
             .transpose()
     }
@@ -114,7 +115,12 @@ impl Params {
         self.text("before")
             .map(|v| {
                 Cursor::decode(&v).ok_or_else(|| {
-                    ApiError::param("before", format!("`before` must be a cursor TIME:KEY from a page's `next`, not {v:?}"))
+                    ApiError::param(
+                        "before",
+                        format!(
+                            "`before` must be a cursor TIME:KEY from a page's `next`, not {v:?}"
+                        ),
+                    )
                 })
             })
             .transpose()
@@ -519,8 +525,11 @@ pub(crate) async fn login(
         return (StatusCode::UNAUTHORIZED, axum::response::Html(crate::assets::login_html(true)))
             .into_response();
     }
-    let cookie =
-        format!("{}={}; HttpOnly; SameSite=Strict; Path=/", crate::COOKIE, crate::session_value(&token));
+    let cookie = format!(
+        "{}={}; HttpOnly; SameSite=Strict; Path=/",
+        crate::COOKIE,
+        crate::session_value(&token)
+    );
     redirect_home(Some(cookie))
 }
 

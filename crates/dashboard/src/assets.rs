@@ -11,7 +11,8 @@ const APP_CSS: &str = include_str!("../assets/app.css");
 const ICON: &str = include_str!("../assets/icon.svg");
 
 /// No inline script, nothing from elsewhere; data URLs for the PNG export's image.
-const CSP: &str = "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; \
+const CSP: &str =
+    "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; \
                    script-src 'self'; connect-src 'self'; frame-ancestors 'none'";
 
 fn page(html: String) -> Response {

@@ -188,7 +188,11 @@ pub(crate) struct Token(pub Option<Arc<str>>);
 
 /// Middleware for the standalone dashboard: with a token, everything but the public
 /// paths needs the bearer header or the session cookie.
-pub async fn require_access(State(token): State<Option<Arc<str>>>, req: Request, next: Next) -> Response {
+pub async fn require_access(
+    State(token): State<Option<Arc<str>>>,
+    req: Request,
+    next: Next,
+) -> Response {
     if let Some(token) = token.as_deref() {
         let ok = is_public(req.method(), req.uri().path())
             || bearer_grants(req.headers(), token)

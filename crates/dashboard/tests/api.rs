@@ -31,7 +31,12 @@ async fn ok(url: &str) -> Value {
 }
 
 fn keys(page: &Value) -> Vec<String> {
-    page["items"].as_array().unwrap().iter().map(|e| e["key"].as_str().unwrap().to_string()).collect()
+    page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["key"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,7 +47,8 @@ async fn runs_list_every_kind_with_status_settings_and_headline_figures() {
     let (server, url) = start(&path, None).await;
     let v = ok(&format!("{url}/dash/runs")).await;
     let runs = v["runs"].as_array().unwrap();
-    let by = |id: &str| runs.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("{id} in {v}"));
+    let by =
+        |id: &str| runs.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("{id} in {v}"));
     assert_eq!(runs.len(), 4, "{v}");
 
     let eval = by(&f.eval_run);
@@ -95,7 +101,11 @@ async fn metrics_of_a_run_and_the_live_stream_follow_a_trainer() {
     assert_eq!((code, e["field"].as_str()), (422, Some("after_step")), "{e}");
 
     // The stream sends what is stored, then what a trainer writes after.
-    let r = http().get(format!("{url}/dash/stream?runs={},{}", f.sft_run, f.rl_run)).send().await.unwrap();
+    let r = http()
+        .get(format!("{url}/dash/stream?runs={},{}", f.sft_run, f.rl_run))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
     let mut body = r.bytes_stream();
@@ -140,7 +150,14 @@ async fn evaluations_filter_and_page_and_one_shows_sources_and_runs() {
     let all = ok(&format!("{url}/dash/evaluations")).await;
     assert_eq!(
         keys(&all),
-        ["k-correct-2", "k-rejected-0", "k-compile-0", "k-incorrect-0", "k-correct-1", "k-correct-0"],
+        [
+            "k-correct-2",
+            "k-rejected-0",
+            "k-compile-0",
+            "k-incorrect-0",
+            "k-correct-1",
+            "k-correct-0"
+        ],
         "newest first"
     );
     assert!(all["next"].is_null());
@@ -194,7 +211,8 @@ async fn evaluations_filter_and_page_and_one_shows_sources_and_runs() {
     assert!(one["problem_source"].as_str().unwrap().contains("class Model(nn.Module)"));
     assert_eq!(one["problem_source_from"], "store");
     assert!(one["candidate_source"].as_str().unwrap().contains("@triton.jit"));
-    let runs: HashSet<&str> = one["runs"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let runs: HashSet<&str> =
+        one["runs"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert_eq!(runs, HashSet::from([f.eval_run.as_str(), f.agent_run.as_str()]));
     let (code, e) = get(&format!("{url}/dash/evaluations/no-such-key")).await;
     assert_eq!(code, 404, "{e}");
@@ -255,7 +273,10 @@ async fn suite_info_and_embedded_assets() {
     assert_eq!(p("tanh")["status"], "unseen");
     let others = s["others"].as_array().unwrap();
     assert_eq!(others.len(), 1);
-    assert_eq!((others[0]["name"].as_str(), others[0]["best_speedup"].as_f64()), (Some("inline_only_problem"), Some(0.8)));
+    assert_eq!(
+        (others[0]["name"].as_str(), others[0]["best_speedup"].as_f64()),
+        (Some("inline_only_problem"), Some(0.8))
+    );
 
     let info = ok(&format!("{url}/dash/info")).await;
     assert_eq!((info["evaluations"].as_u64(), info["read_only"].as_bool()), (Some(6), Some(true)));
@@ -267,8 +288,12 @@ async fn suite_info_and_embedded_assets() {
     let csp = r.headers()["content-security-policy"].to_str().unwrap().to_string();
     assert!(csp.contains("default-src 'self'") && csp.contains("script-src 'self'"), "{csp}");
     let html = r.text().await.unwrap();
-    assert!(html.contains("/assets/app.js") && !html.contains("http://") && !html.contains("https://"));
-    for (asset, kind) in [("app.js", "text/javascript"), ("app.css", "text/css"), ("icon.svg", "image/svg+xml")] {
+    assert!(
+        html.contains("/assets/app.js") && !html.contains("http://") && !html.contains("https://")
+    );
+    for (asset, kind) in
+        [("app.js", "text/javascript"), ("app.css", "text/css"), ("icon.svg", "image/svg+xml")]
+    {
         let r = http().get(format!("{url}/assets/{asset}")).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 200);
         assert!(r.headers()["content-type"].to_str().unwrap().starts_with(kind));
@@ -299,10 +324,12 @@ async fn with_a_token_reads_need_it_or_the_session_and_the_page_never_holds_it()
     let r = http().get(format!("{url}/dash/runs")).bearer_auth(token).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     // A wrong token is refused; the right one gets a session cookie that is not the token.
-    let bad = http().post(format!("{url}/dash/login")).form(&[("token", "guess")]).send().await.unwrap();
+    let bad =
+        http().post(format!("{url}/dash/login")).form(&[("token", "guess")]).send().await.unwrap();
     assert_eq!(bad.status().as_u16(), 401);
     assert!(bad.headers().get("set-cookie").is_none());
-    let good = http().post(format!("{url}/dash/login")).form(&[("token", token)]).send().await.unwrap();
+    let good =
+        http().post(format!("{url}/dash/login")).form(&[("token", token)]).send().await.unwrap();
     assert_eq!(good.status().as_u16(), 303);
     let cookie = good.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
@@ -315,7 +342,12 @@ async fn with_a_token_reads_need_it_or_the_session_and_the_page_never_holds_it()
     // The session grants reads only.
     let r = http().post(format!("{url}/dash/runs")).header("cookie", &pair).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 401);
-    let forged = http().get(format!("{url}/dash/runs")).header("cookie", format!("tritonforge_session={token}")).send().await.unwrap();
+    let forged = http()
+        .get(format!("{url}/dash/runs"))
+        .header("cookie", format!("tritonforge_session={token}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(forged.status().as_u16(), 401);
     server.shutdown().await.unwrap();
 }
@@ -325,10 +357,16 @@ async fn beyond_loopback_needs_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.sqlite");
     fill(&path);
-    let dash = tritonforge_dashboard::Dashboard::open(&path, None, tritonforge_dashboard::Mode::Standalone).unwrap();
-    let err = tritonforge_dashboard::DashboardServer::start(dash, "0.0.0.0:0".parse().unwrap(), None)
-        .await
-        .err()
-        .expect("refused");
+    let dash = tritonforge_dashboard::Dashboard::open(
+        &path,
+        None,
+        tritonforge_dashboard::Mode::Standalone,
+    )
+    .unwrap();
+    let err =
+        tritonforge_dashboard::DashboardServer::start(dash, "0.0.0.0:0".parse().unwrap(), None)
+            .await
+            .err()
+            .expect("refused");
     assert!(err.to_string().contains("token"), "{err}");
 }

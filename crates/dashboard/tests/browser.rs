@@ -115,7 +115,8 @@ impl Browser {
         };
         let target = b.call("Target.createTarget", json!({"url": "about:blank"}));
         let target = target["targetId"].as_str().expect("a target").to_string();
-        let attached = b.call("Target.attachToTarget", json!({"targetId": target, "flatten": true}));
+        let attached =
+            b.call("Target.attachToTarget", json!({"targetId": target, "flatten": true}));
         b.session = attached["sessionId"].as_str().expect("a session").to_string();
         b.viewport(1400, 1000);
         b
@@ -142,7 +143,10 @@ impl Browser {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let v = self.from.recv_timeout(left).unwrap_or_else(|_| panic!("chromium did not answer {method}"));
+            let v = self
+                .from
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("chromium did not answer {method}"));
             if v["id"] == id {
                 if let Some(e) = v.get("error") {
                     panic!("{method}: {e}");
@@ -212,22 +216,54 @@ async fn every_page_renders_its_content_in_headless_chromium() {
         Page {
             name: "runs",
             hash: s("#/runs"),
-            must: vec![f.eval_run.clone(), f.agent_run.clone(), f.sft_run.clone(), f.rl_run.clone(), s("episodes solved"), s("val loss"), s("s-recorded")],
+            must: vec![
+                f.eval_run.clone(),
+                f.agent_run.clone(),
+                f.sft_run.clone(),
+                f.rl_run.clone(),
+                s("episodes solved"),
+                s("val loss"),
+                s("s-recorded"),
+            ],
         },
         Page {
             name: "curves",
             hash: format!("#/curves?runs={},{}", f.sft_run, f.rl_run),
-            must: vec![s("data-chart=\"loss\""), s("data-chart=\"pass_by_turn\""), s("data-chart=\"time_split\""), s("data-chart=\"clip_fraction\""), s("<path d=\"M"), s("turn 3"), s("live")],
+            must: vec![
+                s("data-chart=\"loss\""),
+                s("data-chart=\"pass_by_turn\""),
+                s("data-chart=\"time_split\""),
+                s("data-chart=\"clip_fraction\""),
+                s("<path d=\"M"),
+                s("turn 3"),
+                s("live"),
+            ],
         },
         Page {
             name: "evaluations",
             hash: s("#/evaluations"),
-            must: vec![s("k-correct-2"), s("inline_only_problem"), s("s-compile_error"), s("torch_compute"), s("1.7×"), s("end of results")],
+            must: vec![
+                s("k-correct-2"),
+                s("inline_only_problem"),
+                s("s-compile_error"),
+                s("torch_compute"),
+                s("1.7×"),
+                s("end of results"),
+            ],
         },
         Page {
             name: "evaluation",
             hash: format!("#/evaluation/{}", f.correct_key),
-            must: vec![s("Verdict"), s("relu_kernel"), s("no_autotune"), s("<span class=\"dec\">@triton.jit</span>"), s("class=\"k\">def</span>"), s("Trials"), s("reference"), s("95% interval")],
+            must: vec![
+                s("Verdict"),
+                s("relu_kernel"),
+                s("no_autotune"),
+                s("<span class=\"dec\">@triton.jit</span>"),
+                s("class=\"k\">def</span>"),
+                s("Trials"),
+                s("reference"),
+                s("95% interval"),
+            ],
         },
         Page {
             name: "episodes",
@@ -237,12 +273,28 @@ async fn every_page_renders_its_content_in_headless_chromium() {
         Page {
             name: "episode",
             hash: format!("#/episode/{}", f.episode_id.replace('/', "%2F")),
-            must: vec![s("Turn 1"), s("Turn 2"), s("<details class=\"thinking\">"), s("Extracted code"), s("max abs err 2.5"), s("return 0.62"), s("Write a Triton kernel for relu")],
+            must: vec![
+                s("Turn 1"),
+                s("Turn 2"),
+                s("<details class=\"thinking\">"),
+                s("Extracted code"),
+                s("max abs err 2.5"),
+                s("return 0.62"),
+                s("Write a Triton kernel for relu"),
+            ],
         },
         Page {
             name: "suite",
             hash: s("#/suite"),
-            must: vec![s("Level 1"), s("Level 2"), s("activation"), s("L1-001"), s("s-solved"), s("inline_only_problem"), s("1.7×")],
+            must: vec![
+                s("Level 1"),
+                s("Level 2"),
+                s("activation"),
+                s("L1-001"),
+                s("s-solved"),
+                s("inline_only_problem"),
+                s("1.7×"),
+            ],
         },
     ];
     let mut browser = Browser::start(&bin);
@@ -250,7 +302,11 @@ async fn every_page_renders_its_content_in_headless_chromium() {
         let full = format!("{url}/{}", page.hash);
         let dom = browser.open(&full, page.name);
         for m in &page.must {
-            assert!(dom.contains(m.as_str()), "{}: no {m:?} in the rendered page:\n{dom}", page.name);
+            assert!(
+                dom.contains(m.as_str()),
+                "{}: no {m:?} in the rendered page:\n{dom}",
+                page.name
+            );
         }
         assert!(!dom.contains("class=\"err\""), "{}: an error is shown:\n{dom}", page.name);
         if let Some(d) = &shots {
@@ -284,12 +340,20 @@ async fn every_page_renders_its_content_in_headless_chromium() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn demo() {
-    let bind = std::env::var("TRITONFORGE_DASHBOARD_DEMO").unwrap_or_else(|_| "127.0.0.1:18189".into());
+    let bind =
+        std::env::var("TRITONFORGE_DASHBOARD_DEMO").unwrap_or_else(|_| "127.0.0.1:18189".into());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.sqlite");
     fill(&path);
-    let dash = tritonforge_dashboard::Dashboard::open(&path, Some(common::suite()), tritonforge_dashboard::Mode::Standalone).unwrap();
-    let server = tritonforge_dashboard::DashboardServer::start(dash, bind.parse().unwrap(), None).await.unwrap();
+    let dash = tritonforge_dashboard::Dashboard::open(
+        &path,
+        Some(common::suite()),
+        tritonforge_dashboard::Mode::Standalone,
+    )
+    .unwrap();
+    let server = tritonforge_dashboard::DashboardServer::start(dash, bind.parse().unwrap(), None)
+        .await
+        .unwrap();
     eprintln!("dashboard on http://{}", server.addr);
     tokio::time::sleep(Duration::from_secs(3600)).await;
 }

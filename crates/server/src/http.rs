@@ -197,7 +197,10 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, HttpErr
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
-pub(crate) fn router(state: Arc<AppState>, dashboard: Arc<tritonforge_dashboard::Dashboard>) -> Router {
+pub(crate) fn router(
+    state: Arc<AppState>,
+    dashboard: Arc<tritonforge_dashboard::Dashboard>,
+) -> Router {
     let v1 = Router::new()
         .route("/evaluations", post(v1::submit_one).get(v1::list))
         .route("/evaluations/batch", post(v1::submit_batch))

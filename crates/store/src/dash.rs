@@ -321,7 +321,8 @@ impl Store {
             for row in rows {
                 let (id, kind, status, settings, summary, started, updated, finished) =
                     row.map_err(self.sql())?;
-                let mut run = blank(&id, RunKind::parse(&kind).unwrap_or(RunKind::Eval), started, updated);
+                let mut run =
+                    blank(&id, RunKind::parse(&kind).unwrap_or(RunKind::Eval), started, updated);
                 run.status = RunStatus::parse(&status).unwrap_or(RunStatus::Recorded);
                 run.settings = settings;
                 run.summary = summary;
@@ -356,11 +357,18 @@ impl Store {
         }
         let mut stmt = self
             .conn
-            .prepare("SELECT run, COUNT(*), MIN(created_at), MAX(created_at) FROM episodes GROUP BY run")
+            .prepare(
+                "SELECT run, COUNT(*), MIN(created_at), MAX(created_at) FROM episodes GROUP BY run",
+            )
             .map_err(self.sql())?;
         let rows = stmt
             .query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
             })
             .map_err(self.sql())?;
         for row in rows {
@@ -502,17 +510,18 @@ impl Store {
         if let Some(c) = &filter.before {
             args.push(Value::Integer(c.created_at));
             args.push(Value::Text(c.key.clone()));
-            wheres.push(format!("({t}.created_at, {t}.key) < (?{}, ?{})", args.len() - 1, args.len()));
+            wheres.push(format!(
+                "({t}.created_at, {t}.key) < (?{}, ?{})",
+                args.len() - 1,
+                args.len()
+            ));
         }
         if !wheres.is_empty() {
             sql.push_str(" WHERE ");
             sql.push_str(&wheres.join(" AND "));
         }
         args.push(Value::Integer(i64::from(filter.limit.clamp(1, 500)) + 1));
-        sql.push_str(&format!(
-            " ORDER BY {t}.created_at DESC, {t}.key DESC LIMIT ?{}",
-            args.len()
-        ));
+        sql.push_str(&format!(" ORDER BY {t}.created_at DESC, {t}.key DESC LIMIT ?{}", args.len()));
         (sql, args)
     }
 

@@ -349,10 +349,9 @@ impl Store {
         problem_source: &str,
         candidate_source: &str,
     ) -> Result<(), StoreError> {
-        for (sha, text) in [
-            (&record.problem.sha256, problem_source),
-            (&record.candidate.sha256, candidate_source),
-        ] {
+        for (sha, text) in
+            [(&record.problem.sha256, problem_source), (&record.candidate.sha256, candidate_source)]
+        {
             self.conn
                 .execute(
                     "INSERT OR IGNORE INTO sources (sha256, text) VALUES (?1, ?2)",

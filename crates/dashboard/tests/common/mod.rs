@@ -31,7 +31,13 @@ fn sha(text: &str) -> String {
 }
 
 /// A record as the evaluator writes it (verdict fields inline).
-pub fn record(key: &str, problem: &str, status: &str, created_at: u64, speedup: Option<f64>) -> Value {
+pub fn record(
+    key: &str,
+    problem: &str,
+    status: &str,
+    created_at: u64,
+    speedup: Option<f64>,
+) -> Value {
     let candidate = format!("{RELU_CANDIDATE}# {key}\n");
     let timing = speedup.map(|s| {
         json!({
@@ -96,7 +102,13 @@ pub fn put_record(store: &Store, v: &Value) -> EvalRecord {
 }
 
 pub fn episode(id: &str, run: &str, problem: &str, sample: u32) -> Value {
-    let turn = |t: u32, outcome: &str, reward: f64, ret: f64, code: Option<&str>, speedup: Option<f64>, record: Option<&str>| {
+    let turn = |t: u32,
+                outcome: &str,
+                reward: f64,
+                ret: f64,
+                code: Option<&str>,
+                speedup: Option<f64>,
+                record: Option<&str>| {
         json!({
             "turn": t,
             "messages": [
@@ -125,7 +137,8 @@ pub fn episode(id: &str, run: &str, problem: &str, sample: u32) -> Value {
 }
 
 fn sft_metric(step: u64, split: &str) -> Value {
-    let loss = 2.5 * (-(step as f64) / 12.0).exp() + 0.4 + if split == "validation" { 0.05 } else { 0.0 };
+    let loss =
+        2.5 * (-(step as f64) / 12.0).exp() + 0.4 + if split == "validation" { 0.05 } else { 0.0 };
     json!({"step": step, "split": split, "epoch": 0, "loss": loss, "loss_tokens": 4000, "tokens": 8192,
            "lr": 2e-5 * (step as f64 / 5.0).min(1.0), "grad_norm": if split == "train" { json!(1.5 / (1.0 + step as f64 / 10.0)) } else { Value::Null },
            "seconds": 0.9, "tokens_per_s": 9100.0 + step as f64 * 3.0, "mfu": 0.31, "mfu_standard": 0.37,
@@ -168,7 +181,12 @@ pub fn fill(path: &Path) -> Filled {
         episode_id: "agent-qwen-quick/relu/0".into(),
     };
     store
-        .begin_run(&f.eval_run, RunKind::Eval, &json!({"problems": "bench/level1", "candidates": "out/try1", "pairs": 5, "seed": 42}).to_string())
+        .begin_run(
+            &f.eval_run,
+            RunKind::Eval,
+            &json!({"problems": "bench/level1", "candidates": "out/try1", "pairs": 5, "seed": 42})
+                .to_string(),
+        )
         .unwrap();
     let specs = [
         ("k-correct-0", "relu", "correct", Some(1.7)),
@@ -184,7 +202,13 @@ pub fn fill(path: &Path) -> Filled {
             store.link_run_evaluation(&f.eval_run, key, r.created_at as i64).unwrap();
         }
     }
-    store.finish_run(&f.eval_run, RunStatus::Done, Some(&json!({"pairs": 5, "wall_s": 12.5}).to_string())).unwrap();
+    store
+        .finish_run(
+            &f.eval_run,
+            RunStatus::Done,
+            Some(&json!({"pairs": 5, "wall_s": 12.5}).to_string()),
+        )
+        .unwrap();
 
     store
         .begin_run(&f.agent_run, RunKind::Agent, &json!({"base_url": "http://127.0.0.1:30000/v1", "model": "test-model", "problems": 2, "samples": 2, "turns": 3}).to_string())
@@ -200,9 +224,18 @@ pub fn fill(path: &Path) -> Filled {
 
     store.begin_run(&f.sft_run, RunKind::Sft, &json!({"config": {"model": {"path": "models/qwen3-0.6b"}, "optim": {"lr": 2e-5}}, "steps": 40}).to_string()).unwrap();
     for step in 1..=30 {
-        store.put_train_metric(&f.sft_run, step, "train", &sft_metric(step, "train").to_string()).unwrap();
+        store
+            .put_train_metric(&f.sft_run, step, "train", &sft_metric(step, "train").to_string())
+            .unwrap();
         if step % 10 == 0 {
-            store.put_train_metric(&f.sft_run, step, "validation", &sft_metric(step, "validation").to_string()).unwrap();
+            store
+                .put_train_metric(
+                    &f.sft_run,
+                    step,
+                    "validation",
+                    &sft_metric(step, "validation").to_string(),
+                )
+                .unwrap();
         }
     }
     // The RL run was never registered (as runs written before registration existed).
@@ -225,9 +258,10 @@ pub async fn start(path: &Path, token: Option<&str>) -> (DashboardServer, String
     let dash = Dashboard::open(path, Some(suite()), Mode::Standalone)
         .unwrap()
         .with_poll(Duration::from_millis(100));
-    let server = DashboardServer::start(dash, "127.0.0.1:0".parse().unwrap(), token.map(str::to_string))
-        .await
-        .unwrap();
+    let server =
+        DashboardServer::start(dash, "127.0.0.1:0".parse().unwrap(), token.map(str::to_string))
+            .await
+            .unwrap();
     let url = format!("http://{}", server.addr);
     (server, url)
 }
