@@ -142,20 +142,36 @@ function lineChart(series, { log = false, smoothing = 0, xLabel = 'step' } = {})
   return parts.join('');
 }
 
-function svgToPng(svgText, name) {
-  const img = new Image();
-  const url = URL.createObjectURL(new Blob([svgText], { type: 'image/svg+xml' }));
-  img.onload = () => {
-    const c = document.createElement('canvas');
-    c.width = img.width * 2; c.height = img.height * 2;
-    const g = c.getContext('2d');
-    g.scale(2, 2);
-    g.drawImage(img, 0, 0);
-    URL.revokeObjectURL(url);
-    c.toBlob((b) => download(name, b), 'image/png');
-  };
-  img.src = url;
+/** A PNG of an SVG chart, drawn on a canvas at twice its size. */
+function svgToPngBlob(svgText) {
+  return new Promise((resolve, reject) => {
+    const img = new Image();
+    const url = URL.createObjectURL(new Blob([svgText], { type: 'image/svg+xml' }));
+    img.onload = () => {
+      const c = document.createElement('canvas');
+      c.width = img.width * 2; c.height = img.height * 2;
+      const g = c.getContext('2d');
+      g.scale(2, 2);
+      g.drawImage(img, 0, 0);
+      URL.revokeObjectURL(url);
+      c.toBlob((b) => (b ? resolve(b) : reject(new Error('the canvas gave no PNG'))), 'image/png');
+    };
+    img.onerror = () => reject(new Error('the chart could not be drawn'));
+    img.src = url;
+  });
 }
+
+/** The exports of the charts on screen, also reachable from tests (window.tfExport). */
+const exporter = { rendered: [] };
+function csvOf(which) {
+  const lines = ['chart,series,step,value'];
+  for (const { c, series } of which) for (const s of series) for (const [x, y] of s.points) lines.push(`${c.id},"${s.name.replace(/"/g, '""')}",${x},${y}`);
+  return `${lines.join('\n')}\n`;
+}
+window.tfExport = {
+  csv: (id) => csvOf(exporter.rendered.filter((r) => id == null || r.c.id === id)),
+  png: (id) => svgToPngBlob(document.querySelector(`[data-chart="${id}"] > svg`).outerHTML),
+};
 
 // ---------- pages ----------
 function setNav(page) {
@@ -307,16 +323,15 @@ async function pageCurves(p) {
       ${lineChart(series, { log, smoothing })}
       <div class="legend">${series.map((s) => `<span><svg width="20" height="8"><line x1="0" x2="20" y1="4" y2="4" stroke="${s.color}" stroke-width="2" stroke-dasharray="${s.dash || ''}"/></svg> ${esc(s.name)} <b>${fmtNum(s.points[s.points.length - 1][1])}</b></span>`).join('')}</div></div>`)).join('')
       || '<p class="muted">Pick a run with metrics.</p>';
-    el.querySelectorAll('button[data-png]').forEach((b) => { b.onclick = () => svgToPng(b.closest('.chart').querySelector('svg').outerHTML, `${b.dataset.png}.png`); });
-    el.querySelectorAll('button[data-csv]').forEach((b) => { b.onclick = () => exportCsv(rendered.filter((r) => r.c.id === b.dataset.csv), `${b.dataset.csv}.csv`); });
+    exporter.rendered = rendered;
+    el.querySelectorAll('button[data-png]').forEach((b) => {
+      b.onclick = () => window.tfExport.png(b.dataset.png).then((blob) => download(`${b.dataset.png}.png`, blob), (e) => alert(e.message));
+    });
+    el.querySelectorAll('button[data-csv]').forEach((b) => {
+      b.onclick = () => download(`${b.dataset.csv}.csv`, new Blob([window.tfExport.csv(b.dataset.csv)], { type: 'text/csv' }));
+    });
   }
-
-  function exportCsv(which, name) {
-    const lines = ['chart,series,step,value'];
-    for (const { c, series } of which) for (const s of series) for (const [x, y] of s.points) lines.push(`${c.id},"${s.name.replace(/"/g, '""')}",${x},${y}`);
-    download(name, new Blob([`${lines.join('\n')}\n`], { type: 'text/csv' }));
-  }
-  $('#csv').onclick = () => exportCsv(rendered || [], 'curves.csv');
+  $('#csv').onclick = () => download('curves.csv', new Blob([window.tfExport.csv()], { type: 'text/csv' }));
 
   if (!chosen.length) { render(); ready('curves'); return; }
   // One stream for every chosen run: all stored metrics first, then new ones live.

@@ -157,12 +157,20 @@ impl Browser {
     }
 
     fn eval(&mut self, expr: &str) -> Value {
-        let r = self.call("Runtime.evaluate", json!({"expression": expr, "returnByValue": true}));
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({"expression": expr, "returnByValue": true, "awaitPromise": true}),
+        );
+        if let Some(e) = r.get("exceptionDetails") {
+            panic!("{expr}: {e}");
+        }
         r["result"]["value"].clone()
     }
 
     /// Open `url` and wait (up to 30 s) until page `name` says it has rendered; its HTML.
     fn open(&mut self, url: &str, name: &str) -> String {
+        // A new hash on the same document re-renders in place: forget the old mark first.
+        self.eval("document.body && delete document.body.dataset.ready");
         self.call("Page.navigate", json!({"url": url}));
         let check = format!(
             "document.body && document.body.dataset.page === '{name}' && document.body.dataset.ready === '1' ? document.documentElement.outerHTML : ''"
@@ -330,6 +338,19 @@ async fn every_page_renders_its_content_in_headless_chromium() {
         assert!(Instant::now() < deadline, "the chart did not update live (still {before})");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Exports: the chart's numbers as CSV, and a PNG drawn from its SVG through a canvas.
+    let csv = browser.eval("tfExport.csv('loss')");
+    let csv = csv.as_str().unwrap();
+    assert!(csv.starts_with("chart,series,step,value\n"), "{csv}");
+    assert_eq!(csv.lines().count(), 1 + 45 + 3, "{csv}");
+    assert!(csv.contains("loss,\"validation\",30,"), "{csv}");
+    let png = browser.eval("tfExport.png('loss').then(b => b.type + ' ' + b.size)");
+    let (kind, size) = png.as_str().unwrap().split_once(' ').unwrap();
+    assert_eq!(kind, "image/png");
+    assert!(size.parse::<u64>().unwrap() > 5_000, "{png}");
+    // Log scale and smoothing (the raw series stays, faint, under the smoothed one).
+    let dom = browser.open(&format!("{url}/#/curves?runs={}&log=1&smooth=0.6", f.sft_run), "curves");
+    assert!(dom.contains("step · log scale") && dom.contains("stroke-opacity=\"0.25\""), "{dom}");
     drop(browser);
     server.shutdown().await.unwrap();
 }
