@@ -515,8 +515,13 @@ pub(crate) async fn login(
     Extension(Token(token)): Extension<Token>,
     form: Result<Form<Login>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    let Ok(Form(form)) = form else {
-        return ApiError::param("token", "send the form field `token`").into_response();
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(rejection) => {
+            let detail = format!("send the form field `token` ({})", rejection.body_text());
+            return ApiError { status: rejection.status(), detail, field: Some("token".into()) }
+                .into_response();
+        }
     };
     let Some(token) = token else {
         return redirect_home(None);

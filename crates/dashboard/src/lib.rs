@@ -131,6 +131,8 @@ pub fn router(dash: Arc<Dashboard>) -> Router {
         .route("/dash/episodes", get(api::episodes))
         .route("/dash/episodes/{id}", get(api::episode))
         .route("/dash/suite", get(api::suite))
+        // The only body the dashboard reads is the login form.
+        .layer(axum::extract::DefaultBodyLimit::max(16 * 1024))
         .with_state(dash)
 }
 

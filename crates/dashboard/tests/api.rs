@@ -324,6 +324,16 @@ async fn with_a_token_reads_need_it_or_the_session_and_the_page_never_holds_it()
     let r = http().get(format!("{url}/dash/runs")).bearer_auth(token).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     // A wrong token is refused; the right one gets a session cookie that is not the token.
+    let huge = "x".repeat(64 * 1024);
+    let r = http()
+        .post(format!("{url}/dash/login"))
+        .form(&[("token", huge.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 413, "the login form's body is small");
+    let r = http().post(format!("{url}/dash/login")).form(&[("user", "x")]).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 422);
     let bad =
         http().post(format!("{url}/dash/login")).form(&[("token", "guess")]).send().await.unwrap();
     assert_eq!(bad.status().as_u16(), 401);

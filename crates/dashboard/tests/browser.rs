@@ -45,7 +45,17 @@ struct Browser {
 }
 
 impl Drop for Browser {
+    /// Ask Chromium to close (it then reaps its own processes), and kill it if it will not.
     fn drop(&mut self) {
+        let close = b"{\"id\":999999,\"method\":\"Browser.close\"}\0";
+        let _ = self.to.write_all(close);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -349,7 +359,8 @@ async fn every_page_renders_its_content_in_headless_chromium() {
     assert_eq!(kind, "image/png");
     assert!(size.parse::<u64>().unwrap() > 5_000, "{png}");
     // Log scale and smoothing (the raw series stays, faint, under the smoothed one).
-    let dom = browser.open(&format!("{url}/#/curves?runs={}&log=1&smooth=0.6", f.sft_run), "curves");
+    let dom =
+        browser.open(&format!("{url}/#/curves?runs={}&log=1&smooth=0.6", f.sft_run), "curves");
     assert!(dom.contains("step · log scale") && dom.contains("stroke-opacity=\"0.25\""), "{dom}");
     drop(browser);
     server.shutdown().await.unwrap();
