@@ -276,7 +276,7 @@ async fn a_token_is_required_when_set_and_beyond_loopback() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "s3cret\n").unwrap();
-    let s = serve(dir.path(), &["--token-file", token.to_str().unwrap()]);
+    let mut s = serve(dir.path(), &["--token-file", token.to_str().unwrap()]);
     let health = format!("{}/health", s.url);
     assert_eq!(http().get(&health).send().await.unwrap().status().as_u16(), 401);
     let wrong = http().get(&health).bearer_auth("guess").send().await.unwrap();
@@ -317,6 +317,25 @@ async fn a_token_is_required_when_set_and_beyond_loopback() {
         .await
         .unwrap();
     assert_eq!(submit.status().as_u16(), 401, "a session cookie must not submit work");
+    // A dashboard tab left open (a live stream) does not hold up a graceful stop.
+    let stream = http()
+        .get(format!("{url}/dash/stream?runs=sft-none"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status().as_u16(), 200);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(s.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "serve did not stop with a stream open:\n{}", s.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(stream);
     drop(s);
     let out = common::run(tf(dir.path()).args(["serve", "--bind", "0.0.0.0:0", "--no-suite"]));
     assert_eq!(out.status.code(), Some(2), "{}", common::text(&out.stderr));

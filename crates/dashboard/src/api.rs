@@ -280,7 +280,10 @@ pub(crate) async fn stream(
     let poll = d.poll;
     let s = stream::unfold((d, sent, true), move |(d, mut sent, first)| async move {
         if !first {
-            tokio::time::sleep(poll).await;
+            tokio::select! {
+                _ = tokio::time::sleep(poll) => {}
+                _ = d.closed() => return None,
+            }
         }
         let mut events = Vec::new();
         for entry in sent.iter_mut() {

@@ -72,6 +72,9 @@ pub struct Dashboard {
     mode: Mode,
     /// How often a live stream looks for new metrics (a trainer writes from another process).
     poll: Duration,
+    /// Set when the server stops: live streams end, so a graceful shutdown does not wait
+    /// on a browser tab left open.
+    closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl Dashboard {
@@ -89,7 +92,19 @@ impl Dashboard {
             suite,
             mode,
             poll: Duration::from_secs(1),
+            closing: tokio::sync::watch::Sender::new(false),
         })
+    }
+
+    /// End every live stream (the server is stopping).
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Resolves once [`Dashboard::close`] was called.
+    async fn closed(&self) {
+        let mut rx = self.closing.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
     }
 
     /// Poll for live metrics this often (tests shorten it).
@@ -227,6 +242,7 @@ pub struct DashboardServer {
     pub addr: SocketAddr,
     task: tokio::task::JoinHandle<Result<(), DashboardError>>,
     stop: Arc<tokio::sync::Notify>,
+    dash: Arc<Dashboard>,
 }
 
 impl DashboardServer {
@@ -244,7 +260,8 @@ impl DashboardServer {
             .map_err(|source| DashboardError::Bind { addr: bind, source })?;
         let addr = listener.local_addr().map_err(DashboardError::Serve)?;
         let token: Option<Arc<str>> = token.map(Arc::from);
-        let app = with_token(router(Arc::new(dash)), token.as_deref())
+        let dash = Arc::new(dash);
+        let app = with_token(router(dash.clone()), token.as_deref())
             .fallback(api::not_found)
             .layer(middleware::from_fn_with_state(token, require_access));
         let stop = Arc::new(tokio::sync::Notify::new());
@@ -255,11 +272,12 @@ impl DashboardServer {
                 .await
                 .map_err(DashboardError::Serve)
         });
-        Ok(DashboardServer { addr, task, stop })
+        Ok(DashboardServer { addr, task, stop, dash })
     }
 
     /// Stop serving (open live streams are closed).
     pub async fn shutdown(self) -> Result<(), DashboardError> {
+        self.dash.close();
         self.stop.notify_one();
         self.task.abort();
         match self.task.await {
