@@ -309,6 +309,7 @@ async fn a_token_is_required_when_set_and_beyond_loopback() {
     assert_eq!(info.status().as_u16(), 200);
     let info: Value = info.json().await.unwrap();
     assert_eq!((info["mode"].as_str(), info["suite"].as_bool()), (Some("serve"), Some(true)));
+    assert!(info["queue"].is_object(), "{info}");
     let submit = http()
         .post(format!("{url}/v1/evaluations"))
         .header("cookie", &cookie)

@@ -578,6 +578,7 @@ window.addEventListener('DOMContentLoaded', async () => {
   route();
   try {
     const i = await api('/dash/info');
-    $('#info').textContent = `${i.mode === 'serve' ? 'tritonforge serve' : 'tritonforge dashboard'} ${i.version} · ${i.store || ''} · read-only`;
+    const q = i.mode === 'serve' ? ` · queue ${i.queue.queued || 0} queued, ${i.queue.running || 0} running` : '';
+    $('#info').textContent = `${i.mode === 'serve' ? 'tritonforge serve' : 'tritonforge dashboard'} ${i.version} · ${i.store || ''}${q} · read-only`;
   } catch (e) { /* the page shows the error */ }
 });

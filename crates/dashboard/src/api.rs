@@ -129,7 +129,9 @@ impl Params {
 
 pub(crate) async fn info(State(d): State<Arc<Dashboard>>, q: Q) -> Result<Json<Value>, ApiError> {
     Params::of(q, &[])?;
-    let stats = d.read(|s| s.stats()).await?;
+    let (stats, jobs) = d.read(|s| Ok((s.stats()?, s.job_counts()?))).await?;
+    let queue: serde_json::Map<String, Value> =
+        jobs.into_iter().map(|(state, n)| (state.as_str().to_string(), json!(n))).collect();
     let by_status: serde_json::Map<String, Value> =
         stats.by_status.into_iter().map(|(s, n)| (s, json!(n))).collect();
     Ok(Json(json!({
@@ -140,6 +142,7 @@ pub(crate) async fn info(State(d): State<Arc<Dashboard>>, q: Q) -> Result<Json<V
         "suite": d.suite.is_some(),
         "evaluations": stats.evaluations,
         "by_status": by_status,
+        "queue": queue,
         "statuses": Status::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
     })))
 }

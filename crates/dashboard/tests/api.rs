@@ -282,6 +282,7 @@ async fn suite_info_and_embedded_assets() {
     assert_eq!((info["evaluations"].as_u64(), info["read_only"].as_bool()), (Some(6), Some(true)));
     assert_eq!(info["mode"], "dashboard");
     assert_eq!(info["by_status"]["correct"], 3);
+    assert!(info["queue"].as_object().unwrap().is_empty(), "no server ever queued here");
 
     let r = http().get(format!("{url}/")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
