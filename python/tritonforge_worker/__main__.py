@@ -22,6 +22,8 @@ from .protocol import (
     Hello,
     MeasureMemory,
     MemoryReportMessage,
+    Preflight,
+    PreflightResult,
     ProblemReportMessage,
     ProtocolError,
     Shutdown,
@@ -96,16 +98,56 @@ def _forked_worker() -> int:
     """A child of the fork server, its fds and environment already its own."""
     proto_out = _private_stdout()
     _pin_cpus()
+    if os.environ.pop("TRITONFORGE_PREFLIGHT", None) == "1":
+        return _serve_preflight(proto_out, "cpu")
     return _serve_one(proto_out, "cpu")
 
 
 def _forked_gpu_worker() -> int:
-    """A child of the GPU fork server: CUDA and the warm-up are its own to do."""
+    """A child of the GPU fork server: CUDA and the warm-up are its own to do (a
+    preflight child does neither)."""
     proto_out = _private_stdout()
     _pin_cpus()
+    if os.environ.pop("TRITONFORGE_PREFLIGHT", None) == "1":
+        return _serve_preflight(proto_out, "cuda")
     if os.environ.get("TRITONFORGE_WARMUP", "1") != "0":
         _warm_up("cuda")
     return _serve_one(proto_out, "cuda")
+
+
+def _serve_preflight(proto_out: IO[str], mode: str) -> int:
+    """A process that imports one candidate and nothing more, its GPU untouched: it says
+    hello (with no GPU details, which would create a CUDA context), takes one `preflight`
+    and answers what the import found. Sandboxed as any candidate's process; without the
+    memory cap, which would create a context too."""
+    from .envinfo import collect
+    from .sandbox import apply
+
+    os.environ.pop("TRITONFORGE_GPU_MEM_FRACTION", None)
+    sandbox = apply(os.getcwd(), mode)
+    _send(proto_out, Hello(type="hello", worker_version=__version__, pid=os.getpid(),
+                           env=collect(mode, gpus=False), sandbox=sandbox))
+    line = sys.stdin.readline()
+    if not line:
+        return 0
+    try:
+        msg = decode(line)
+    except ProtocolError as exc:
+        _send(proto_out, Error(type="error", id=None, message=str(exc)))
+        return 2
+    if isinstance(msg, Shutdown):
+        return 0
+    if not isinstance(msg, Preflight):
+        _send(proto_out, Error(type="error", id=None,
+                               message=f"a preflight process accepts preflight or shutdown, not {msg.type}"))
+        return 2
+    from .executor import preflight
+
+    start = time.perf_counter()
+    outcome = preflight(msg.job, os.getcwd(), mode)
+    elapsed = (time.perf_counter() - start) * 1000.0
+    _send(proto_out, PreflightResult(type="preflight_result", id=msg.id, outcome=outcome, elapsed_ms=elapsed))
+    return 0
 
 
 def _serve_one(proto_out: IO[str], mode: str) -> int:

@@ -8,6 +8,7 @@ broken), and the Rust side owns budgets, crashes and caching.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 import os
 import sys
@@ -19,11 +20,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .lease import NoLease
 from .protocol import (
+    DeviceRequest,
     ErrorInfo,
     EvalJob,
     Frame,
     Mismatch,
     PhaseTimes,
+    PreflightFailed,
+    PreflightInconclusive,
+    PreflightOutcome,
+    PreflightPassed,
     ProblemError,
     Provenance,
     Stage,
@@ -307,10 +313,10 @@ class Built:
     model: Any
 
 
-def build(cx: Context) -> Built:
-    """Write both files, install the watchers, import the problem and the candidate,
-    and construct `Model` and `ModelNew` on the device. Raises `_Fail` (a
-    `ProblemError` when the problem is at fault, else the candidate's verdict)."""
+def import_both(cx: Context) -> Tuple[types.ModuleType, List[Any], types.ModuleType]:
+    """Write both files, install the watchers, import the problem (and draw its init
+    inputs) and the candidate: everything of `build` before the device is used. A
+    preflight runs exactly this."""
     torch = cx.torch
     job = cx.job
     Path(cx.problem_path).write_text(job.problem.source, encoding="utf-8")
@@ -351,6 +357,16 @@ def build(cx: Context) -> Built:
     except BaseException as exc:  # noqa: BLE001
         info = error_info(exc, cx.candidate_path)
         raise _Fail(verdict(cx, "compile_error", "import", _describe(info), [], error=info)) from exc
+    return problem, init_inputs, candidate
+
+
+def build(cx: Context) -> Built:
+    """Write both files, install the watchers, import the problem and the candidate,
+    and construct `Model` and `ModelNew` on the device. Raises `_Fail` (a
+    `ProblemError` when the problem is at fault, else the candidate's verdict)."""
+    torch = cx.torch
+    job = cx.job
+    problem, init_inputs, candidate = import_both(cx)
     check_integrity(cx, "importing the candidate", [])
     check_audit(cx, "importing the candidate", [])
 
@@ -1432,3 +1448,63 @@ def _safe_name(name: str, default: str) -> str:
     if not base.endswith(".py") or not base[:-3].replace("_", "a").replace("-", "a").isalnum():
         return default
     return base
+
+
+# -- the preflight: the import alone, in a process that never touched the GPU --
+
+
+def device_files() -> Tuple[str, ...]:
+    """Path prefixes whose open descriptors mean the process reached the GPU's driver."""
+    raw = os.environ.get("TRITONFORGE_PREFLIGHT_DEVICE_FILES", "/dev/nvidia")
+    return tuple(p for p in raw.split(":") if p)
+
+
+def touched_device(torch: Any) -> bool:
+    """Whether this process has reached the GPU: a CUDA context, or any descriptor open on
+    the driver's device files (CUDA, NVML or Triton's own driver all open them)."""
+    if torch.cuda.is_initialized():
+        return True
+    prefixes = device_files()
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return True  # cannot tell: never trust the preflight then
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(prefixes):
+            return True
+    return False
+
+
+def preflight(job: EvalJob, workdir: str, mode: str) -> PreflightOutcome:
+    """Import the problem and the candidate exactly as `build` does, with no device
+    touched beforehand. A `compile_error` at the import is the evaluation's verdict only
+    when nothing about it can depend on the device: the import reached no GPU and did not
+    run out of memory. Anything else is inconclusive, and the full evaluation runs."""
+    # The process's memory cap would create a CUDA context; nothing here allocates on the
+    # device unless the candidate does, and then the outcome is inconclusive anyway.
+    # The device is the process's mode, not asked of the driver ("auto" would ask it).
+    device: DeviceRequest = "cuda" if mode == "cuda" else "cpu"
+    cx = new_context(dataclasses.replace(job, gpu_memory_fraction=None, device=device), workdir)
+    clock = _PhaseClock()
+    try:
+        import_both(cx)
+    except _Fail as fail:
+        clock.lap("build")
+        outcome = clock.attach(fail.verdict, 0.0)
+        if isinstance(outcome, ProblemError):
+            return PreflightInconclusive(kind="inconclusive", reason="the problem failed: the evaluation reports it")
+        if touched_device(cx.torch):
+            return PreflightInconclusive(kind="inconclusive", reason="the candidate's import reached the GPU")
+        if outcome.error is not None and outcome.error.out_of_memory:
+            return PreflightInconclusive(kind="inconclusive", reason="memory ran out during the import")
+        if outcome.status != "compile_error" or outcome.stage != "import":
+            return PreflightInconclusive(kind="inconclusive", reason=f"{outcome.status} at {outcome.stage}")
+        return PreflightFailed(kind="failed", verdict=outcome)
+    finally:
+        if cx.recorder is not None:
+            cx.recorder.uninstall()
+    return PreflightPassed(kind="passed")

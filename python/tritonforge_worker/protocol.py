@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 
 Status = Literal["rejected", "compile_error", "runtime_error", "timeout", "incorrect", "correct"]
 Stage = Literal["guard", "import", "init", "correctness", "provenance", "timing", "process"]
@@ -384,6 +384,46 @@ class MemoryReportMessage:
 
 
 @dataclass
+class Preflight:
+    TYPE: ClassVar[str] = "preflight"
+    type: Literal["preflight"]
+    id: str
+    job: EvalJob
+
+
+@dataclass
+class PreflightPassed:
+    KIND: ClassVar[str] = "passed"
+    kind: Literal["passed"]
+
+
+@dataclass
+class PreflightFailed:
+    KIND: ClassVar[str] = "failed"
+    kind: Literal["failed"]
+    verdict: Verdict
+
+
+@dataclass
+class PreflightInconclusive:
+    KIND: ClassVar[str] = "inconclusive"
+    kind: Literal["inconclusive"]
+    reason: str
+
+
+PreflightOutcome = Union[PreflightPassed, PreflightFailed, PreflightInconclusive]
+
+
+@dataclass
+class PreflightResult:
+    TYPE: ClassVar[str] = "preflight_result"
+    type: Literal["preflight_result"]
+    id: str
+    outcome: PreflightOutcome
+    elapsed_ms: float
+
+
+@dataclass
 class ChatTurn:
     role: str
     content: str
@@ -668,7 +708,8 @@ MESSAGE_TYPES: Dict[str, type] = {
     cls.TYPE: cls
     for cls in (
         Hello, Evaluate, EvalResult, Error, Shutdown, CheckProblem, ProblemReportMessage,
-        LeaseRequest, LeaseGrant, LeaseRelease, MeasureMemory, MemoryReportMessage, Generate, Generation,
+        LeaseRequest, LeaseGrant, LeaseRelease, MeasureMemory, MemoryReportMessage, Preflight, PreflightResult,
+        Generate, Generation,
         TrainSetup, TrainReady, TrainStep, EvalLoss, StepDone, SaveCheckpoint, Checkpointed,
         Score, Scored, RlStep, RlDone,
     )

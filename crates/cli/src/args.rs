@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use tritonforge_eval::{
-    EvalSettings, Evaluator, PoolConfig, ShapeCheck, ShareMode, TimingSettings, Workspace,
+    EvalSettings, Evaluator, PoolConfig, Preflight, ShapeCheck, ShareMode, TimingSettings,
+    Workspace,
 };
 use tritonforge_protocol::{DeviceKind, DeviceRequest};
 use tritonforge_pyenv::{PythonEnv, PythonSource};
@@ -205,6 +206,30 @@ pub struct PoolArgs {
     /// from the fork server (slower; for comparing the two).
     #[arg(long)]
     pub no_fork: bool,
+    /// Try each candidate's import first in a process that never touched the GPU, so that
+    /// one failing there needs no GPU process: `auto` on a GPU, `always` (CPU mode too),
+    /// `off`.
+    #[arg(long, value_enum, default_value_t = PreflightArg::Auto)]
+    pub preflight: PreflightArg,
+}
+
+/// `--preflight`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PreflightArg {
+    #[default]
+    Auto,
+    Always,
+    Off,
+}
+
+impl From<PreflightArg> for Preflight {
+    fn from(p: PreflightArg) -> Self {
+        match p {
+            PreflightArg::Auto => Preflight::Auto,
+            PreflightArg::Always => Preflight::Always,
+            PreflightArg::Off => Preflight::Off,
+        }
+    }
 }
 
 impl PoolArgs {
@@ -244,6 +269,7 @@ impl PoolArgs {
             gpus: (!self.gpus.is_empty()).then(|| self.gpus.clone()),
             prestart: true,
             fork: !self.no_fork,
+            preflight: self.preflight.into(),
             ..base
         })
     }

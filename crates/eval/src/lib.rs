@@ -12,8 +12,9 @@ use sha2::{Digest, Sha256};
 use tritonforge_protocol::record::RECORD_SCHEMA;
 use tritonforge_protocol::{
     DeviceKind, EnvInfo, EvalConfig, EvalJob, EvalRecord, FindingSeverity, GuardFinding, MemoryUse,
-    Message, Outcome, ProblemCheckJob, ProblemError, ProblemReport, ProtocolError, RuntimePolicy,
-    SourceFile, SourceRef, Stage, Status, TimingStats, Verdict, PROTOCOL_VERSION,
+    Message, Outcome, PreflightFound, PreflightOutcome, PreflightUse, ProblemCheckJob,
+    ProblemError, ProblemReport, ProtocolError, RuntimePolicy, SourceFile, SourceRef, Stage,
+    Status, TaggedVerdict, TimingStats, Verdict, PROTOCOL_VERSION,
 };
 use tritonforge_store::{Store, StoreError};
 use tritonforge_suite::{Candidate, Problem, SuiteError};
@@ -34,7 +35,8 @@ pub use batch::{evaluate_all, evaluate_sources, BatchResults, PairOutcome};
 pub use memory::{Charge, JobKind, MemoryBudget};
 pub use need::{Measured, MemoryPlan};
 pub use pool::{
-    AdmissionEvent, Execution, Exit, LeaseEvent, Pool, PoolConfig, ShareMode, WorkerSpec,
+    AdmissionEvent, Execution, Exit, LeaseEvent, Pool, PoolConfig, Preflight, PreflightRun,
+    ShareMode, WorkerSpec,
 };
 pub use service::{BoxFuture, EvalService};
 pub use setup::{EvalSettings, EvaluatorSetup, ShapeCheck, TimingSettings, Workspace};
@@ -348,6 +350,30 @@ impl Evaluator {
             ..job
         };
         let budget = Duration::from_millis(config.budget_ms);
+        // A candidate whose import fails needs no GPU process: on a GPU its import is
+        // tried first in a process that never touched the device, and a failure there
+        // that cannot depend on the device is the verdict (`Pool::preflight`).
+        let preflight = self.pool.preflight(&job, budget).await;
+        let preflight_ms = preflight.as_ref().map_or(0.0, |p| p.wall_ms);
+        if let Some(run) = preflight {
+            let (found, reason) = match &run.outcome {
+                PreflightOutcome::Passed {} => (PreflightFound::Passed, None),
+                PreflightOutcome::Failed { .. } => (PreflightFound::Failed, None),
+                PreflightOutcome::Inconclusive { reason } => {
+                    (PreflightFound::Inconclusive, Some(reason.clone()))
+                }
+            };
+            record.preflight = Some(PreflightUse { found, reason, wall_ms: run.wall_ms });
+            if let PreflightOutcome::Failed { verdict: TaggedVerdict::Verdict(verdict) } =
+                run.outcome
+            {
+                record.verdict = verdict;
+                record.executor_ms = run.executor_ms;
+                record.wall_ms = run.wall_ms;
+                self.put(&record)?;
+                return Ok(Evaluation { record, cached: false });
+            }
+        }
         // Admitted once its problem's need fits the device beside those running, under a
         // cap that follows that need; a problem the device cannot hold is a problem error.
         let timed = config.timing && self.device() == DeviceKind::Cuda;
@@ -379,7 +405,7 @@ impl Evaluator {
             retried_alone: retried,
         });
         record.environment = execution.env.clone();
-        record.wall_ms = execution.wall_ms;
+        record.wall_ms = execution.wall_ms + preflight_ms;
         record.lease_wait_ms = execution.lease_wait_ms;
         record.exclusive_ms = execution.exclusive_ms;
         record.start_wait_ms = execution.start_wait_ms;
@@ -495,6 +521,7 @@ impl Evaluator {
             start_wait_ms: 0.0,
             device_slot: 0,
             memory: None,
+            preflight: None,
             created_at: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())

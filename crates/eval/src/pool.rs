@@ -27,7 +27,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tritonforge_protocol::{
     DeviceKind, DeviceRequest, EnvInfo, EvalJob, LeaseKind, MemoryJob, Message, Outcome,
-    ProblemCheckJob, Sandbox,
+    PreflightOutcome, ProblemCheckJob, Sandbox,
 };
 use tritonforge_pyenv::launch::{self as worker_launch, read_hello, HelloError};
 use tritonforge_pyenv::{WorkerCommand, WorkerMode};
@@ -48,6 +48,12 @@ const LEASE_LOG: usize = 10_000;
 const FORK_ANSWER: Duration = Duration::from_secs(10);
 /// The most a job's budget is extended by waiting for leases.
 const MAX_LEASE_WAIT: Duration = Duration::from_secs(900);
+/// Preflights at once per device: enough for a turn's burst of candidates to import in
+/// parallel, few enough not to crowd out the processes being started beside them.
+const PREFLIGHTS: usize = 8;
+/// The longest a preflight may take, hello and import together; one that takes longer is
+/// inconclusive and the candidate is evaluated as usual.
+const PREFLIGHT_LIMIT: Duration = Duration::from_secs(30);
 
 /// How to start one executor process.
 #[derive(Debug, Clone)]
@@ -106,6 +112,26 @@ pub struct PoolConfig {
     /// In CPU mode, fork each process from one warmed-up server instead of starting
     /// it from scratch (see `fork_server`). Only with `prestart`.
     pub fork: bool,
+    /// Whether a candidate's import is first tried in a process forked without a GPU
+    /// context (see [`Preflight`]).
+    pub preflight: Preflight,
+}
+
+/// When a candidate's import is tried first in a process that never touched the GPU.
+///
+/// A GPU process costs a CUDA context, which the driver creates about three at a time
+/// per second on one GPU, however many cores start them; a candidate that fails its
+/// import needs none. Its verdict then comes from that process; every other candidate is
+/// evaluated as before (its import runs twice, some tens of milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Preflight {
+    /// On a GPU with a fork server; off in CPU mode, where a forked process is already
+    /// warm and a preflight would only add a fork.
+    #[default]
+    Auto,
+    /// Wherever there is a fork server, CPU mode included (tests).
+    Always,
+    Off,
 }
 
 impl Default for PoolConfig {
@@ -123,6 +149,7 @@ impl Default for PoolConfig {
             gpu_hold_limit: Duration::from_secs(30),
             cpu_timing_lease: false,
             fork: true,
+            preflight: Preflight::Auto,
         }
     }
 }
@@ -140,6 +167,16 @@ pub enum Exit {
     TimedOut { stderr_tail: String, gpu_hold: Option<Duration> },
     /// The process died without answering.
     Crashed { exit: String, stderr_tail: String },
+}
+
+/// A preflight's answer, and what it cost.
+#[derive(Debug)]
+pub struct PreflightRun {
+    pub outcome: PreflightOutcome,
+    /// Host-side wall time: fork, hello, import, answer.
+    pub wall_ms: f64,
+    /// The process's own time on the import, when it answered.
+    pub executor_ms: Option<f64>,
 }
 
 /// One job's run: how it ended plus what the host measured around it.
@@ -407,6 +444,8 @@ struct Slot {
     launch: Arc<Launch>,
     warm: Mutex<VecDeque<Warm>>,
     running: Semaphore,
+    /// Preflights at once on this device (forks and imports: CPU work).
+    preflights: Semaphore,
     lock: Arc<DeviceLock>,
     in_flight: AtomicUsize,
     /// Memory admission; `None` where no capacity is known, or in exclusive mode (each
@@ -562,6 +601,7 @@ impl Pool {
                 launch: launch(gpu, index, cache_template.clone(), fork_server.clone()),
                 warm: Mutex::new(VecDeque::new()),
                 running: Semaphore::new(workers),
+                preflights: Semaphore::new(PREFLIGHTS),
                 lock: Arc::new(DeviceLock::default()),
                 in_flight: AtomicUsize::new(0),
                 admission: budget.filter(|_| cfg.mode == ShareMode::Pool).map(Admission::new),
@@ -759,6 +799,49 @@ impl Pool {
         let build = move |id| Message::MeasureMemory { id, job };
         let charge = if alone { Charge::Whole } else { Charge::Share };
         self.run_message(build, budget, charge, JobKind::MeasureMemory).await
+    }
+
+    /// Whether evaluations on this pool are preflighted (see [`Preflight`]).
+    pub fn preflights(&self) -> bool {
+        let wanted = match self.cfg.preflight {
+            Preflight::Off => false,
+            Preflight::Always => true,
+            Preflight::Auto => self.env.device == tritonforge_protocol::DeviceKind::Cuda,
+        };
+        wanted && self.slots.iter().any(|s| s.launch.fork_server_now().is_some())
+    }
+
+    /// Try the candidate's import in a process forked without touching the GPU. `None`
+    /// where this pool does not preflight. Whatever goes wrong with that process (no fork
+    /// server, a crash, a hang, a garbled line) makes the answer inconclusive, never a
+    /// verdict: only the executor's own `failed` is one.
+    pub async fn preflight(&self, job: &EvalJob, budget: Duration) -> Option<PreflightRun> {
+        if !self.preflights() {
+            return None;
+        }
+        let slot = self.pick_slot().ok()?;
+        let _permit = slot.preflights.acquire().await.ok()?;
+        let started = Instant::now();
+        let limit = budget.min(PREFLIGHT_LIMIT);
+        let answer = tokio::time::timeout(limit, preflight_on(&slot.launch, job, limit)).await;
+        let (outcome, executor_ms) = match answer {
+            Ok(Ok((outcome, ms))) => (outcome, Some(ms)),
+            Ok(Err(e)) => (
+                PreflightOutcome::Inconclusive { reason: format!("the preflight failed: {e}") },
+                None,
+            ),
+            Err(_) => (
+                PreflightOutcome::Inconclusive {
+                    reason: format!("no answer within {:.0}s", limit.as_secs_f64()),
+                },
+                None,
+            ),
+        };
+        Some(PreflightRun {
+            outcome,
+            wall_ms: started.elapsed().as_secs_f64() * 1000.0,
+            executor_ms,
+        })
     }
 
     /// The device with the fewest jobs in flight.
@@ -1260,14 +1343,24 @@ async fn spawn_worker(launch: &Launch) -> Result<Ready, EvalError> {
 }
 
 async fn fork_worker(launch: &Launch, fork_server: &Arc<ForkServer>) -> Result<Ready, EvalError> {
-    let (scratch, stderr) = new_scratch(launch, "w")?;
-    // Exactly the environment a started process gets.
+    fork_with(launch, fork_server, "w", &[]).await
+}
+
+/// Fork a process with exactly the environment a started process gets, plus `extra`.
+async fn fork_with(
+    launch: &Launch,
+    fork_server: &Arc<ForkServer>,
+    prefix: &str,
+    extra: &[(&str, String)],
+) -> Result<Ready, EvalError> {
+    let (scratch, stderr) = new_scratch(launch, prefix)?;
     let env: Vec<(String, String)> = serve_command(launch, &scratch)
         .environment()
         .into_iter()
         .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();
-    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let mut env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    env.extend(extra.iter().cloned());
     let forked = match fork_server
         .fork(&scratch, &stderr, &env, FORK_ANSWER.min(launch.startup_timeout))
         .await
@@ -1288,6 +1381,48 @@ async fn fork_worker(launch: &Launch, fork_server: &Arc<ForkServer>) -> Result<R
         live: launch.live.clone(),
     };
     await_hello(worker, launch.startup_timeout).await
+}
+
+/// One preflight on `launch`'s device: fork a process that never touches the GPU, send it
+/// the job, read its one answer. The process is killed when this returns.
+async fn preflight_on(
+    launch: &Launch,
+    job: &EvalJob,
+    limit: Duration,
+) -> Result<(PreflightOutcome, f64), EvalError> {
+    let Some(fork_server) = live_fork_server(launch).await else {
+        return Err(EvalError::WorkerStart {
+            reason: "no live fork server".into(),
+            stderr: String::new(),
+        });
+    };
+    let extra = [("TRITONFORGE_PREFLIGHT", "1".to_string())];
+    let ready = fork_with(launch, &fork_server, "p", &extra).await?;
+    let mut worker = ready.worker;
+    let id = format!("preflight-{}", launch.counter.fetch_add(1, Ordering::Relaxed));
+    let line = Message::Preflight { id: id.clone(), job: job.clone() }.to_line();
+    if let Some(stdin) = worker.stdin.as_mut() {
+        write_line(stdin, &line).await.map_err(EvalError::WorkerIo)?;
+    }
+    let answer = tokio::time::timeout(limit, worker.read_message()).await;
+    match answer {
+        Ok(Ok(Some(Message::PreflightResult { id: rid, outcome, elapsed_ms }))) if rid == id => {
+            Ok((outcome, elapsed_ms))
+        }
+        Ok(Ok(Some(other))) => Err(EvalError::WorkerRefused(format!(
+            "expected the preflight's answer, got {}",
+            truncate(&other.to_line(), 200)
+        ))),
+        Ok(Ok(None)) => Err(EvalError::WorkerStart {
+            reason: "the preflight process ended without answering".into(),
+            stderr: worker.stderr_tail(),
+        }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(EvalError::WorkerStart {
+            reason: format!("no answer within {:.0}s", limit.as_secs_f64()),
+            stderr: worker.stderr_tail(),
+        }),
+    }
 }
 
 /// What a started process turned out to be.

@@ -11,8 +11,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::executor::{
-    EnvInfo, EvalJob, LeaseKind, MemoryJob, MemoryReport, Outcome, ProblemCheckJob, ProblemReport,
-    Sandbox,
+    EnvInfo, EvalJob, LeaseKind, MemoryJob, MemoryReport, Outcome, PreflightOutcome,
+    ProblemCheckJob, ProblemReport, Sandbox,
 };
 use crate::generation::{GenerateJob, Generated};
 use crate::trainer::{
@@ -20,7 +20,7 @@ use crate::trainer::{
 };
 
 /// Bumped whenever a message's shape changes; both sides refuse a mismatch.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Errors decoding a protocol line.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +71,10 @@ pub enum Message {
     MeasureMemory { id: String, job: MemoryJob },
     /// Worker → host: the answer to `measure_memory`.
     MemoryReport { id: String, report: MemoryReport, elapsed_ms: f64 },
+    /// Host → worker (a process that never touched the GPU): import the candidate only.
+    Preflight { id: String, job: EvalJob },
+    /// Worker → host: the answer to `preflight`.
+    PreflightResult { id: String, outcome: PreflightOutcome, elapsed_ms: f64 },
     /// Host → policy worker: answer this chat.
     Generate { id: String, job: GenerateJob },
     /// Policy worker → host: the completion, with exact token ids.
@@ -101,7 +105,7 @@ pub enum Message {
 
 impl Message {
     /// The `type` tags of every message, for the mirror test.
-    pub const TYPES: [&'static str; 25] = [
+    pub const TYPES: [&'static str; 27] = [
         "hello",
         "evaluate",
         "result",
@@ -114,6 +118,8 @@ impl Message {
         "lease_release",
         "measure_memory",
         "memory_report",
+        "preflight",
+        "preflight_result",
         "generate",
         "generation",
         "train_setup",

@@ -429,6 +429,30 @@ pub enum Outcome {
     ProblemError(ProblemError),
 }
 
+/// A verdict inside another message, tagged with its `kind` as the worker writes every
+/// verdict (in [`Outcome`] the tag is the enum's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TaggedVerdict {
+    Verdict(Verdict),
+}
+
+/// What a preflight found: the candidate's import tried in a process that never touched
+/// the GPU (no CUDA context, no warm-up), so that a candidate failing there needs no
+/// GPU process at all. Only a failure that cannot depend on the device is `Failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // one per evaluation, moved once
+pub enum PreflightOutcome {
+    /// The candidate imported and defines `ModelNew`; the evaluation runs as usual.
+    Passed {},
+    /// The import failed as it would in a GPU process: this is the verdict.
+    Failed { verdict: TaggedVerdict },
+    /// No conclusion (the import touched the GPU, memory ran out, the problem failed);
+    /// the evaluation runs as usual.
+    Inconclusive { reason: String },
+}
+
 /// Suite validation of one problem file at one shape variant (no candidate).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

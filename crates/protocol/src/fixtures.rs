@@ -157,6 +157,8 @@ pub fn sample_messages() -> Vec<Message> {
             timed_ms: 120.5,
         }),
     };
+    let preflight_job = job.clone();
+    let preflight_verdict = verdict.clone();
     vec![
         Message::Hello {
             worker_version: "0.1.0".into(),
@@ -342,6 +344,26 @@ pub fn sample_messages() -> Vec<Message> {
                 }),
             },
             elapsed_ms: 12.0,
+        },
+        Message::Preflight { id: "job-7".into(), job: preflight_job },
+        Message::PreflightResult {
+            id: "job-7".into(),
+            outcome: PreflightOutcome::Passed {},
+            elapsed_ms: 40.0,
+        },
+        Message::PreflightResult {
+            id: "job-8".into(),
+            outcome: PreflightOutcome::Failed {
+                verdict: TaggedVerdict::Verdict(preflight_verdict),
+            },
+            elapsed_ms: 25.0,
+        },
+        Message::PreflightResult {
+            id: "job-9".into(),
+            outcome: PreflightOutcome::Inconclusive {
+                reason: "the candidate's import touched the GPU".into(),
+            },
+            elapsed_ms: 900.0,
         },
         Message::LeaseRequest { id: "job-1".into(), kind: LeaseKind::Exclusive },
         Message::LeaseGrant { id: "job-1".into(), kind: LeaseKind::Shared },

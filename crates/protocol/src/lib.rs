@@ -75,7 +75,10 @@ pub use executor::*;
 #[cfg(any(test, feature = "fixtures"))]
 pub use fixtures::sample_messages;
 pub use generation::{ChatTurn, GenerateJob, Generated};
-pub use record::{EvalConfig, EvalRecord, FindingSeverity, GuardFinding, MemoryUse, SourceRef};
+pub use record::{
+    EvalConfig, EvalRecord, FindingSeverity, GuardFinding, MemoryUse, PreflightFound, PreflightUse,
+    SourceRef,
+};
 pub use trainer::{
     Attention, Compile, DeviceUse, LoraSetup, MicroBatch, Precision, RlBatch, RlLoss, RlMicroBatch,
     RlStats, SaveJob, ScoreJob, Scores, StepStats, TrainBatch, TrainInfo, TrainSetup, WeightDtype,

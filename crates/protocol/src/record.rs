@@ -113,6 +113,30 @@ pub struct MemoryUse {
     pub retried_alone: bool,
 }
 
+/// What the preflight (the candidate's import, tried in a process that never touched the
+/// GPU) found for this evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PreflightFound {
+    /// The import worked; the verdict is the full evaluation's.
+    Passed,
+    /// The import failed; the verdict is the preflight's, and no GPU process ran.
+    Failed,
+    /// No conclusion; the verdict is the full evaluation's.
+    Inconclusive,
+}
+
+/// The preflight of one evaluation, when the pool ran one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreflightUse {
+    pub found: PreflightFound,
+    /// Why it was inconclusive.
+    pub reason: Option<String>,
+    /// Host-side wall time of the preflight (inside `wall_ms`).
+    pub wall_ms: f64,
+}
+
 /// The verdict plus its full context; what the store keeps and `--json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,6 +178,10 @@ pub struct EvalRecord {
     /// rejection) and in records from before it existed.
     #[serde(default)]
     pub memory: Option<MemoryUse>,
+    /// The import tried first without a GPU; `None` where the pool does not preflight
+    /// (CPU mode by default) and in records from before it existed.
+    #[serde(default)]
+    pub preflight: Option<PreflightUse>,
     /// Seconds since the Unix epoch.
     pub created_at: u64,
     pub tritonforge_version: String,
@@ -207,6 +235,11 @@ mod tests {
             start_wait_ms: 0.0,
             device_slot: 0,
             memory: Some(MemoryUse { need_bytes: Some(1 << 20), ..MemoryUse::default() }),
+            preflight: Some(PreflightUse {
+                found: PreflightFound::Inconclusive,
+                reason: Some("the candidate's import reached the GPU".into()),
+                wall_ms: 80.0,
+            }),
             created_at: 1,
             tritonforge_version: "0.1.0".into(),
         }

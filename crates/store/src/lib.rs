@@ -536,6 +536,7 @@ mod tests {
             start_wait_ms: 0.0,
             device_slot: 0,
             memory: None,
+            preflight: None,
             created_at: 1,
             tritonforge_version: "0.1.0".into(),
         }
