@@ -370,7 +370,7 @@ impl Evaluator {
                 record.verdict = verdict;
                 record.executor_ms = run.executor_ms;
                 record.wall_ms = run.wall_ms;
-                self.put(&record)?;
+                self.put(&record, problem, candidate)?;
                 return Ok(Evaluation { record, cached: false });
             }
         }
