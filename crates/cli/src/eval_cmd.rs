@@ -15,6 +15,8 @@ use tritonforge_suite::{pair_dirs, Candidate, Problem};
 use crate::args::{short, EvalFlags, Global, GuardOpts, PoolArgs};
 use crate::exit::{self, usage};
 use crate::progress;
+use crate::runlog::{self, RunLog};
+use tritonforge_store::{RunKind, RunStatus};
 
 #[derive(Args)]
 pub struct EvalArgs {
@@ -77,7 +79,23 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
     if !args.json {
         eprintln!("{}", report::env_line(evaluator.environment()));
     }
-    batch(Arc::new(evaluator), pairs, &settings, args.json, single).await
+    // A batch is a run the dashboard lists, with its evaluations linked to it.
+    let run = (!single && !args.no_store).then(|| {
+        let settings = serde_json::json!({
+            "problems": args.problems.as_ref().map(|p| p.display().to_string()),
+            "candidates": args.candidates.as_ref().map(|p| p.display().to_string()),
+            "pairs": pairs.len(),
+            "seed": settings.seed,
+            "refresh": args.refresh,
+        });
+        RunLog::begin(
+            &global.workspace().store_path(),
+            runlog::new_id("eval"),
+            RunKind::Eval,
+            &settings,
+        )
+    });
+    batch(Arc::new(evaluator), pairs, &settings, args.json, single, run.as_ref()).await
 }
 
 fn load_pairs(args: &EvalArgs) -> Result<Vec<Pair>, String> {
@@ -105,6 +123,7 @@ async fn batch(
     settings: &EvalSettings,
     json: bool,
     single: bool,
+    run: Option<&RunLog>,
 ) -> anyhow::Result<u8> {
     let total = pairs.len();
     let started = Instant::now();
@@ -116,6 +135,9 @@ async fn batch(
     let mut on_done = |_: usize, result: &Result<Evaluation, EvalError>| {
         if json {
             println!("{}", report::json_result(result));
+        }
+        if let (Some(run), Ok(ev)) = (run, result) {
+            run.link(&ev.record.key, ev.record.created_at);
         }
         let line = Row::from_result(result).progress_line();
         let done = bar.position() + 1;
@@ -131,6 +153,9 @@ async fn batch(
     bar.finish_and_clear();
     let Some(mut results) = results else {
         evaluator.pool().kill_all();
+        if let Some(run) = run {
+            run.finish(RunStatus::Interrupted, None);
+        }
         match single {
             true => eprintln!("interrupted"),
             false => eprintln!(
@@ -161,6 +186,13 @@ async fn batch(
         print!("{}", report::table(&rows));
     }
     eprintln!("{}", report::summary(&rows, started.elapsed()));
+    if let Some(run) = run {
+        let failed = rows.iter().any(|r| r.env_error || r.problem_error);
+        let status = if failed { RunStatus::Failed } else { RunStatus::Done };
+        let summary =
+            serde_json::json!({"pairs": rows.len(), "wall_s": started.elapsed().as_secs_f64()});
+        run.finish(status, Some(&summary));
+    }
     Ok(if rows.iter().any(|r| r.env_error) {
         exit::ENV
     } else if rows.iter().any(|r| r.problem_error) {

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod args;
+mod dashboard_cmd;
 mod data_cmd;
 mod doctor;
 mod eval_cmd;
@@ -19,6 +20,7 @@ mod guard_cmd;
 mod progress;
 mod rl_cmd;
 mod run_cmd;
+mod runlog;
 mod serve_cmd;
 mod suite_cmd;
 mod synth_cmd;
@@ -50,6 +52,9 @@ enum Cmd {
     /// Serve the evaluator over HTTP: the native /v1 API, a KernelBench-style /eval,
     /// a durable queue, Prometheus metrics.
     Serve(Box<serve_cmd::ServeArgs>),
+    /// The web dashboard alone, over a store (read-only): runs, curves, evaluations,
+    /// episodes, the suite. `serve` shows the same at its own `/`.
+    Dashboard(dashboard_cmd::DashboardArgs),
     /// Static checks of candidate files: is it really a Triton kernel, does it cheat.
     Guard(guard_cmd::GuardArgs),
     /// The problem suite: list, show, validate; synthesise new problems.
@@ -97,6 +102,7 @@ fn main() -> ExitCode {
             Cmd::Eval(args) => eval_cmd::run(g, args).await,
             Cmd::Run(args) => run_cmd::run(g, *args).await,
             Cmd::Serve(args) => serve_cmd::run(g, *args).await,
+            Cmd::Dashboard(args) => dashboard_cmd::run(g, args).await,
             Cmd::Suite(cmd) => suite_cmd::run(g, cmd).await,
             Cmd::Guard(args) => guard_cmd::run(args),
             Cmd::Doctor { json } => doctor::run(g, json).await,

@@ -15,6 +15,8 @@ use tritonforge_store::Store;
 
 use crate::args::{EvalFlags, Global, GuardOpts, PoolArgs};
 use crate::exit::{self, usage};
+use crate::runlog::RunLog;
+use tritonforge_store::{RunKind, RunStatus};
 
 #[derive(clap::Args)]
 pub struct RlArgs {
@@ -107,6 +109,12 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         tokenizer_dir: Some(PathBuf::from(&model)).filter(|d| d.join("tokenizer.json").is_file()),
     };
     let store = Store::open(&ws.store_path())?;
+    let run = RunLog::begin(
+        &ws.store_path(),
+        parts.run.clone(),
+        RunKind::Rl,
+        &serde_json::to_value(&cfg).unwrap_or_default(),
+    );
     let json = args.json;
     let mut show = |e: RlEvent| {
         if json {
@@ -115,7 +123,22 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
             eprintln!("{}", describe(&e));
         }
     };
-    match tritonforge_rl::train(&cfg, parts, Some(&store), &mut show).await {
+    let result = tritonforge_rl::train(&cfg, parts, Some(&store), &mut show).await;
+    match &result {
+        Ok(s) => run.finish(
+            if s.steps_done >= cfg.schedule.steps {
+                RunStatus::Done
+            } else {
+                RunStatus::Interrupted
+            },
+            Some(&serde_json::json!({
+                "steps_done": s.steps_done, "steps": cfg.schedule.steps,
+                "last_checkpoint": s.last_checkpoint,
+            })),
+        ),
+        Err(e) => run.finish(RunStatus::Failed, Some(&serde_json::json!({"error": e.to_string()}))),
+    }
+    match result {
         Ok(s) => {
             let last = s.last_checkpoint.map(|p| p.display().to_string()).unwrap_or_default();
             eprintln!(

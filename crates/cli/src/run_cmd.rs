@@ -20,6 +20,8 @@ use tritonforge_suite::Selection;
 use crate::args::{EvalFlags, FilterArgs, Global, GuardOpts, PoolArgs};
 use crate::exit::{self, usage};
 use crate::progress;
+use crate::runlog::RunLog;
+use tritonforge_store::{RunKind, RunStatus};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -229,10 +231,42 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
         args.json,
     );
     bar.enable_steady_tick(Duration::from_millis(250));
-    let mut on_event = |e: RunEvent| show(&bar, args.json, e);
+    // The run's row for the dashboard, begun once the runner names the run; each
+    // turn's evaluation is linked to it as its episode ends.
+    let store_path = global.workspace().store_path();
+    let mut run: Option<RunLog> = None;
+    let mut on_event = |e: RunEvent| {
+        match &e {
+            RunEvent::Planned { run_id, problems, samples, turns, .. } => {
+                let settings = serde_json::json!({
+                    "base_url": args.base_url, "model": args.model,
+                    "embedded_model": args.embedded_model, "problems": problems, "samples": samples,
+                    "turns": turns, "target_speedup": args.target_speedup,
+                });
+                run = Some(RunLog::begin(&store_path, run_id.clone(), RunKind::Agent, &settings));
+            }
+            RunEvent::EpisodeDone { episode, .. } => {
+                if let Some(run) = &run {
+                    let now = u64::try_from(tritonforge_store::now_ms() / 1000).unwrap_or(0);
+                    for key in episode.turns.iter().filter_map(|t| t.record.as_deref()) {
+                        run.link(key, now);
+                    }
+                }
+            }
+        }
+        show(&bar, args.json, e)
+    };
     let result =
         runner::run(&spec, &suite, backend, evaluator, prompts, &store, &mut on_event).await;
     bar.finish_and_clear();
+    if let Some(run) = &run {
+        match &result {
+            Ok(r) => run.finish(RunStatus::Done, Some(&r.json()["summary"])),
+            Err(e) => {
+                run.finish(RunStatus::Failed, Some(&serde_json::json!({"error": e.to_string()})))
+            }
+        }
+    }
     let result = result.map_err(|e| match e {
         runner::RunError::Selection(_) => usage(e),
         runner::RunError::Eval(tritonforge_eval::EvalError::Suite(_)) => usage(e),

@@ -65,7 +65,7 @@ pub async fn run(global: &Global, args: ServeArgs) -> anyhow::Result<u8> {
     if requeued > 0 {
         eprintln!("{requeued} evaluation(s) left running by the last server are queued again");
     }
-    eprintln!("serving on http://{} (store {})", server.addr, store.display());
+    eprintln!("serving on http://{} (store {}; dashboard at /)", server.addr, store.display());
     stopped().await;
     eprintln!("stopping: no new work; running evaluations get {:.0}s", grace.as_secs_f64());
     server.shutdown().await?;
@@ -73,7 +73,7 @@ pub async fn run(global: &Global, args: ServeArgs) -> anyhow::Result<u8> {
 }
 
 /// SIGTERM or Ctrl-C.
-async fn stopped() {
+pub(crate) async fn stopped() {
     use tokio::signal::unix::{signal, SignalKind};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {

@@ -14,6 +14,8 @@ use tritonforge_train::{Event, Policy, RunOptions, SftConfig, TrainError};
 use crate::args::Global;
 use crate::exit::{self, usage};
 use crate::progress;
+use crate::runlog::RunLog;
+use tritonforge_store::{RunKind, RunStatus};
 
 #[derive(Subcommand)]
 pub enum TrainCmd {
@@ -62,10 +64,13 @@ pub async fn run(global: &Global, cmd: TrainCmd) -> anyhow::Result<u8> {
         until,
         run_id: format!("sft-{}", millis.map(|d| d.as_millis()).unwrap_or(0)),
     };
-    let store = Store::open(&global.workspace().store_path())?;
+    let store_path = global.workspace().store_path();
+    let store = Store::open(&store_path)?;
     let log = MetricsLog::open(store, &cfg.output.dir.join("metrics.jsonl"), opts.run_id.clone());
-    let result =
-        tokio::task::spawn_blocking(move || train(&cfg, &tok_dir, &opts, &spec, log, json)).await?;
+    let result = tokio::task::spawn_blocking(move || {
+        train(&cfg, &tok_dir, &opts, &spec, log, json, &store_path)
+    })
+    .await?;
     match result {
         Ok(state) => {
             let how = if state.done { "finished" } else { "stopped" };
@@ -100,7 +105,11 @@ fn train(
     spec: &TrainerSpec,
     mut log: MetricsLog,
     json: bool,
+    store_path: &Path,
 ) -> Result<tritonforge_train::RunState, TrainError> {
+    // The run's row for the dashboard, begun once the trainer names the run (a resumed
+    // run keeps its first id).
+    let mut run: Option<RunLog> = None;
     let bar = progress::bar(None, "{bar:30} {pos}/{len} {elapsed_precise} {msg}", json);
     let mut start = || -> Result<Box<dyn Policy>, TrainError> {
         Ok(Box::new(WorkerPolicy::start(spec, &cfg.model)?))
@@ -110,7 +119,12 @@ fn train(
             progress::line(&bar, false, warning);
         }
         match &e {
-            Event::Prepared { steps, start, .. } => {
+            Event::Prepared { run: id, steps, start, train, validation, .. } => {
+                let settings = serde_json::json!({
+                    "config": cfg, "train": train, "validation": validation,
+                    "steps": steps, "start": start,
+                });
+                run = Some(RunLog::begin(store_path, id.clone(), RunKind::Sft, &settings));
                 bar.set_length(*steps);
                 bar.set_position(*start);
             }
@@ -131,5 +145,19 @@ fn train(
     };
     let r = tritonforge_train::run(cfg, tok_dir, opts, &mut start, &mut sink);
     bar.finish_and_clear();
+    if let Some(run) = &run {
+        match &r {
+            Ok(state) => {
+                let status = if state.done { RunStatus::Done } else { RunStatus::Interrupted };
+                let summary = serde_json::json!({
+                    "step": state.step, "total_steps": state.total_steps, "latest": state.latest,
+                });
+                run.finish(status, Some(&summary));
+            }
+            Err(e) => {
+                run.finish(RunStatus::Failed, Some(&serde_json::json!({"error": e.to_string()})))
+            }
+        }
+    }
     r
 }

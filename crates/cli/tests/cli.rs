@@ -336,6 +336,27 @@ fn a_batch_survives_hangs_and_aborts_and_every_process_is_fresh() {
     let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
     let n: i64 = db.query_row("SELECT COUNT(*) FROM evaluations", [], |r| r.get(0)).unwrap();
     assert_eq!(n, 6);
+    // The batch is a run the dashboard lists, its six evaluations linked to it, and the
+    // sources it evaluated kept by content.
+    let (id, kind, status): (String, String, String) = db
+        .query_row("SELECT id, kind, status FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert!(id.starts_with("eval-"), "{id}");
+    assert_eq!((kind.as_str(), status.as_str()), ("eval", "done"));
+    let linked: i64 = db
+        .query_row("SELECT COUNT(*) FROM run_evaluations WHERE run = ?1", [&id], |r| r.get(0))
+        .unwrap();
+    assert_eq!(linked, 6);
+    let kept: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM evaluations e JOIN sources s ON s.sha256 = e.candidate_sha256",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(kept, 6, "every candidate's source is kept");
 }
 
 fn stored(state: &Path) -> i64 {

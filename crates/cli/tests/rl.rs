@@ -337,6 +337,17 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     }
     assert_eq!(jsonl(&out.join("metrics.jsonl")).len(), 2);
     assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 2);
+    // The run's row for the dashboard: named after the output directory, its config, done.
+    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
+    let (id, kind, status, settings): (String, String, String, String) = db
+        .query_row("SELECT id, kind, status, settings FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .unwrap();
+    assert_eq!((id.as_str(), kind.as_str(), status.as_str()), ("rl-out", "rl", "done"));
+    let settings: Value = serde_json::from_str(&settings).unwrap();
+    assert_eq!(settings["schedule"]["steps"], 2, "{settings}");
+    drop(db);
     assert_eq!(std::fs::read_to_string(out.join("LATEST")).unwrap().trim(), "step-000002");
     let adapter = out.join("checkpoints/step-000002/adapter");
     let acfg: Value = serde_json::from_str(

@@ -146,6 +146,29 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
     assert!(turns[1]["completion"]["text"].as_str().unwrap().starts_with("<think>"));
     assert!(!turns[1]["code"].as_str().unwrap().contains("think"));
     assert_eq!(turns[0]["completion"]["prompt_tokens"], 100);
+    // The run's row for the dashboard, with both turns' evaluations linked to it.
+    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
+    let (id, kind, status, settings): (String, String, String, String) = db
+        .query_row("SELECT id, kind, status, settings FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .unwrap();
+    assert_eq!(
+        (id.as_str(), kind.as_str(), status.as_str()),
+        (eps[0]["run"].as_str().unwrap(), "agent", "done")
+    );
+    assert!(settings.contains("mock-coder"), "{settings}");
+    let linked: Vec<String> = db
+        .prepare("SELECT key FROM run_evaluations ORDER BY key")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut keys: Vec<String> =
+        turns.iter().map(|t| t["record"].as_str().unwrap().to_string()).collect();
+    keys.sort();
+    assert_eq!(linked, keys);
 
     // The report's numbers.
     let summary: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();

@@ -276,13 +276,67 @@ async fn a_token_is_required_when_set_and_beyond_loopback() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "s3cret\n").unwrap();
-    let s = serve(dir.path(), &["--token-file", token.to_str().unwrap()]);
+    let mut s = serve(dir.path(), &["--token-file", token.to_str().unwrap()]);
     let health = format!("{}/health", s.url);
     assert_eq!(http().get(&health).send().await.unwrap().status().as_u16(), 401);
     let wrong = http().get(&health).bearer_auth("guess").send().await.unwrap();
     assert_eq!(wrong.status().as_u16(), 401);
     let right = http().get(&health).bearer_auth("s3cret").send().await.unwrap();
     assert_eq!(right.status().as_u16(), 200);
+
+    // The dashboard at `/`: its shell is public, its data needs the token or the session
+    // the login form sets, and that session reads but never changes anything.
+    let url = &s.url;
+    let page = http().get(format!("{url}/")).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(page.text().await.unwrap().contains("/assets/app.js"));
+    let runs = format!("{url}/dash/runs");
+    assert_eq!(http().get(&runs).send().await.unwrap().status().as_u16(), 401);
+    let no_redirect =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let login = no_redirect
+        .post(format!("{url}/dash/login"))
+        .form(&[("token", "s3cret")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status().as_u16(), 303, "{}", s.log());
+    let cookie =
+        login.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    assert!(!cookie.contains("s3cret"), "{cookie}");
+    let info =
+        http().get(format!("{url}/dash/info")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(info.status().as_u16(), 200);
+    let info: Value = info.json().await.unwrap();
+    assert_eq!((info["mode"].as_str(), info["suite"].as_bool()), (Some("serve"), Some(true)));
+    assert!(info["queue"].is_object(), "{info}");
+    let submit = http()
+        .post(format!("{url}/v1/evaluations"))
+        .header("cookie", &cookie)
+        .json(&json!({"problem_id": "relu", "candidate": {"name": "c", "source": "x"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(submit.status().as_u16(), 401, "a session cookie must not submit work");
+    // A dashboard tab left open (a live stream) does not hold up a graceful stop.
+    let stream = http()
+        .get(format!("{url}/dash/stream?runs=sft-none"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status().as_u16(), 200);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(s.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "serve did not stop with a stream open:\n{}", s.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(stream);
     drop(s);
     let out = common::run(tf(dir.path()).args(["serve", "--bind", "0.0.0.0:0", "--no-suite"]));
     assert_eq!(out.status.code(), Some(2), "{}", common::text(&out.stderr));
@@ -654,4 +708,57 @@ async fn run_validate_and_verify_through_a_server_match_the_local_pool() {
     assert_eq!(kept[0][0], "good");
     assert_eq!(kept, built(&remote, true));
     assert_eq!(store_rows(&local, q), store_rows(&served, q), "the same verify verdicts");
+}
+
+/// `tritonforge dashboard`: the UI alone over a store, read-only; refused beyond loopback
+/// without a token, and over a store that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_command_serves_a_store_read_only() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("other.sqlite");
+    {
+        let s = tritonforge_store::Store::open(&store).unwrap();
+        s.put_train_metric("sft-7", 1, "train", r#"{"loss": 1.5}"#).unwrap();
+    }
+    let mut child = tf(dir.path())
+        .args(["dashboard", "--no-suite", "--bind", "127.0.0.1:0", "--store"])
+        .arg(&store)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let line = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("dashboard on "))
+        .expect("the dashboard starts");
+    let url = line.split_whitespace().nth(2).unwrap().to_string();
+    let (code, runs) = get(&format!("{url}/dash/runs")).await;
+    assert_eq!(code, 200);
+    assert_eq!(runs["runs"][0]["id"], "sft-7");
+    assert_eq!(runs["runs"][0]["kind"], "sft");
+    let (_, info) = get(&format!("{url}/dash/info")).await;
+    assert_eq!(
+        (info["mode"].as_str(), info["read_only"].as_bool()),
+        (Some("dashboard"), Some(true))
+    );
+    // Nothing but the dashboard: no evaluator API.
+    let (code, _) = get(&format!("{url}/v1/info")).await;
+    assert_eq!(code, 404);
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let out = common::run(
+        tf(dir.path())
+            .args(["dashboard", "--bind", "0.0.0.0:0", "--no-suite", "--store"])
+            .arg(&store),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", common::text(&out.stderr));
+    assert!(common::text(&out.stderr).contains("bearer token"), "{}", common::text(&out.stderr));
+    let out = common::run(
+        tf(dir.path()).args(["dashboard", "--store"]).arg(dir.path().join("missing.sqlite")),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", common::text(&out.stderr));
+    assert!(common::text(&out.stderr).contains("no such store"), "{}", common::text(&out.stderr));
 }

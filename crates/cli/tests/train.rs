@@ -143,6 +143,16 @@ fn sft_trains_checkpoints_and_resumes_exactly() {
     let stored: Value = serde_json::from_str(&stored).unwrap();
     assert_eq!(stored["loss"].as_f64().unwrap(), tr[3].1);
     assert!(stored["tokens_per_s"].as_f64().unwrap() > 0.0);
+    // The run's row for the dashboard: its id, its settings, ended done.
+    let (id, kind, status, settings): (String, String, String, String) = db
+        .query_row("SELECT id, kind, status, settings FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .unwrap();
+    assert_eq!(id.as_str(), prepared["run"].as_str().unwrap());
+    assert_eq!((kind.as_str(), status.as_str()), ("sft", "done"));
+    let settings: Value = serde_json::from_str(&settings).unwrap();
+    assert_eq!((settings["train"].as_u64(), settings["steps"].as_u64()), (Some(40), Some(4)));
 
     // Checkpoints in the Hugging Face layout; plain transformers reproduces the logits.
     let out = s.root.path().join("full");

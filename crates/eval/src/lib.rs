@@ -325,7 +325,7 @@ impl Evaluator {
             record.verdict.stage = Stage::Guard;
             record.verdict.message = format!("the guard rejected it: {}", reasons.join("; "));
             record.wall_ms = guard_ms;
-            self.put(&record)?;
+            self.put(&record, problem, candidate)?;
             return Ok(Evaluation { record, cached: false });
         }
         let job = EvalJob {
@@ -380,7 +380,7 @@ impl Evaluator {
                 record.verdict = verdict;
                 record.executor_ms = run.executor_ms;
                 record.wall_ms = run.wall_ms;
-                self.put(&record)?;
+                self.put(&record, problem, candidate)?;
                 return Ok(Evaluation { record, cached: false });
             }
         }
@@ -476,14 +476,21 @@ impl Evaluator {
                 " (it ran out of memory while sharing its device and was evaluated again alone, with 90% of the device's memory; this is that verdict)",
             );
         }
-        self.put(&record)?;
+        self.put(&record, problem, candidate)?;
         Ok(Evaluation { record, cached: false })
     }
 
-    fn put(&self, record: &EvalRecord) -> Result<(), EvalError> {
+    /// Store the record with both sources (kept once per content), so the dashboard can
+    /// show what was evaluated.
+    fn put(
+        &self,
+        record: &EvalRecord,
+        problem: &Problem,
+        candidate: &Candidate,
+    ) -> Result<(), EvalError> {
         if let Some(s) = &self.store {
             let store = s.lock().map_err(|_| EvalError::PoolClosed)?;
-            store.put(record)?;
+            store.put_with_sources(record, &problem.source, &candidate.source)?;
         }
         Ok(())
     }

@@ -147,15 +147,17 @@ pub(crate) fn client_of(headers: &HeaderMap, peer: SocketAddr) -> String {
         .unwrap_or_else(|| peer.ip().to_string())
 }
 
-/// Every request carries the bearer token when the server has one.
+/// Every request carries the bearer token when the server has one, except the
+/// dashboard's page shell and login form; the dashboard's session cookie stands in for
+/// the token on reads only (`GET`), so nothing that changes state is open to it.
 async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(token) = &state.cfg.token {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+        use tritonforge_dashboard as dash;
+        let (method, headers) = (req.method(), req.headers());
+        let ok = dash::bearer_grants(headers, token)
+            || dash::is_public(method, req.uri().path())
+            || dash::session_grants(method, headers, token);
+        if !ok {
             state.metrics.refused(401);
             let mut r = HttpError::new(
                 StatusCode::UNAUTHORIZED,
@@ -171,10 +173,6 @@ async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
         state.metrics.refused(r.status().as_u16());
     }
     r
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn not_found() -> HttpError {
@@ -199,7 +197,10 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, HttpErr
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
-pub(crate) fn router(state: Arc<AppState>) -> Router {
+pub(crate) fn router(
+    state: Arc<AppState>,
+    dashboard: Arc<tritonforge_dashboard::Dashboard>,
+) -> Router {
     let v1 = Router::new()
         .route("/evaluations", post(v1::submit_one).get(v1::list))
         .route("/evaluations/batch", post(v1::submit_batch))
@@ -214,13 +215,18 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/gpu_status", get(compat::gpu_status))
         .route("/backend_info", get(compat::backend_info))
         .route("/metrics", get(metrics))
+        .with_state(state.clone())
+        // The dashboard at `/`: its UI, assets and read-only `/dash` API.
+        .merge(tritonforge_dashboard::with_token(
+            tritonforge_dashboard::router(dashboard),
+            state.cfg.token.as_deref(),
+        ))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         // Bodies are read by `read` with the configured limit; this only stops axum's own
         // default (2 MiB) from applying first.
         .layer(axum::extract::DefaultBodyLimit::disable())
-        .with_state(state)
 }
 
 /// `ConnectInfo` for handlers (re-exported so they name one type).

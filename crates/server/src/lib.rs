@@ -36,6 +36,8 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Dashboard(#[from] tritonforge_dashboard::DashboardError),
     #[error("serving HTTP: {0}")]
     Serve(#[source] std::io::Error),
     #[error(
@@ -125,6 +127,8 @@ pub struct Server {
     task: tokio::task::JoinHandle<Result<(), ServerError>>,
     stop: Arc<Notify>,
     dispatcher: tokio::task::JoinHandle<()>,
+    /// Its live streams end when the server stops.
+    dashboard: Arc<tritonforge_dashboard::Dashboard>,
 }
 
 impl Server {
@@ -144,6 +148,11 @@ impl Server {
             .await
             .map_err(|source| ServerError::Bind { addr: cfg.bind, source })?;
         let addr = listener.local_addr().map_err(ServerError::Serve)?;
+        let dashboard = tritonforge_dashboard::Dashboard::open(
+            store_path,
+            suite.clone(),
+            tritonforge_dashboard::Mode::Serve,
+        )?;
         let (finished, _) = broadcast::channel(4096);
         let state = Arc::new(AppState {
             evaluator,
@@ -159,7 +168,8 @@ impl Server {
         });
         state.metrics.requeued.store(requeued as u64, Ordering::Relaxed);
         let stop = Arc::new(Notify::new());
-        let app = http::router(state.clone());
+        let dashboard = Arc::new(dashboard);
+        let app = http::router(state.clone(), dashboard.clone());
         let dispatcher = tokio::spawn(jobs::dispatch(state.clone()));
         let stop2 = stop.clone();
         let task = tokio::spawn(async move {
@@ -168,13 +178,14 @@ impl Server {
                 .await
                 .map_err(ServerError::Serve)
         });
-        Ok(Server { addr, state, task, stop, dispatcher })
+        Ok(Server { addr, state, task, stop, dispatcher, dashboard })
     }
 
     /// Stop accepting work, let running evaluations finish within the grace period, put
     /// the rest back in the queue (waiting clients hear 503), then close the listener.
     pub async fn shutdown(self) -> Result<(), ServerError> {
         self.state.draining.store(true, Ordering::SeqCst);
+        self.dashboard.close();
         self.state.wake.notify_waiters();
         let _ = self.dispatcher.await;
         jobs::drain(&self.state).await?;

@@ -8,7 +8,12 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension};
 use tritonforge_protocol::{EvalRecord, MemoryNeed, TimingStats};
 
+mod dash;
 mod jobs;
+pub use dash::{
+    Cursor, EpisodeFilter, EpisodeRow, EvalFilter, EvalRow, MetricRow, Page, ProblemSummary,
+    RunKind, RunRow, RunStatus,
+};
 pub use jobs::{now_ms, Added, Job, JobFilter, JobState, NewJob};
 
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +33,8 @@ pub enum StoreError {
     },
     #[error("store {path}: schema version {found} is newer than this tritonforge ({supported})")]
     TooNew { path: PathBuf, found: i64, supported: i64 },
+    #[error("store {path}: schema version {found} is older than {needed}; open it once with this tritonforge (any command that writes) to upgrade it")]
+    TooOld { path: PathBuf, found: i64, needed: i64 },
     #[error("store {path}: cannot create its directory: {source}")]
     Dir {
         path: PathBuf,
@@ -36,7 +43,7 @@ pub enum StoreError {
     },
 }
 
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 pub struct Store {
     conn: Connection,
@@ -159,6 +166,41 @@ impl Store {
             // The evaluation server's durable queue (`jobs.rs`).
             conn.execute_batch(jobs::CREATE).map_err(sql)?;
         }
+        if version < 7 {
+            // Runs, their evaluations, sources by content, and the columns and indexes
+            // the dashboard pages by (`dash.rs`).
+            conn.execute_batch(dash::MIGRATE).map_err(sql)?;
+        }
+        Ok(Store { conn, path: path.to_owned() })
+    }
+
+    /// Open an existing, current store for reading only (the dashboard): SQLite itself
+    /// refuses any write through this connection.
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        use rusqlite::OpenFlags;
+        let sql = |source| StoreError::Sqlite { path: path.to_owned(), source };
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql)?;
+        conn.busy_timeout(Duration::from_secs(30)).map_err(sql)?;
+        let version: i64 =
+            conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(sql)?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: path.to_owned(),
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if version < SCHEMA_VERSION {
+            return Err(StoreError::TooOld {
+                path: path.to_owned(),
+                found: version,
+                needed: SCHEMA_VERSION,
+            });
+        }
         Ok(Store { conn, path: path.to_owned() })
     }
 
@@ -182,8 +224,7 @@ impl Store {
         let now = unix_now();
         self.conn
             .execute(
-                "INSERT OR REPLACE INTO episodes (id, run, problem, sample, created_at, episode)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                dash::PUT_EPISODE,
                 rusqlite::params![id, run, problem, sample, now, episode_json],
             )
             .map_err(self.sql())?;
@@ -283,8 +324,8 @@ impl Store {
         self.conn
             .execute(
                 "INSERT OR REPLACE INTO evaluations
-                 (key, problem, candidate, candidate_sha256, status, created_at, record)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                 (key, problem, candidate, candidate_sha256, status, created_at, record, speedup)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     record.key,
                     record.problem.name,
@@ -292,11 +333,33 @@ impl Store {
                     record.candidate.sha256,
                     record.verdict.status.as_str(),
                     i64::try_from(record.created_at).unwrap_or(i64::MAX),
-                    text
+                    text,
+                    record.verdict.timing.as_ref().map(|t| t.speedup)
                 ],
             )
             .map_err(self.sql())?;
         Ok(())
+    }
+
+    /// Write a record with the problem and candidate sources it names (kept once per
+    /// content, so the dashboard can show what was evaluated).
+    pub fn put_with_sources(
+        &self,
+        record: &EvalRecord,
+        problem_source: &str,
+        candidate_source: &str,
+    ) -> Result<(), StoreError> {
+        for (sha, text) in
+            [(&record.problem.sha256, problem_source), (&record.candidate.sha256, candidate_source)]
+        {
+            self.conn
+                .execute(
+                    "INSERT OR IGNORE INTO sources (sha256, text) VALUES (?1, ?2)",
+                    params![sha, text],
+                )
+                .map_err(self.sql())?;
+        }
+        self.put(record)
     }
 
     /// A stored baseline timing, if any.
@@ -554,7 +617,8 @@ mod tests {
         store
             .conn
             .execute(
-                "INSERT INTO evaluations VALUES ('bad','p','c','x','correct',0,'{not json')",
+                "INSERT INTO evaluations (key, problem, candidate, candidate_sha256, status, created_at, record)
+                 VALUES ('bad','p','c','x','correct',0,'{not json')",
                 [],
             )
             .unwrap();
