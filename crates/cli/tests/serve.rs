@@ -326,6 +326,14 @@ async fn a_token_is_required_when_set_and_beyond_loopback() {
         .await
         .unwrap();
     assert_eq!(stream.status().as_u16(), 200);
+    // Nor does a client following the evaluator's own event stream.
+    let events = http()
+        .get(format!("{url}/v1/events"))
+        .header("authorization", "Bearer s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status().as_u16(), 200, "{}", s.log());
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(s.child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -336,7 +344,7 @@ async fn a_token_is_required_when_set_and_beyond_loopback() {
         assert!(Instant::now() < deadline, "serve did not stop with a stream open:\n{}", s.log());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    drop(stream);
+    drop((stream, events));
     drop(s);
     let out = common::run(tf(dir.path()).args(["serve", "--bind", "0.0.0.0:0", "--no-suite"]));
     assert_eq!(out.status.code(), Some(2), "{}", common::text(&out.stderr));

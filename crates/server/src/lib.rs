@@ -105,6 +105,9 @@ pub(crate) struct AppState {
     pub running: Mutex<HashMap<String, AbortHandle>>,
     pub metrics: Metrics,
     pub draining: AtomicBool,
+    /// Set once the queue is drained: event streams end, so the graceful stop does not
+    /// wait on a client that keeps one open.
+    pub closing: tokio::sync::watch::Sender<bool>,
     pub started: Instant,
 }
 
@@ -164,6 +167,7 @@ impl Server {
             running: Mutex::default(),
             metrics: Metrics::default(),
             draining: AtomicBool::new(false),
+            closing: tokio::sync::watch::Sender::new(false),
             started: Instant::now(),
         });
         state.metrics.requeued.store(requeued as u64, Ordering::Relaxed);
@@ -189,6 +193,7 @@ impl Server {
         self.state.wake.notify_waiters();
         let _ = self.dispatcher.await;
         jobs::drain(&self.state).await?;
+        self.state.closing.send_replace(true);
         self.stop.notify_one();
         match self.task.await {
             Ok(r) => r,

@@ -361,17 +361,23 @@ pub(crate) async fn events(
         .collect::<Vec<_>>();
     let follow = wanted.is_none() || !pending.is_empty();
     let st = state.clone();
+    let closing = state.closing.subscribe();
     let live = stream::unfold((rx, pending, follow), move |(mut rx, mut pending, follow)| {
         let st = st.clone();
+        let mut closing = closing.clone();
         async move {
             if !follow {
                 return None;
             }
             loop {
-                let id = match rx.recv().await {
-                    Ok(id) => id,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(_) => return None,
+                // The server stopping ends the stream (every job it will finish is done).
+                let id = tokio::select! {
+                    got = rx.recv() => match got {
+                        Ok(id) => id,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(_) => return None,
+                    },
+                    _ = closing.wait_for(|c| *c) => return None,
                 };
                 let filtered = !pending.is_empty();
                 if filtered && !pending.contains(&id) {
