@@ -72,7 +72,8 @@ fn imports_a_kernelbench_folder_with_small_variants_and_reports_what_it_cannot_s
     assert_eq!(rec["config"]["variant"], "small", "{rec}");
 
     // A second import into the same place would overwrite the suite: refused, named.
-    let o = run(tf(&state).args(["bench", "import", "--out"]).arg(&out).arg(fixture("kernelbench")));
+    let o =
+        run(tf(&state).args(["bench", "import", "--out"]).arg(&out).arg(fixture("kernelbench")));
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("already holds manifest.toml"), "{}", text(&o.stderr));
 }
@@ -83,7 +84,8 @@ fn a_flat_folder_takes_its_level_and_bad_folders_are_named() {
     let state = dir.path().join("state");
     let flat = dir.path().join("mine");
     std::fs::create_dir_all(&flat).unwrap();
-    let relu = std::fs::read_to_string(fixture("kernelbench/KernelBench/level1/19_ReLU.py")).unwrap();
+    let relu =
+        std::fs::read_to_string(fixture("kernelbench/KernelBench/level1/19_ReLU.py")).unwrap();
     std::fs::write(flat.join("relu_wide.py"), &relu).unwrap();
     let out = dir.path().join("mine-suite");
     let o = run(tf(&state).args(["bench", "import", "--level", "2"]).arg(&flat));

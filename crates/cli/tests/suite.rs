@@ -9,15 +9,33 @@ use common::*;
 #[test]
 fn the_bundled_suite_validates_in_cpu_mode() {
     let state = tempfile::tempdir().unwrap();
-    let out = run(tf(state.path()).args(["bench", "validate", "--json"]));
+    for level in ["1", "2"] {
+        let out = run(tf(state.path()).args(["bench", "validate", "--json", "--level", level]));
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
+        let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(v["findings"].as_array().unwrap().len(), 0, "{v}");
+        let n = v["problems_checked"].as_u64().unwrap();
+        assert!(n >= 100, "{v}");
+        // Every level-1 and level-2 problem has a solution, and every solution was evaluated.
+        assert_eq!(v["solutions_checked"].as_u64().unwrap(), n);
+    }
+}
+
+/// Level 4: whole transformers models at `small`, and their mixed PyTorch-and-Triton
+/// solutions, under the stand-in mixed-kernel rules (`fixtures/level4-mixed.toml`).
+#[test]
+fn level4_validates_in_cpu_mode() {
+    let state = tempfile::tempdir().unwrap();
+    let out = run(tf(state.path())
+        .args(["bench", "validate", "--json", "--level", "4", "--guard-rules"])
+        .arg(fixture("level4-mixed.toml")));
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
     let v: Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(v["findings"].as_array().unwrap().len(), 0, "{v}");
-    let n = v["problems_checked"].as_u64().unwrap();
-    assert!(n >= 5, "{v}");
-    // Every level-1 problem has a solution, and every solution was evaluated.
-    assert_eq!(v["solutions_checked"].as_u64().unwrap(), n);
+    assert_eq!(v["problems_checked"].as_u64().unwrap(), 20, "{v}");
+    assert_eq!(v["solutions_checked"].as_u64().unwrap(), 5, "{v}");
 }
 
 #[test]

@@ -117,7 +117,10 @@ async fn decide<E: EvalService + ?Sized>(ev: &E, f: &Found) -> Result<Outcome, E
                 reason: if f.constants.is_empty() {
                     format!("no module-level integer size constant to scale, and as written: {why}")
                 } else {
-                    format!("no module-level size constant above {}, and as written: {why}", import::SCALE_FLOOR)
+                    format!(
+                        "no module-level size constant above {}, and as written: {why}",
+                        import::SCALE_FLOOR
+                    )
                 },
             },
         });
@@ -134,7 +137,9 @@ async fn decide<E: EvalService + ?Sized>(ev: &E, f: &Found) -> Result<Outcome, E
             }
         }
     }
-    Ok(Outcome::Unscalable { reason: format!("no scaling tried builds and runs soundly; the largest, {last}") })
+    Ok(Outcome::Unscalable {
+        reason: format!("no scaling tried builds and runs soundly; the largest, {last}"),
+    })
 }
 
 /// Why a checked shape is not a usable `small` variant, or `None` when it is.

@@ -110,7 +110,13 @@ pub fn discover(dir: &Path, flat_level: u32) -> Result<Vec<Found>, ImportError> 
             return Err(ImportError::NotAProblem { path, missing: missing.join(", ") });
         }
         let constants = size_constants(&source);
-        found.push(Found { key: format!("level{level}/{}", stem(&path)), level, path, source, constants });
+        found.push(Found {
+            key: format!("level{level}/{}", stem(&path)),
+            level,
+            path,
+            source,
+            constants,
+        });
     }
     Ok(found)
 }
@@ -346,7 +352,10 @@ mod tests {
         let empty = d.path().join("empty");
         fs::create_dir_all(&empty).unwrap();
         assert!(matches!(discover(&empty, 1), Err(ImportError::NoProblems { .. })));
-        assert!(matches!(discover(&flat.join("mine.py"), 1), Err(ImportError::NotADirectory { .. })));
+        assert!(matches!(
+            discover(&flat.join("mine.py"), 1),
+            Err(ImportError::NotADirectory { .. })
+        ));
     }
 
     #[test]
@@ -373,7 +382,10 @@ mod tests {
         assert_eq!(a.id.as_deref(), Some("I1-001"));
         assert!(m.problems["level1/b"].variants.is_empty());
         let text = fs::read_to_string(&manifest).unwrap();
-        assert!(text.contains("# no small variant: view needs\n# no small variant: 4096"), "{text}");
+        assert!(
+            text.contains("# no small variant: view needs\n# no small variant: 4096"),
+            "{text}"
+        );
         let p = Problem::load(&out.join("level1/a \"q\".py")).unwrap();
         assert_eq!(p.source, PROBLEM);
         assert_eq!(p.variant(None, true).unwrap().0.as_deref(), Some("small"));
