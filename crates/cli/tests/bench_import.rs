@@ -3,10 +3,30 @@
 //! mode: `small` variants derived and checked, a problem that cannot be scaled reported
 //! with its reason, the written suite evaluated at `small`, and bad input named.
 
-use serde_json::Value;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
 
 mod common;
 use common::*;
+
+/// An OpenAI-compatible endpoint on loopback that answers every request with `code`.
+fn always_answers(code: String) -> String {
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move |Json(body): Json<Value>| {
+            let text = format!("Here it is.\n\n```python\n{code}```\n");
+            async move {
+                Json(json!({
+                    "id": "c1", "object": "chat.completion", "model": body["model"],
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+                }))
+            }
+        }),
+    );
+    format!("http://{}/v1", serve_on_loopback(app))
+}
 
 fn line<'a>(report: &'a Value, key: &str) -> &'a Value {
     report["problems"]
@@ -70,6 +90,32 @@ fn imports_a_kernelbench_folder_with_small_variants_and_reports_what_it_cannot_s
     let rec: Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(rec["status"], "correct", "{rec}");
     assert_eq!(rec["config"]["variant"], "small", "{rec}");
+
+    // `run` plays the imported suite too: a (scripted) model's answer evaluated at `small`.
+    let relu = std::fs::read_to_string(repo().join("bench/solutions/level1/relu.py")).unwrap();
+    let url = always_answers(relu);
+    let o = run(tf(&state)
+        .arg("--suite")
+        .arg(&out)
+        .args(["run", "--base-url", &url, "--model", "mock", "--problem", "19_ReLU"])
+        .args(["--turns", "1", "--json", "--out"])
+        .arg(dir.path().join("report")));
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    let eps = episodes(&state);
+    assert_eq!(eps.len(), 1);
+    assert_eq!(eps[0]["turns"][0]["outcome"], "correct", "{}", eps[0]);
+    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
+    let records: Vec<Value> = db
+        .prepare("SELECT record FROM evaluations")
+        .unwrap()
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|t| serde_json::from_str(&t.unwrap()).unwrap())
+        .collect();
+    assert!(!records.is_empty());
+    for r in &records {
+        assert_eq!(r["config"]["overrides"], json!({ "dim": 64 }), "{r}");
+    }
 
     // A second import into the same place would overwrite the suite: refused, named.
     let o =
