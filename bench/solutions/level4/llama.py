@@ -11,6 +11,10 @@ from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
 
 # -- Triton kernels -----------------------------------------------------------------
 
+# Every fp32 product as three TF32 tensor-core products: fp32-level accuracy (the reference
+# is fp32 throughout) at tensor-core speed; plain TF32 drifts over a deep model.
+DOT = tl.constexpr("tf32x3")
+
 
 @triton.jit
 def linear_kernel(a_ptr, w_ptr, bias_ptr, res_ptr, c_ptr, M, N, K,
@@ -30,7 +34,7 @@ def linear_kernel(a_ptr, w_ptr, bias_ptr, res_ptr, c_ptr, M, N, K,
                     mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         w = tl.load(w_ptr + rn[None, :] * stride_wn + kk[:, None] * stride_wk,
                     mask=(rn[None, :] < N) & (kk[:, None] < K), other=0.0)
-        acc += tl.dot(a, w)
+        acc += tl.dot(a, w, input_precision=DOT)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0)[None, :]
     if ACT == 1:
@@ -65,8 +69,8 @@ def swiglu_kernel(a_ptr, wg_ptr, wu_ptr, c_ptr, M, N, K,
                     mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         wmask = (rn[None, :] < N) & (kk[:, None] < K)
         woffs = rn[None, :] * stride_wn + kk[:, None] * stride_wk
-        gate += tl.dot(a, tl.load(wg_ptr + woffs, mask=wmask, other=0.0))
-        up += tl.dot(a, tl.load(wu_ptr + woffs, mask=wmask, other=0.0))
+        gate += tl.dot(a, tl.load(wg_ptr + woffs, mask=wmask, other=0.0), input_precision=DOT)
+        up += tl.dot(a, tl.load(wu_ptr + woffs, mask=wmask, other=0.0), input_precision=DOT)
     out = gate / (1.0 + tl.exp(-gate)) * up
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, out, mask=mask)
@@ -129,7 +133,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, GROUP, SQ, SK, D, scale,
         rn = n0 + tl.arange(0, BLOCK_N)
         kmask = (rn[None, :] < SK) & (rd[:, None] < D)
         k = tl.load(k_ptr + b * skb + kvh * skh + rn[None, :] * sks + rd[:, None], mask=kmask, other=0.0)
-        s = tl.dot(q, k) * scale
+        s = tl.dot(q, k, input_precision=DOT) * scale
         keep = (rn[None, :] < SK) & (rm[:, None] >= 0)
         if CAUSAL:
             keep = keep & (rn[None, :] <= rm[:, None])
@@ -144,9 +148,10 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, GROUP, SQ, SK, D, scale,
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_ptr + b * svb + kvh * svh + rn[:, None] * svs + rd[None, :],
                     mask=(rn[:, None] < SK) & (rd[None, :] < D), other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT)
         m_i = m_new
-    out = acc / l_i[:, None]
+    # Rows past the sequence (never stored) may have kept no key at all.
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     tl.store(o_ptr + b * sob + rm[:, None] * sos + h * soh + rd[None, :], out,
              mask=(rm[:, None] < SQ) & (rd[None, :] < D))
 
@@ -154,10 +159,11 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, GROUP, SQ, SK, D, scale,
 # -- launchers ----------------------------------------------------------------------
 
 
-def _blocks(m: int, n: int):
-    bm = min(128, max(16, triton.next_power_of_2(m)))
-    bn = min(128, max(16, triton.next_power_of_2(n)))
-    return bm, bn, 32
+def _blocks(m: int, n: int, most: int = 128):
+    """Tile sizes, and warps enough that a 128x128 fp32 accumulator does not spill."""
+    bm = min(most, max(16, triton.next_power_of_2(m)))
+    bn = min(most, max(16, triton.next_power_of_2(n)))
+    return bm, bn, 32, 8 if bm * bn >= 128 * 128 else 4
 
 
 def triton_linear(x, weight, bias=None, act=0, residual=None):
@@ -170,12 +176,12 @@ def triton_linear(x, weight, bias=None, act=0, residual=None):
     n = weight.shape[0]
     c = torch.empty((m, n), device=x.device, dtype=torch.float32)
     res = residual.reshape(m, n).contiguous() if residual is not None else c
-    bm, bn, bk = _blocks(m, n)
+    bm, bn, bk, warps = _blocks(m, n)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     linear_kernel[grid](a, weight, bias if bias is not None else c, res, c, m, n, k,
                         a.stride(0), a.stride(1), weight.stride(0), weight.stride(1), c.stride(0), c.stride(1),
                         HAS_BIAS=bias is not None, HAS_RES=residual is not None, ACT=act,
-                        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+                        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
     return c.reshape(*shape[:-1], n)
 
 
@@ -185,11 +191,12 @@ def triton_swiglu(x, w_gate, w_up):
     m, k = a.shape
     n = w_gate.shape[0]
     c = torch.empty((m, n), device=x.device, dtype=torch.float32)
-    bm, bn, bk = _blocks(m, n)
+    # Two accumulators: half the tile of a plain GEMM.
+    bm, bn, bk, warps = _blocks(m, n, most=64)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     swiglu_kernel[grid](a, w_gate, w_up, c, m, n, k, a.stride(0), a.stride(1),
                         w_gate.stride(0), w_gate.stride(1), c.stride(0), c.stride(1),
-                        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+                        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
     return c.reshape(*shape[:-1], n)
 
 
@@ -214,6 +221,8 @@ def triton_attention(module, query, key, value, attention_mask, scaling=None, dr
     """The attention function transformers calls (registered below): query (B, H, S, D),
     key and value (B, KV, S, D) in; (B, S, H, D) out. The problems feed no padding, so
     the mask is causality and the sliding window, computed in the kernel."""
+    # The kernel reads each head's vector with unit stride.
+    query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
     b, h, sq, d = query.shape
     kv, sk = key.shape[1], key.shape[2]
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", False)) and sq > 1
@@ -228,7 +237,7 @@ def triton_attention(module, query, key, value, attention_mask, scaling=None, dr
                            value.stride(0), value.stride(1), value.stride(2),
                            out.stride(0), out.stride(1), out.stride(2),
                            CAUSAL=causal, WINDOW=window, BLOCK_M=block_m, BLOCK_N=block_n,
-                           BLOCK_D=max(16, triton.next_power_of_2(d)))
+                           BLOCK_D=max(16, triton.next_power_of_2(d)), num_warps=8 if d > 64 else 4)
     return out, None
 
 
