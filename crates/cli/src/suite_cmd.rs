@@ -109,7 +109,7 @@ async fn import(
     pool: &PoolArgs,
     json: bool,
 ) -> anyhow::Result<u8> {
-    use tritonforge_eval::import::{import_suite, ImportLine, ImportSuiteError};
+    use tritonforge_eval::import::{import_suite, ImportLine, ImportOutcome, ImportSuiteError};
     use tritonforge_suite::import::ImportError;
     let out = out.unwrap_or_else(|| {
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -127,10 +127,12 @@ async fn import(
     if !json {
         eprintln!("{}", tritonforge_eval::report::env_line(evaluator.environment()));
     }
-    let render = |l: &ImportLine| match (&l.reason, l.small.is_empty()) {
-        (Some(r), _) => format!("{:<40} unscalable  {r}", l.key),
-        (None, true) => format!("{:<40} as written", l.key),
-        (None, false) => {
+    let render = |l: &ImportLine| match l.outcome {
+        ImportOutcome::Unscalable => {
+            format!("{:<40} unscalable  {}", l.key, l.reason.as_deref().unwrap_or(""))
+        }
+        ImportOutcome::AsIs => format!("{:<40} as written", l.key),
+        ImportOutcome::Scaled => {
             let o: Vec<String> = l.small.iter().map(|(k, v)| format!("{k}={v}")).collect();
             format!("{:<40} small       {}", l.key, o.join(" "))
         }

@@ -34,12 +34,23 @@ pub enum ImportSuiteError {
     Eval(#[from] EvalError),
 }
 
+/// What became of one problem, in the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImportOutcome {
+    /// A `small` variant was derived.
+    Scaled,
+    /// Small enough as written.
+    AsIs,
+    /// No `small` variant; the reason says why.
+    Unscalable,
+}
+
 /// One problem's line of the report.
 #[derive(Debug, Clone, Serialize)]
 pub struct ImportLine {
     pub key: String,
-    /// `scaled`, `as_is` or `unscalable`.
-    pub outcome: &'static str,
+    pub outcome: ImportOutcome,
     /// The `small` variant's overrides (empty unless scaled).
     pub small: BTreeMap<String, u64>,
     /// Why there is no `small` variant (unscalable only).
@@ -55,7 +66,7 @@ pub struct ImportReport {
 
 impl ImportReport {
     pub fn unscalable(&self) -> usize {
-        self.problems.iter().filter(|p| p.outcome == "unscalable").count()
+        self.problems.iter().filter(|p| p.outcome == ImportOutcome::Unscalable).count()
     }
 }
 
@@ -93,9 +104,11 @@ pub async fn import_suite<E: EvalService + ?Sized + 'static>(
 
 fn line(p: &Imported) -> ImportLine {
     let (outcome, small, reason) = match &p.outcome {
-        Outcome::Scaled { small } => ("scaled", small.clone(), None),
-        Outcome::AsIs => ("as_is", BTreeMap::new(), None),
-        Outcome::Unscalable { reason } => ("unscalable", BTreeMap::new(), Some(reason.clone())),
+        Outcome::Scaled { small } => (ImportOutcome::Scaled, small.clone(), None),
+        Outcome::AsIs => (ImportOutcome::AsIs, BTreeMap::new(), None),
+        Outcome::Unscalable { reason } => {
+            (ImportOutcome::Unscalable, BTreeMap::new(), Some(reason.clone()))
+        }
     };
     ImportLine { key: p.found.key.clone(), outcome, small, reason }
 }
