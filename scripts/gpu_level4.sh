@@ -13,6 +13,11 @@ B=${1:?binary}; OUT=${2:?outdir}; MODE=${3:?mode}; shift 3
 S=${TF_STATE:-/tmp/tf-gpu-level4}
 RULES=${LEVEL4_RULES:-crates/cli/tests/fixtures/level4-mixed.toml}
 mkdir -p "$OUT"
+# The problems are written against transformers 5.23.0 (the managed environment's pin); a
+# system python with another version may build different models or refuse a config field.
+python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" \
+  | tee "$OUT/level4_versions.txt"
+grep -q "transformers 5.23.0" "$OUT/level4_versions.txt" || echo "warning: not transformers 5.23.0" >&2
 tf() { "$B" --python python3 --state-dir "$S" "$@"; }
 case "$MODE" in
   correctness)
