@@ -38,6 +38,23 @@ pub enum SuiteCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Turn a KernelBench-style folder (its levelN/ folders, or a flat folder of problem
+    /// files) into a suite with a manifest, deriving `small` CPU variants by scaling each
+    /// problem's module-level size constants; reports the problems it cannot scale.
+    Import {
+        /// The folder: a KernelBench checkout, its levelN/ parent, or a folder of .py problems.
+        dir: std::path::PathBuf,
+        /// Where to write the suite [default: `<DIR>-suite` beside DIR].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// The level of a flat folder's problems.
+        #[arg(long, default_value_t = 1)]
+        level: u32,
+        #[command(flatten)]
+        pool: PoolArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Generate problems with reference Triton solutions at graded difficulty (and planted
     /// wrong first attempts), keep those the evaluator confirms, write them as a suite
     /// (see docs/synth.md).
@@ -45,6 +62,9 @@ pub enum SuiteCmd {
 }
 
 pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
+    if let SuiteCmd::Import { dir, out, level, pool, json } = cmd {
+        return import(global, &dir, out, level, &pool, json).await;
+    }
     let suite = global.load_suite()?;
     match cmd {
         SuiteCmd::List { filter, json } => {
@@ -77,7 +97,71 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
             validate(global, &suite, spec, &pool, &guard, json).await
         }
         SuiteCmd::Synth(args) => crate::synth_cmd::run(global, &suite, *args).await,
+        SuiteCmd::Import { .. } => unreachable!("handled before the suite is loaded"),
     }
+}
+
+async fn import(
+    global: &Global,
+    dir: &std::path::Path,
+    out: Option<std::path::PathBuf>,
+    level: u32,
+    pool: &PoolArgs,
+    json: bool,
+) -> anyhow::Result<u8> {
+    use tritonforge_eval::import::{import_suite, ImportLine, ImportOutcome, ImportSuiteError};
+    use tritonforge_suite::import::ImportError;
+    let out = out.unwrap_or_else(|| {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        dir.with_file_name(format!("{name}-suite"))
+    });
+    // Bad input (no such folder, a file that is no problem, an existing suite) is named
+    // before any worker starts.
+    if let Err(e) = tritonforge_suite::import::discover(dir, level) {
+        return Err(usage(e.to_string()));
+    }
+    if out.join(tritonforge_suite::MANIFEST_FILE).exists() {
+        return Err(usage(ImportError::OutExists { out }.to_string()));
+    }
+    let evaluator = global.eval_service(|| pool.config(usize::MAX), None).await?;
+    if !json {
+        eprintln!("{}", tritonforge_eval::report::env_line(evaluator.environment()));
+    }
+    let render = |l: &ImportLine| match l.outcome {
+        ImportOutcome::Unscalable => {
+            format!("{:<40} unscalable  {}", l.key, l.reason.as_deref().unwrap_or(""))
+        }
+        ImportOutcome::AsIs => format!("{:<40} as written", l.key),
+        ImportOutcome::Scaled => {
+            let o: Vec<String> = l.small.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("{:<40} small       {}", l.key, o.join(" "))
+        }
+    };
+    let report = match import_suite(evaluator, dir, &out, level, &mut |l| {
+        if !json {
+            eprintln!("{}", render(l));
+        }
+    })
+    .await
+    {
+        Ok(r) => r,
+        Err(ImportSuiteError::Import(e)) => return Err(usage(e.to_string())),
+        Err(e) => return Err(e.into()),
+    };
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        for l in &report.problems {
+            println!("{}", render(l));
+        }
+        println!(
+            "wrote {} ({} problems, {} without a small variant)",
+            report.manifest.display(),
+            report.problems.len(),
+            report.unscalable()
+        );
+    }
+    Ok(exit::CORRECT)
 }
 
 async fn validate(

@@ -23,6 +23,7 @@ pub mod batch;
 mod device_lock;
 pub mod doctor;
 mod fork_server;
+pub mod import;
 pub mod memory;
 mod need;
 pub mod pool;

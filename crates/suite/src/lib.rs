@@ -10,6 +10,7 @@ use serde::Deserialize;
 use tritonforge_protocol::Tolerance;
 
 pub mod embedded;
+pub mod import;
 pub mod render;
 pub mod select;
 
