@@ -536,7 +536,10 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rl/bundled.toml");
         let c = RlConfig::load(&path).unwrap();
         assert_eq!(c.model.path, "bundled");
-        assert!(c.model.lora.is_some() && c.data.train.len() == 2);
+        assert!(c.model.lora.is_some() && c.data.train.len() == 3);
+        // The suite's levels 1 and 2 only: the builtin train split holds whole models too.
+        let levels: Vec<Option<u8>> = c.data.train.iter().map(|s| s.level).collect();
+        assert_eq!(levels, [Some(1), Some(2), None]);
     }
 
     #[test]
