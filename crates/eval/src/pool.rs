@@ -823,7 +823,7 @@ impl Pool {
         let _permit = slot.preflights.acquire().await.ok()?;
         let started = Instant::now();
         let limit = budget.min(PREFLIGHT_LIMIT);
-        let answer = tokio::time::timeout(limit, preflight_on(&slot.launch, job, limit)).await;
+        let answer = tokio::time::timeout(limit, preflight_on(&slot.launch, job)).await;
         let (outcome, executor_ms) = match answer {
             Ok(Ok((outcome, ms))) => (outcome, Some(ms)),
             Ok(Err(e)) => (
@@ -1384,11 +1384,11 @@ async fn fork_with(
 }
 
 /// One preflight on `launch`'s device: fork a process that never touches the GPU, send it
-/// the job, read its one answer. The process is killed when this returns.
+/// the job, read its one answer. The process is killed when this returns (or when the
+/// caller's time limit drops it).
 async fn preflight_on(
     launch: &Launch,
     job: &EvalJob,
-    limit: Duration,
 ) -> Result<(PreflightOutcome, f64), EvalError> {
     let Some(fork_server) = live_fork_server(launch).await else {
         return Err(EvalError::WorkerStart {
@@ -1404,22 +1404,16 @@ async fn preflight_on(
     if let Some(stdin) = worker.stdin.as_mut() {
         write_line(stdin, &line).await.map_err(EvalError::WorkerIo)?;
     }
-    let answer = tokio::time::timeout(limit, worker.read_message()).await;
-    match answer {
-        Ok(Ok(Some(Message::PreflightResult { id: rid, outcome, elapsed_ms }))) if rid == id => {
+    match worker.read_message().await? {
+        Some(Message::PreflightResult { id: rid, outcome, elapsed_ms }) if rid == id => {
             Ok((outcome, elapsed_ms))
         }
-        Ok(Ok(Some(other))) => Err(EvalError::WorkerRefused(format!(
+        Some(other) => Err(EvalError::WorkerRefused(format!(
             "expected the preflight's answer, got {}",
             truncate(&other.to_line(), 200)
         ))),
-        Ok(Ok(None)) => Err(EvalError::WorkerStart {
+        None => Err(EvalError::WorkerStart {
             reason: "the preflight process ended without answering".into(),
-            stderr: worker.stderr_tail(),
-        }),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(EvalError::WorkerStart {
-            reason: format!("no answer within {:.0}s", limit.as_secs_f64()),
             stderr: worker.stderr_tail(),
         }),
     }
