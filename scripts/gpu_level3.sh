@@ -20,7 +20,7 @@ case "$MODE" in
     python3 -c "import json; v=json.load(open('$OUT/validate_level3.json')); print(v['problems_checked'], 'problem variants,', v['solutions_checked'], 'solutions,', len(v['findings']), 'findings'); [print(' ', f) for f in v['findings']]"
     ;;
   timing)
-    tf eval --json --jobs 1 --variant full --compile-baseline "$@" --problems bench/level3 \
+    tf eval --json --jobs "${JOBS:-1}" --variant full --compile-baseline "$@" --problems bench/level3 \
       --candidates bench/solutions/level3 > "$OUT/level3_timing.jsonl" 2> "$OUT/level3_timing.err"
     echo "exit $?" >> "$OUT/level3_timing.err"
     python3 - "$OUT" <<'PY' | tee "$OUT/level3_timing.md"
