@@ -540,7 +540,9 @@ impl Store {
         let mut wheres: Vec<String> = Vec::new();
         // With a run, page by the run's own index (its rows carry the time).
         let t = if let Some(run) = &filter.run {
-            sql.push_str(", r.created_at FROM run_evaluations r JOIN evaluations e ON e.key = r.key");
+            sql.push_str(
+                ", r.created_at FROM run_evaluations r JOIN evaluations e ON e.key = r.key",
+            );
             args.push(Value::Text(run.clone()));
             wheres.push(format!("r.run = ?{}", args.len()));
             "r"

@@ -380,9 +380,8 @@ impl Store {
     /// Jobs in `state`, in queue order (oldest first: for `queued`, the next to run
     /// first), at most `limit`; read on the `(state, seq)` index.
     pub fn jobs_in_state(&self, state: JobState, limit: u32) -> Result<Vec<QueueRow>, StoreError> {
-        let sql = format!(
-            "SELECT {QUEUE_COLUMNS} FROM jobs WHERE state = ?1 ORDER BY seq LIMIT ?2"
-        );
+        let sql =
+            format!("SELECT {QUEUE_COLUMNS} FROM jobs WHERE state = ?1 ORDER BY seq LIMIT ?2");
         let mut stmt = self.conn.prepare(&sql).map_err(self.sql())?;
         let rows = stmt
             .query_map(params![state.as_str(), i64::from(limit)], row_to_queue_row)
