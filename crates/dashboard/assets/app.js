@@ -254,6 +254,10 @@ const SFT_CHARTS = [
 const RL_CHARTS = [
   { id: 'reward', title: 'Reward', series: [['reward mean', 'rl', (m) => m.reward_mean], ['first-turn return', 'rl', (m) => m.return_mean]] },
   { id: 'pass_by_turn', title: 'Solved by turn', passByTurn: true },
+  // Heldout sets are measured every few steps (split `heldout:<set>`): one series per set.
+  { id: 'heldout_pass', title: 'Heldout pass@1 (first turn)', heldout: (m) => m.pass_at_1 },
+  { id: 'heldout_solved', title: 'Heldout solved (by the last turn)', heldout: (m) => m.solved },
+  { id: 'heldout_compile', title: 'Heldout compile rate', heldout: (m) => m.compile_rate },
   { id: 'kl', title: 'KL', series: [['KL', 'rl', (m) => m.kl]] },
   { id: 'entropy', title: 'Entropy', series: [['entropy', 'rl', (m) => m.entropy]] },
   { id: 'clip_fraction', title: 'Clip fraction', series: [['clip fraction', 'rl', (m) => m.clip_fraction]] },
@@ -262,10 +266,6 @@ const RL_CHARTS = [
   { id: 'rl_lr', title: 'Learning rate', series: [['lr', 'rl', (m) => m.lr]] },
   { id: 'time_split', title: 'Time split (s per step)', series: [['generate', 'rl', (m) => m.generate_s], ['evaluate', 'rl', (m) => m.evaluate_s], ['score', 'rl', (m) => m.score_s], ['train', 'rl', (m) => m.train_s], ['whole step', 'rl', (m) => m.step_s]] },
   { id: 'rl_tokens_per_s', title: 'Tokens/s (generation)', series: [['tokens/s', 'rl', (m) => m.tokens_per_s]] },
-  // Heldout sets are measured every few steps (split `heldout:<set>`): one series per set.
-  { id: 'heldout_pass', title: 'Heldout pass@1 (first turn)', heldout: (m) => m.pass_at_1 },
-  { id: 'heldout_solved', title: 'Heldout solved (by the last turn)', heldout: (m) => m.solved },
-  { id: 'heldout_compile', title: 'Heldout compile rate', heldout: (m) => m.compile_rate },
 ];
 const DASHES = ['', '5 3', '2 2', '8 3 2 3', '1 3'];
 

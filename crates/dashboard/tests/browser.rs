@@ -357,6 +357,16 @@ async fn every_page_renders_its_content_in_headless_chromium() {
             browser.viewport(1400, 1000);
         }
     }
+    // An RL run's heldout curves, one series per heldout set.
+    let dom = browser.open(&format!("{url}/#/curves?runs={}", f.rl_run), "curves");
+    let pass = "[...document.querySelectorAll('[data-chart=heldout_pass] .legend span')].map(s => s.textContent.trim())";
+    let legend = browser.eval(pass);
+    assert_eq!(legend, json!(["l2-heldout 0.34", "synth-heldout 0.54"]), "{dom}");
+    if let Some(d) = &shots {
+        browser.eval("document.querySelector('[data-chart=heldout_pass]').scrollIntoView()");
+        std::thread::sleep(Duration::from_millis(300));
+        browser.screenshot(&d.join("dashboard-heldout.png"));
+    }
     // The queue page follows the server: it takes the next job, and the page shows it
     // running within a poll or two, no longer queued.
     // (Another hash than the page's above: the same one would not navigate.)
