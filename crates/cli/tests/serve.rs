@@ -334,6 +334,29 @@ async fn a_token_is_required_when_set_and_beyond_loopback() {
         .await
         .unwrap();
     assert_eq!(events.status().as_u16(), 200, "{}", s.log());
+    // The server's own queue, as the dashboard's queue page reads it: behind the token,
+    // and never holding it.
+    let queue =
+        http().get(format!("{url}/dash/queue")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(queue.status().as_u16(), 200);
+    let queue = queue.text().await.unwrap();
+    assert!(queue.contains("\"mode\":\"serve\"") && !queue.contains("s3cret"), "{queue}");
+    assert_eq!(http().get(format!("{url}/dash/queue")).send().await.unwrap().status(), 401);
+    // Guessing the token: ten wrong ones from an address (one above), and it is refused
+    // for a minute, the right token too; another address is not.
+    for _ in 0..9 {
+        let r = http().get(&health).bearer_auth("guess").send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 401);
+    }
+    let locked = http().get(&health).bearer_auth("s3cret").send().await.unwrap();
+    assert_eq!(locked.status().as_u16(), 429, "{}", s.log());
+    assert!(locked.headers().contains_key("retry-after"));
+    let other = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
+    let r = other.get(&health).bearer_auth("s3cret").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(s.child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

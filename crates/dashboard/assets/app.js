@@ -1,6 +1,6 @@
 // TritonForge dashboard: plain JS, no dependencies. Pages are routed by the URL hash
 // (#/runs, #/curves?runs=a,b, #/evaluations?..., #/evaluation/KEY, #/episodes?...,
-// #/episode/ID, #/suite). Charts are SVG drawn here. Every page sets
+// #/episode/ID, #/suite, #/queue). Charts are SVG drawn here. Every page sets
 // <body data-page=NAME data-ready=1> once rendered (the browser test waits for it).
 'use strict';
 
@@ -199,6 +199,7 @@ function headline(r) {
     if (h.rl.kl != null) bits.push(`KL ${fmtNum(h.rl.kl)}`);
     bits.push(`step ${h.rl.step}`);
   }
+  for (const x of (r.kind === 'rl' && h.heldout) || []) bits.push(`heldout ${esc(x.set)} pass@1 <b>${pct(x.pass_at_1)}</b> (step ${x.step})`);
   if (h.episodes && h.episodes.episodes) {
     bits.push(`<b>${h.episodes.solved}/${h.episodes.episodes}</b> episodes solved`);
     if (h.episodes.mean_return != null) bits.push(`mean return ${fmtNum(h.episodes.mean_return)}`);
@@ -253,6 +254,10 @@ const SFT_CHARTS = [
 const RL_CHARTS = [
   { id: 'reward', title: 'Reward', series: [['reward mean', 'rl', (m) => m.reward_mean], ['first-turn return', 'rl', (m) => m.return_mean]] },
   { id: 'pass_by_turn', title: 'Solved by turn', passByTurn: true },
+  // Heldout sets are measured every few steps (split `heldout:<set>`): one series per set.
+  { id: 'heldout_pass', title: 'Heldout pass@1 (first turn)', heldout: (m) => m.pass_at_1 },
+  { id: 'heldout_solved', title: 'Heldout solved (by the last turn)', heldout: (m) => m.solved },
+  { id: 'heldout_compile', title: 'Heldout compile rate', heldout: (m) => m.compile_rate },
   { id: 'kl', title: 'KL', series: [['KL', 'rl', (m) => m.kl]] },
   { id: 'entropy', title: 'Entropy', series: [['entropy', 'rl', (m) => m.entropy]] },
   { id: 'clip_fraction', title: 'Clip fraction', series: [['clip fraction', 'rl', (m) => m.clip_fraction]] },
@@ -298,6 +303,18 @@ async function pageCurves(p) {
           out.push({ name: `${prefix}turn ${t + 1}`, color: chosen.length > 1 ? color.get(run) : COLORS[t % COLORS.length], dash: chosen.length > 1 ? DASHES[t % DASHES.length] : '',
             points: rows.filter((r) => r.split === 'rl').map((r) => [r.step, (r.m.pass_by_turn || [])[t]]).filter((q) => q[1] != null) });
         }
+        continue;
+      }
+      if (chart.heldout) {
+        const sets = [...new Set(rows.map((r) => r.split).filter((sp) => sp.startsWith('heldout:')))].sort();
+        sets.forEach((sp, i) => {
+          const points = rows.filter((r) => r.split === sp).map((r) => [r.step, chart.heldout(r.m)]).filter((q) => q[1] != null);
+          if (points.length) {
+            out.push({ name: `${prefix}${sp.slice('heldout:'.length)}`, points,
+              color: chosen.length > 1 ? color.get(run) : COLORS[i % COLORS.length],
+              dash: chosen.length > 1 ? DASHES[i % DASHES.length] : '' });
+          }
+        });
         continue;
       }
       chart.series.forEach(([name, split, get], i) => {
@@ -545,6 +562,56 @@ async function pageSuite() {
   ready('suite');
 }
 
+/** A duration in milliseconds, short: `42 s`, `3 min 5 s`, `2 h 7 min`. */
+function dur(ms) {
+  if (ms == null || !Number.isFinite(ms)) return '—';
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+/** The evaluation server's queue (jobs of `tritonforge serve`), polled every 2 s. */
+async function pageQueue() {
+  main().innerHTML = `<h1>Queue</h1><p class="muted" id="qnote"></p>
+    <div class="controls"><span id="qcounts"></span><span id="live" class="live"></span></div><div id="queue"></div>`;
+  let alive = true;
+  const jobCell = (j) => `<code title="${esc(j.id)}">${esc(j.id.length > 14 ? `${j.id.slice(0, 12)}…` : j.id)}</code>`;
+  const draw = async () => {
+    const q = await api('/dash/queue');
+    if (!alive || !$('#queue')) return;
+    const now = q.now_ms;
+    $('#qnote').textContent = q.mode === 'serve'
+      ? 'This server\'s jobs: running ones, then the queue in the order it will run, then the last that ended.'
+      : 'The queue of the tritonforge serve that writes this store, as the store holds it (a server killed outright leaves its jobs running here until it starts again).';
+    $('#qcounts').innerHTML = ['queued', 'running', 'done', 'failed', 'cancelled'].map((st) => `${pill(st)} <b>${q.counts[st] || 0}</b>`).join(' &nbsp; ');
+    const more = (shown, total) => (total > shown ? `<p class="muted">and ${total - shown} more not shown</p>` : '');
+    const running = q.running.map((j) => `<tr><td>${jobCell(j)}</td><td>${esc(j.problem)}</td><td>${esc(j.candidate)}</td><td>${esc(j.client)}</td><td>${pill(j.state)}</td>
+      <td class="num">${dur(now - j.started_ms)}</td><td class="num">${dur(j.started_ms - j.created_ms)}</td><td class="num">${j.attempts}</td></tr>`).join('');
+    const queued = q.queued.map((j, i) => `<tr><td class="num">${i + 1}</td><td>${jobCell(j)}</td><td>${esc(j.problem)}</td><td>${esc(j.candidate)}</td><td>${esc(j.client)}</td><td>${pill(j.state)}</td>
+      <td class="num">${dur(now - j.created_ms)}</td><td class="num">${j.attempts || ''}</td></tr>`).join('');
+    const recent = q.recent.map((j) => {
+      const result = j.record ? `<a href="#/evaluation/${encodeURIComponent(j.record)}">evaluation</a>${j.cached ? ' <span class="muted">(from the cache)</span>' : ''}` : `<span class="muted">${esc(j.error || '')}</span>`;
+      return `<tr><td>${jobCell(j)}</td><td>${esc(j.problem)}</td><td>${esc(j.candidate)}</td><td>${esc(j.client)}</td><td>${pill(j.state)}</td>
+      <td class="num">${j.finished_ms ? `${dur(now - j.finished_ms)} ago` : '—'}</td><td class="num">${j.started_ms && j.finished_ms ? dur(j.finished_ms - j.started_ms) : '—'}</td><td>${result}</td></tr>`;
+    }).join('');
+    $('#queue').innerHTML = `<div class="panel"><h2>Running</h2><table id="running"><thead><tr><th>Job</th><th>Problem</th><th>Candidate</th><th>Client</th><th>State</th><th class="num">Running for</th><th class="num">Waited</th><th class="num">Attempts</th></tr></thead>
+      <tbody>${running || '<tr><td colspan="8" class="muted">Nothing is running.</td></tr>'}</tbody></table>${more(q.running.length, q.counts.running || 0)}</div>
+      <div class="panel"><h2>Queued</h2><table id="queued"><thead><tr><th class="num">#</th><th>Job</th><th>Problem</th><th>Candidate</th><th>Client</th><th>State</th><th class="num">Waiting for</th><th class="num">Attempts</th></tr></thead>
+      <tbody>${queued || '<tr><td colspan="8" class="muted">The queue is empty.</td></tr>'}</tbody></table>${more(q.queued.length, q.counts.queued || 0)}</div>
+      <div class="panel"><h2>Recently ended</h2><table id="recent"><thead><tr><th>Job</th><th>Problem</th><th>Candidate</th><th>Client</th><th>State</th><th class="num">Ended</th><th class="num">Took</th><th>Result</th></tr></thead>
+      <tbody>${recent || '<tr><td colspan="8" class="muted">No job has ended yet.</td></tr>'}</tbody></table></div>`;
+    $('#live').textContent = `● live · updated ${new Date(now).toISOString().slice(11, 19)} UTC`;
+    document.body.dataset.updates = String((+document.body.dataset.updates || 0) + 1);
+  };
+  await draw();
+  const timer = setInterval(() => {
+    draw().catch((e) => { if (alive && $('#live')) $('#live').textContent = `update failed (${e.message}); retrying…`; });
+  }, 2000);
+  cleanup.push(() => { alive = false; clearInterval(timer); });
+  ready('queue');
+}
+
 // ---------- routing ----------
 async function route() {
   for (const f of cleanup) f();
@@ -565,6 +632,7 @@ async function route() {
       case 'episodes': await pageEpisodes(p); break;
       case 'episode': await pageEpisode(arg); break;
       case 'suite': await pageSuite(); break;
+      case 'queue': await pageQueue(); break;
       default: main().innerHTML = `<p class="err">No page ${esc(page)}.</p>`; ready('none');
     }
   } catch (e) {

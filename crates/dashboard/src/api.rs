@@ -16,10 +16,12 @@ use futures_util::stream::{self, Stream};
 use serde_json::{json, Value};
 use tritonforge_protocol::Status;
 use tritonforge_store::{
-    Cursor, EpisodeFilter, EpisodeRow, EvalFilter, EvalRow, MetricRow, RunKind, RunRow, StoreError,
+    Cursor, EpisodeFilter, EpisodeRow, EvalFilter, EvalRow, JobState, MetricRow, QueueRow, RunKind,
+    RunRow, StoreError,
 };
 
-use crate::{Dashboard, Token};
+use crate::access::{Access, Client};
+use crate::Dashboard;
 
 /// An error reply: `{"detail": ..., "field": ...}`, as the evaluator's API answers.
 #[derive(Debug)]
@@ -175,6 +177,11 @@ fn headline(s: &tritonforge_store::Store, run: &RunRow) -> Result<Value, StoreEr
                 &["reward_mean", "return_mean", "pass_by_turn", "compile_rate", "kl", "entropy", "tokens_per_s"],
             )),
             "episodes": episode_figures(s, &run.id)?,
+            "heldout": s.last_metrics_by_split(&run.id, "heldout:")?.iter().map(|m| {
+                let mut h = pick(m, &["set", "pass_at_1", "solved", "compile_rate", "problems"]);
+                h["split"] = json!(m.split);
+                h
+            }).collect::<Vec<_>>(),
         }),
         RunKind::Agent => json!({"episodes": episode_figures(s, &run.id)?}),
         RunKind::Eval => {
@@ -325,6 +332,55 @@ pub(crate) async fn stream(
     });
     use futures_util::StreamExt;
     Ok(Sse::new(s.flatten()).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+fn job_json(j: &QueueRow) -> Value {
+    json!({
+        "id": j.id, "problem": j.problem, "candidate": j.candidate, "client": j.client,
+        "state": j.state.as_str(), "attempts": j.attempts, "cached": j.cached,
+        "record": j.record_key, "error": j.error, "created_ms": j.created_ms,
+        "started_ms": j.started_ms, "finished_ms": j.finished_ms,
+    })
+}
+
+/// How many jobs that ended the queue page shows.
+const RECENT_JOBS: u32 = 20;
+
+/// `GET /dash/queue`: the evaluation server's own queue as its store holds it: counts by
+/// state, the running jobs, the queued ones in the order they will run (each at most
+/// `limit`), and the last jobs that ended. Never the requests themselves (sources), and
+/// nothing of the server's token, which the store does not hold. `now_ms` is the
+/// server's clock, so the page's ages do not depend on the browser's.
+pub(crate) async fn queue(State(d): State<Arc<Dashboard>>, q: Q) -> Result<Json<Value>, ApiError> {
+    let p = Params::of(q, &["limit"])?;
+    let limit = p.limit()?;
+    let (counts, running, queued, recent) = d
+        .read(move |s| {
+            Ok((
+                s.job_counts()?,
+                s.jobs_in_state(JobState::Running, limit)?,
+                s.jobs_in_state(JobState::Queued, limit)?,
+                s.recent_finished_jobs(RECENT_JOBS)?,
+            ))
+        })
+        .await?;
+    let counts: serde_json::Map<String, Value> = JobState::ALL
+        .iter()
+        .map(|st| {
+            let n = counts.iter().find(|(c, _)| c == st).map_or(0, |(_, n)| *n);
+            (st.as_str().to_string(), json!(n))
+        })
+        .collect();
+    let list = |jobs: &[QueueRow]| jobs.iter().map(job_json).collect::<Vec<_>>();
+    Ok(Json(json!({
+        "mode": d.mode.as_str(),
+        "now_ms": tritonforge_store::now_ms(),
+        "counts": counts,
+        "running": list(&running),
+        "queued": list(&queued),
+        "recent": list(&recent),
+        "limit": limit,
+    })))
 }
 
 fn eval_row_json(e: &EvalRow) -> Value {
@@ -516,9 +572,11 @@ pub(crate) struct Login {
 
 /// `POST /dash/login` (a form with `token`): on the right token, the session cookie and
 /// a redirect to the dashboard. The cookie is HttpOnly (scripts cannot read it) and
-/// SameSite=Strict (other sites' pages do not send it).
+/// SameSite=Strict (other sites' pages do not send it). A wrong token counts against the
+/// client's address; a locked-out address is answered 429 before its token is looked at.
 pub(crate) async fn login(
-    Extension(Token(token)): Extension<Token>,
+    Extension(access): Extension<Arc<Access>>,
+    Extension(client): Extension<Client>,
     form: Result<Form<Login>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let form = match form {
@@ -529,17 +587,29 @@ pub(crate) async fn login(
                 .into_response();
         }
     };
-    let Some(token) = token else {
+    let Some(token) = access.token() else {
         return redirect_home(None);
     };
-    if !crate::constant_time_eq(form.token.trim().as_bytes(), token.as_bytes()) {
-        return (StatusCode::UNAUTHORIZED, axum::response::Html(crate::assets::login_html(true)))
+    if let Some(wait) = access.blocked(client.0) {
+        let secs = crate::access::wait_secs(wait);
+        let note = format!("Too many wrong tokens from this address: try again in {secs} s.");
+        let page = axum::response::Html(crate::assets::login_html(Some(&note)));
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, HeaderValue::from(secs))],
+            page,
+        )
             .into_response();
+    }
+    if !crate::access::constant_time_eq(form.token.trim().as_bytes(), token.as_bytes()) {
+        access.failed(client.0);
+        let page = crate::assets::login_html(Some("That is not the server's token."));
+        return (StatusCode::UNAUTHORIZED, axum::response::Html(page)).into_response();
     }
     let cookie = format!(
         "{}={}; HttpOnly; SameSite=Strict; Path=/",
         crate::COOKIE,
-        crate::session_value(&token)
+        crate::session_value(token)
     );
     redirect_home(Some(cookie))
 }

@@ -45,12 +45,13 @@ pub(crate) async fn asset(Path(name): Path<String>) -> Response {
 }
 
 pub(crate) async fn login_page() -> Response {
-    page(login_html(false))
+    page(login_html(None))
 }
 
-/// The login form (the token goes in a password field and is never echoed back).
-pub(crate) fn login_html(wrong: bool) -> String {
-    let note = if wrong { "<p class=\"bad\">That is not the server's token.</p>" } else { "" };
+/// The login form (the token goes in a password field and is never echoed back), with
+/// a note on the last attempt (fixed text of ours, not escaped).
+pub(crate) fn login_html(note: Option<&str>) -> String {
+    let note = note.map(|n| format!("<p class=\"bad\">{n}</p>")).unwrap_or_default();
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>TritonForge: log in</title><link rel=\"stylesheet\" href=\"/assets/app.css\">\

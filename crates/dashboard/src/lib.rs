@@ -3,11 +3,12 @@
 //! (no CDN, nothing fetched at run time); the JSON API under `/dash` only reads, through
 //! a read-only SQLite connection, and pages every list on an index.
 //!
-//! Access: with no token (loopback only) anyone who can connect may read. With a token,
-//! a request needs `Authorization: Bearer <token>` or the session cookie that
-//! `POST /dash/login` sets; the cookie holds a hash of the token, never the token, and
-//! grants reads only: whatever changes state (the evaluator's API) needs the bearer
-//! header itself, which a page on another site cannot send.
+//! Access ([`access`]): with no token (loopback only) anyone who can connect may read.
+//! With a token, a request needs `Authorization: Bearer <token>` or the session cookie
+//! that `POST /dash/login` sets; the cookie holds a hash of the token, never the token,
+//! and grants reads only: whatever changes state (the evaluator's API) needs the bearer
+//! header itself, which a page on another site cannot send. Wrong tokens are limited
+//! per client address.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,17 +16,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use tritonforge_store::{Store, StoreError};
 use tritonforge_suite::Suite;
 
+pub mod access;
 mod api;
 mod assets;
 
+pub use access::{
+    bearer_grants, guard, is_public, session_grants, session_value, unauthorized, Access, Limit,
+    COOKIE,
+};
 pub use api::ApiError;
 
 #[derive(Debug, thiserror::Error)]
@@ -131,7 +136,7 @@ impl Dashboard {
 }
 
 /// The dashboard's routes (UI, assets, `/dash` API), without access control: the caller
-/// wraps them in [`require_access`] (or its own equivalent) and adds a fallback.
+/// gives them [`with_access`], wraps them in [`guard`] and adds a fallback.
 pub fn router(dash: Arc<Dashboard>) -> Router {
     Router::new()
         .route("/", get(assets::index))
@@ -146,95 +151,21 @@ pub fn router(dash: Arc<Dashboard>) -> Router {
         .route("/dash/episodes", get(api::episodes))
         .route("/dash/episodes/{id}", get(api::episode))
         .route("/dash/suite", get(api::suite))
+        .route("/dash/queue", get(api::queue))
         // The only body the dashboard reads is the login form.
         .layer(axum::extract::DefaultBodyLimit::max(16 * 1024))
         .with_state(dash)
 }
 
-/// Paths anyone may fetch: the page shell and its assets carry no data, and the login
-/// form must be reachable to log in.
-pub fn is_public(method: &Method, path: &str) -> bool {
-    (method == Method::GET || method == Method::HEAD)
-        && (path == "/" || path.starts_with("/assets/") || path == "/dash/login")
-        || (method == Method::POST && path == "/dash/login")
+/// Give the routes the access check's state (the login form compares with its token and
+/// counts its failures).
+pub fn with_access(router: Router, access: Arc<Access>) -> Router {
+    router.layer(axum::Extension(access))
 }
 
-/// The session cookie's name.
-pub const COOKIE: &str = "tritonforge_session";
-
-/// What the session cookie holds for `token`: a hash, so the cookie never reveals it.
-pub fn session_value(token: &str) -> String {
-    use sha2::Digest;
-    let mut h = sha2::Sha256::new();
-    h.update(b"tritonforge dashboard session\n");
-    h.update(token.as_bytes());
-    hex::encode(h.finalize())
-}
-
-/// Whether the request carries the session cookie for `token`. It grants reads only.
-pub fn session_grants(method: &Method, headers: &HeaderMap, token: &str) -> bool {
-    if method != Method::GET && method != Method::HEAD {
-        return false;
-    }
-    let want = session_value(token);
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .any(|(k, v)| k == COOKIE && constant_time_eq(v.as_bytes(), want.as_bytes()))
-}
-
-/// Whether the request carries `Authorization: Bearer <token>`.
-pub fn bearer_grants(headers: &HeaderMap, token: &str) -> bool {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// The token the login form checks, kept in the router's extensions.
-#[derive(Clone)]
-pub(crate) struct Token(pub Option<Arc<str>>);
-
-/// Middleware for the standalone dashboard: with a token, everything but the public
-/// paths needs the bearer header or the session cookie.
-pub async fn require_access(
-    State(token): State<Option<Arc<str>>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    if let Some(token) = token.as_deref() {
-        let ok = is_public(req.method(), req.uri().path())
-            || bearer_grants(req.headers(), token)
-            || session_grants(req.method(), req.headers(), token);
-        if !ok {
-            return unauthorized();
-        }
-    }
-    next.run(req).await
-}
-
-/// The 401 every refused request gets.
-pub fn unauthorized() -> Response {
-    let mut r = ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "a bearer token is required (Authorization: Bearer <token>, or log in at /dash/login)",
-    )
-    .into_response();
-    r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    r
-}
-
-/// Give the routes the token the login form compares with.
-pub fn with_token(router: Router, token: Option<&str>) -> Router {
-    router.layer(axum::Extension(Token(token.map(Arc::from))))
+/// Middleware for the standalone dashboard: [`access::guard`] with its state.
+async fn require_access(State(access): State<Arc<Access>>, req: Request, next: Next) -> Response {
+    access::guard(access, req, next).await
 }
 
 /// A standalone dashboard server (`tritonforge dashboard`).
@@ -246,24 +177,36 @@ pub struct DashboardServer {
 }
 
 impl DashboardServer {
-    /// Bind and serve `dash`; beyond loopback a token is required.
+    /// Bind and serve `dash`; beyond loopback a token is required. Wrong tokens are
+    /// limited per client address as [`Limit::default`] says.
     pub async fn start(
         dash: Dashboard,
         bind: SocketAddr,
         token: Option<String>,
     ) -> Result<DashboardServer, DashboardError> {
-        if !bind.ip().is_loopback() && token.is_none() {
+        DashboardServer::start_with(dash, bind, Access::new(token.as_deref())).await
+    }
+
+    /// [`DashboardServer::start`] with the access check given (its token and limit).
+    pub async fn start_with(
+        dash: Dashboard,
+        bind: SocketAddr,
+        access: Access,
+    ) -> Result<DashboardServer, DashboardError> {
+        if !bind.ip().is_loopback() && access.token().is_none() {
             return Err(DashboardError::NeedsToken(bind));
         }
         let listener = tokio::net::TcpListener::bind(bind)
             .await
             .map_err(|source| DashboardError::Bind { addr: bind, source })?;
         let addr = listener.local_addr().map_err(DashboardError::Serve)?;
-        let token: Option<Arc<str>> = token.map(Arc::from);
+        let access = Arc::new(access);
         let dash = Arc::new(dash);
-        let app = with_token(router(dash.clone()), token.as_deref())
+        let app = with_access(router(dash.clone()), access.clone())
             .fallback(api::not_found)
-            .layer(middleware::from_fn_with_state(token, require_access));
+            .layer(middleware::from_fn_with_state(access, require_access))
+            // The peer's address: failed tokens are counted per client.
+            .into_make_service_with_connect_info::<SocketAddr>();
         let stop = Arc::new(tokio::sync::Notify::new());
         let stop2 = stop.clone();
         let task = tokio::spawn(async move {

@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 mod common;
-use common::{fill, more_sft, start};
+use common::{claim_next, fill, more_sft, start, start_with, REQUEST_MARKER};
 
 fn http() -> reqwest::Client {
     reqwest::Client::builder()
@@ -76,6 +76,15 @@ async fn runs_list_every_kind_with_status_settings_and_headline_figures() {
     assert_eq!((rl["kind"].as_str(), rl["status"].as_str()), (Some("rl"), Some("recorded")));
     assert_eq!(rl["headline"]["rl"]["step"], 12);
     assert_eq!(rl["headline"]["rl"]["pass_by_turn"].as_array().unwrap().len(), 3);
+    // Its evaluations are linked, and its heldout sets' last measurements are headlines.
+    assert_eq!(rl["evaluations"], 2, "{rl}");
+    let held = rl["headline"]["heldout"].as_array().unwrap();
+    let sets: Vec<(&str, u64)> =
+        held.iter().map(|h| (h["set"].as_str().unwrap(), h["step"].as_u64().unwrap())).collect();
+    assert_eq!(sets, [("l2-heldout", 12), ("synth-heldout", 12)], "{rl}");
+    assert!((held[0]["pass_at_1"].as_f64().unwrap() - 0.34).abs() < 1e-9, "{rl}");
+    let rl_evals = ok(&format!("{url}/dash/evaluations?run={}", f.rl_run)).await;
+    assert_eq!(keys(&rl_evals), ["k-correct-1", "k-compile-0"], "linked at once: by key");
 
     let only_rl = ok(&format!("{url}/dash/runs?kind=rl")).await;
     assert_eq!(only_rl["runs"].as_array().unwrap().len(), 1);
@@ -134,7 +143,10 @@ async fn metrics_of_a_run_and_the_live_stream_follow_a_trainer() {
         first[1]["rows"].as_array().unwrap().iter().map(|r| r["step"].as_u64().unwrap()).collect();
     assert_eq!(live, vec![31, 32], "only the new rows are sent");
     let rl = events.iter().find(|e| e["run"] == f.rl_run.as_str()).expect("the RL run's metrics");
-    assert_eq!(rl["rows"].as_array().unwrap().len(), 12);
+    let splits: Vec<&str> =
+        rl["rows"].as_array().unwrap().iter().map(|r| r["split"].as_str().unwrap()).collect();
+    assert_eq!(splits.iter().filter(|s| **s == "rl").count(), 12);
+    assert_eq!(splits.iter().filter(|s| s.starts_with("heldout:")).count(), 8, "{splits:?}");
 
     let (code, e) = get(&format!("{url}/dash/stream")).await;
     assert_eq!((code, e["field"].as_str()), (422, Some("runs")), "{e}");
@@ -282,7 +294,8 @@ async fn suite_info_and_embedded_assets() {
     assert_eq!((info["evaluations"].as_u64(), info["read_only"].as_bool()), (Some(6), Some(true)));
     assert_eq!(info["mode"], "dashboard");
     assert_eq!(info["by_status"]["correct"], 3);
-    assert!(info["queue"].as_object().unwrap().is_empty(), "no server ever queued here");
+    let queue = &info["queue"];
+    assert_eq!((queue["queued"].as_u64(), queue["running"].as_u64()), (Some(2), Some(1)), "{info}");
 
     let r = http().get(format!("{url}/")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
@@ -380,4 +393,127 @@ async fn beyond_loopback_needs_a_token() {
             .err()
             .expect("refused");
     assert!(err.to_string().contains("token"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_lists_running_then_queued_in_order_then_recent_and_never_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sqlite");
+    fill(&path);
+    let (server, url) = start(&path, None).await;
+    let r = http().get(format!("{url}/dash/queue")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    assert!(!text.contains(REQUEST_MARKER), "the requests (sources) are not sent: {text}");
+    let q: Value = serde_json::from_str(&text).unwrap();
+    let ids = |list: &str, q: &Value| -> Vec<String> {
+        q[list].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(q["mode"], "dashboard");
+    assert_eq!(q["counts"]["queued"], 2);
+    assert_eq!(q["counts"]["running"], 1);
+    assert_eq!(q["counts"]["cancelled"], 0, "every state is counted, none missing");
+    assert_eq!(ids("running", &q), ["job-run-1"]);
+    assert_eq!(ids("queued", &q), ["job-q-1", "job-q-2"], "in the order they will run");
+    assert_eq!(ids("recent", &q), ["job-fail-1", "job-done-1"], "newest first");
+    let run = &q["running"][0];
+    assert_eq!(
+        (run["problem"].as_str(), run["client"].as_str()),
+        (Some("softmax"), Some("trainer-7"))
+    );
+    assert_eq!((run["state"].as_str(), run["attempts"].as_u64()), (Some("running"), Some(1)));
+    let now = q["now_ms"].as_i64().unwrap();
+    let started = run["started_ms"].as_i64().unwrap();
+    assert!(run["created_ms"].as_i64().unwrap() <= started && started <= now, "{run}");
+    assert_eq!(q["recent"][1]["record"], "k-correct-0");
+    assert!(q["recent"][0]["error"].as_str().unwrap().contains("shape mismatch"));
+
+    // The server takes the next job: the page's next poll sees it running.
+    assert_eq!(claim_next(&path), "job-q-1");
+    let q = ok(&format!("{url}/dash/queue?limit=1")).await;
+    assert_eq!(ids("running", &q), ["job-run-1"], "limit=1");
+    assert_eq!(ids("queued", &q), ["job-q-2"]);
+    assert_eq!(
+        (q["counts"]["running"].as_u64(), q["counts"]["queued"].as_u64()),
+        (Some(2), Some(1))
+    );
+    for (query, field) in [("limit=0", "limit"), ("state=queued", "state")] {
+        let (code, e) = get(&format!("{url}/dash/queue?{query}")).await;
+        assert_eq!((code, e["field"].as_str()), (422, Some(field)), "{query}: {e}");
+    }
+    server.shutdown().await.unwrap();
+
+    // With a token: the queue is data, behind the token; what it sends never holds it.
+    let token = "queue-s3cret-token";
+    let (server, url) = start(&path, Some(token)).await;
+    let (code, _) = get(&format!("{url}/dash/queue")).await;
+    assert_eq!(code, 401);
+    let r = http().get(format!("{url}/dash/queue")).bearer_auth(token).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let body = r.text().await.unwrap();
+    assert!(body.contains("job-q-2") && !body.contains(token), "{body}");
+    server.shutdown().await.unwrap();
+}
+
+/// A client from `ip` (another loopback address: Linux routes all of 127/8 to `lo`).
+fn http_from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_tokens_are_limited_per_client_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sqlite");
+    fill(&path);
+    let token = "limit-s3cret-token";
+    let window = Duration::from_secs(2);
+    let limit = tritonforge_dashboard::Limit { failures: 3, window };
+    let (server, url) =
+        start_with(&path, tritonforge_dashboard::Access::with_limit(Some(token), limit)).await;
+    let runs = format!("{url}/dash/runs");
+    let login = format!("{url}/dash/login");
+    let a = http_from("127.0.0.1");
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let started = std::time::Instant::now();
+    // Three wrong tokens, through the form, the bearer header and a forged cookie.
+    assert_eq!(status(a.post(&login).form(&[("token", "guess-1")]).send().await.unwrap()), 401);
+    assert_eq!(status(a.get(&runs).bearer_auth("guess-2").send().await.unwrap()), 401);
+    let forged = format!("tritonforge_session={}", "0".repeat(64));
+    assert_eq!(status(a.get(&runs).header("cookie", &forged).send().await.unwrap()), 401);
+    // Locked out: even the right token is refused, by the header and by the form.
+    let r = a.get(&runs).bearer_auth(token).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    let wait: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&wait), "Retry-After {wait}");
+    let r = a.post(&login).form(&[("token", token)]).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert!(r.headers().get("set-cookie").is_none());
+    assert!(r.text().await.unwrap().contains("Too many wrong tokens"));
+    // What presents no token is no guess: the page shell is served, data still needs it.
+    assert_eq!(status(a.get(format!("{url}/")).send().await.unwrap()), 200);
+    assert_eq!(status(a.get(&runs).send().await.unwrap()), 401);
+    // Another address is not held to this one's count.
+    let b = http_from("127.0.0.2");
+    assert_eq!(status(b.get(&runs).bearer_auth(token).send().await.unwrap()), 200);
+    assert_eq!(status(b.get(&runs).bearer_auth("guess").send().await.unwrap()), 401);
+    // A right cookie sent with a write is refused (it grants reads) but is no guess.
+    let c = http_from("127.0.0.3");
+    let good = c.post(&login).form(&[("token", token)]).send().await.unwrap();
+    assert_eq!(good.status().as_u16(), 303);
+    let cookie =
+        good.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    for _ in 0..5 {
+        assert_eq!(status(c.post(&runs).header("cookie", &cookie).send().await.unwrap()), 401);
+    }
+    assert_eq!(status(c.get(&runs).header("cookie", &cookie).send().await.unwrap()), 200);
+    // Once the window has passed, the first address may try again.
+    assert!(started.elapsed() < window, "the test ran slower than the window it checks");
+    tokio::time::sleep(window.saturating_sub(started.elapsed()) + Duration::from_millis(100)).await;
+    assert_eq!(status(a.get(&runs).bearer_auth(token).send().await.unwrap()), 200);
+    server.shutdown().await.unwrap();
 }

@@ -242,6 +242,7 @@ async fn every_page_renders_its_content_in_headless_chromium() {
                 s("episodes solved"),
                 s("val loss"),
                 s("s-recorded"),
+                s("heldout l2-heldout pass@1 <b>34.0%</b>"),
             ],
         },
         Page {
@@ -255,6 +256,10 @@ async fn every_page_renders_its_content_in_headless_chromium() {
                 s("<path d=\"M"),
                 s("turn 3"),
                 s("live"),
+                s("data-chart=\"heldout_pass\""),
+                s("data-chart=\"heldout_solved\""),
+                s("l2-heldout"),
+                s("synth-heldout"),
             ],
         },
         Page {
@@ -314,6 +319,21 @@ async fn every_page_renders_its_content_in_headless_chromium() {
                 s("1.7×"),
             ],
         },
+        Page {
+            name: "queue",
+            hash: s("#/queue"),
+            must: vec![
+                s("job-run-1"),
+                s("job-q-1"),
+                s("job-q-2"),
+                s("trainer-7"),
+                s("s-queued"),
+                s("Recently ended"),
+                s("href=\"#/evaluation/k-correct-0\""),
+                s("shape mismatch"),
+                s("● live"),
+            ],
+        },
     ];
     let mut browser = Browser::start(&bin);
     for page in &pages {
@@ -337,6 +357,33 @@ async fn every_page_renders_its_content_in_headless_chromium() {
             browser.viewport(1400, 1000);
         }
     }
+    // An RL run's heldout curves, one series per heldout set.
+    let dom = browser.open(&format!("{url}/#/curves?runs={}", f.rl_run), "curves");
+    let pass = "[...document.querySelectorAll('[data-chart=heldout_pass] .legend span')].map(s => s.textContent.trim())";
+    let legend = browser.eval(pass);
+    assert_eq!(legend, json!(["l2-heldout 0.34", "synth-heldout 0.54"]), "{dom}");
+    if let Some(d) = &shots {
+        browser.eval("document.querySelector('[data-chart=heldout_pass]').scrollIntoView()");
+        std::thread::sleep(Duration::from_millis(300));
+        browser.screenshot(&d.join("dashboard-heldout.png"));
+    }
+    // The queue page follows the server: it takes the next job, and the page shows it
+    // running within a poll or two, no longer queued.
+    // (Another hash than the page's above: the same one would not navigate.)
+    browser.open(&format!("{url}/#/queue?watch=1"), "queue");
+    assert_eq!(common::claim_next(&path), "job-q-1");
+    let running = "document.querySelector('#running tbody').textContent";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !browser.eval(running).as_str().unwrap_or("").contains("job-q-1") {
+        assert!(Instant::now() < deadline, "the queue page did not update live");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let queued = browser.eval("document.querySelector('#queued tbody').textContent");
+    assert!(!queued.as_str().unwrap().contains("job-q-1"), "{queued}");
+    // An RL run's evaluations are under its run in the evaluation browser.
+    let dom = browser.open(&format!("{url}/#/evaluations?run={}", f.rl_run), "evaluations");
+    assert!(dom.contains("k-correct-1") && dom.contains("k-compile-0"), "{dom}");
+    assert!(!dom.contains("k-correct-0"), "{dom}");
     // A trainer writes while the curves page is open: the live stream redraws the chart.
     let curves = format!("{url}/#/curves?runs={}", f.sft_run);
     browser.open(&curves, "curves");

@@ -370,7 +370,7 @@ pub async fn train(
             || (cfg.schedule.heldout_every > 0 && s.is_multiple_of(cfg.schedule.heldout_every))
     };
     if start == 0 {
-        for h in heldout(cfg, &parts, 0).await {
+        for h in heldout(cfg, &parts, 0, store).await? {
             append_jsonl(&heldout_path, &h)?;
             put_metric(store, &parts.run, 0, &format!("heldout:{}", h.set), &h)?;
             events(RlEvent::Heldout(h.clone()));
@@ -430,6 +430,8 @@ pub async fn train(
                             s.put_episode(&ep.id, &ep.run, &ep.problem, ep.sample, &text)?;
                         }
                     }
+                    let eps = rollout.groups.iter().flat_map(|g| &g.episodes);
+                    link_evaluations(s, &parts.run, eps)?;
                 }
                 events(RlEvent::Step(Box::new(m)));
             }
@@ -461,7 +463,7 @@ pub async fn train(
             summary.last_checkpoint = Some(dir);
         }
         if heldout_due(done) {
-            for h in heldout(cfg, &parts, done).await {
+            for h in heldout(cfg, &parts, done, store).await? {
                 append_jsonl(&heldout_path, &h)?;
                 put_metric(store, &parts.run, done, &format!("heldout:{}", h.set), &h)?;
                 events(RlEvent::Heldout(h.clone()));
@@ -525,9 +527,27 @@ async fn save(parts: &Parts, out: &Path, step: u64, pool: &PoolState) -> Result<
     Ok(dir)
 }
 
+/// Link the evaluations of `episodes` (each turn names its record) to `run` in the
+/// store, so the dashboard's evaluation browser finds them under the run.
+fn link_evaluations<'a>(
+    store: &Store,
+    run: &str,
+    episodes: impl IntoIterator<Item = &'a Episode>,
+) -> Result<(), RlError> {
+    let keys: Vec<&str> =
+        episodes.into_iter().flat_map(|e| &e.turns).filter_map(|t| t.record.as_deref()).collect();
+    store.link_run_evaluations(run, &keys, tritonforge_store::now_ms() / 1000)?;
+    Ok(())
+}
+
 /// Pass@1 of every heldout set, played through the generator (sampled as configured for
-/// heldout: greedy by default, one sample).
-async fn heldout(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics> {
+/// heldout: greedy by default, one sample). Its evaluations are linked to the run.
+async fn heldout(
+    cfg: &RlConfig,
+    parts: &Parts,
+    step: u64,
+    store: Option<&Store>,
+) -> Result<Vec<HeldoutMetrics>, RlError> {
     let mut out = Vec::new();
     let samples = cfg.schedule.heldout_samples.max(1);
     for (name, env) in &parts.heldout {
@@ -552,6 +572,9 @@ async fn heldout(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics
         }
         let eps =
             play_all(env, &parts.generator, &parts.timeline, plays, cfg.rollout.parallel).await;
+        if let Some(s) = store {
+            link_evaluations(s, &parts.run, &eps)?;
+        }
         let n = eps.len().max(1) as f64;
         let first =
             eps.iter().filter(|e| e.turns.first().is_some_and(|t| t.outcome.is_correct())).count();
@@ -569,7 +592,7 @@ async fn heldout(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics
             errors: errors(&eps),
         });
     }
-    out
+    Ok(out)
 }
 
 /// Up to three distinct failure reasons of `eps`.

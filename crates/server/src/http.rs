@@ -149,26 +149,11 @@ pub(crate) fn client_of(headers: &HeaderMap, peer: SocketAddr) -> String {
 
 /// Every request carries the bearer token when the server has one, except the
 /// dashboard's page shell and login form; the dashboard's session cookie stands in for
-/// the token on reads only (`GET`), so nothing that changes state is open to it.
+/// the token on reads only (`GET`), so nothing that changes state is open to it. Wrong
+/// tokens are limited per client address (429 past the limit): one check, the
+/// dashboard's, for both servers.
 async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if let Some(token) = &state.cfg.token {
-        use tritonforge_dashboard as dash;
-        let (method, headers) = (req.method(), req.headers());
-        let ok = dash::bearer_grants(headers, token)
-            || dash::is_public(method, req.uri().path())
-            || dash::session_grants(method, headers, token);
-        if !ok {
-            state.metrics.refused(401);
-            let mut r = HttpError::new(
-                StatusCode::UNAUTHORIZED,
-                "a bearer token is required (Authorization: Bearer <token>)",
-            )
-            .into_response();
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return r;
-        }
-    }
-    let r = next.run(req).await;
+    let r = tritonforge_dashboard::guard(state.access.clone(), req, next).await;
     if r.status().is_client_error() || r.status().is_server_error() {
         state.metrics.refused(r.status().as_u16());
     }
@@ -217,9 +202,9 @@ pub(crate) fn router(
         .route("/metrics", get(metrics))
         .with_state(state.clone())
         // The dashboard at `/`: its UI, assets and read-only `/dash` API.
-        .merge(tritonforge_dashboard::with_token(
+        .merge(tritonforge_dashboard::with_access(
             tritonforge_dashboard::router(dashboard),
-            state.cfg.token.as_deref(),
+            state.access.clone(),
         ))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -104,6 +104,8 @@ pub(crate) struct AppState {
     /// Running jobs' tasks, to cancel them.
     pub running: Mutex<HashMap<String, AbortHandle>>,
     pub metrics: Metrics,
+    /// The token check and its count of wrong tokens per client address.
+    pub access: Arc<tritonforge_dashboard::Access>,
     pub draining: AtomicBool,
     /// Set once the queue is drained: event streams end, so the graceful stop does not
     /// wait on a client that keeps one open.
@@ -157,8 +159,10 @@ impl Server {
             tritonforge_dashboard::Mode::Serve,
         )?;
         let (finished, _) = broadcast::channel(4096);
+        let access = Arc::new(tritonforge_dashboard::Access::new(cfg.token.as_deref()));
         let state = Arc::new(AppState {
             evaluator,
+            access,
             queue: Mutex::new(store),
             suite,
             cfg,

@@ -188,6 +188,10 @@ pub struct EvalRow {
     pub speedup: Option<f64>,
     pub stage: Option<String>,
     pub message: Option<String>,
+    /// The time the page is ordered by: `created_at`, or on a run's page the time the
+    /// evaluation was linked to the run (an agent or RL run links a turn's record when
+    /// its episode ends, not when the record was made). The next page's cursor uses it.
+    pub listed_at: i64,
 }
 
 /// Which episodes a page holds.
@@ -277,9 +281,31 @@ impl Store {
         Ok(())
     }
 
+    /// Note that evaluations `keys` belong to `run`, in one transaction (the RL loop links
+    /// a step's evaluations at once; one commit per key would cost a sync each).
+    pub fn link_run_evaluations(
+        &self,
+        run: &str,
+        keys: &[&str],
+        created_at: i64,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.unchecked_transaction().map_err(self.sql())?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO run_evaluations (run, key, created_at) VALUES (?1, ?2, ?3)",
+                )
+                .map_err(self.sql())?;
+            for key in keys {
+                stmt.execute(params![run, key, created_at]).map_err(self.sql())?;
+            }
+        }
+        tx.commit().map_err(self.sql())
+    }
+
     /// Every run: registered ones, and runs known only by their metrics or episodes
-    /// (status `Recorded`; kind `rl` for RL metrics, `sft` for others, `agent` for
-    /// episodes alone). Newest activity first.
+    /// (status `Recorded`; kind `rl` for RL metrics (split `rl` or `heldout:<set>`),
+    /// `sft` for others, `agent` for episodes alone). Newest activity first.
     pub fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
         use std::collections::BTreeMap;
         let mut runs: BTreeMap<String, RunRow> = BTreeMap::new();
@@ -333,7 +359,7 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT run, COUNT(*), MIN(created_at), MAX(created_at), MAX(split = 'rl')
+                "SELECT run, COUNT(*), MIN(created_at), MAX(created_at), MAX(split = 'rl' OR split LIKE 'heldout:%')
                  FROM train_metrics GROUP BY run",
             )
             .map_err(self.sql())?;
@@ -445,6 +471,36 @@ impl Store {
             .map_err(self.sql())
     }
 
+    /// The last metric of `run` on each split whose name starts with `prefix` (an RL
+    /// run's heldout sets are splits `heldout:<set>`), by split.
+    pub fn last_metrics_by_split(
+        &self,
+        run: &str,
+        prefix: &str,
+    ) -> Result<Vec<MetricRow>, StoreError> {
+        // SQLite takes the bare columns of a row with MAX(step) from that row.
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT run, MAX(step), split, created_at, metric FROM train_metrics
+                 WHERE run = ?1 AND substr(split, 1, length(?2)) = ?2
+                 GROUP BY split ORDER BY split",
+            )
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map(params![run, prefix], |r| {
+                Ok(MetricRow {
+                    run: r.get(0)?,
+                    step: count(r.get(1)?),
+                    split: r.get(2)?,
+                    created_at: r.get(3)?,
+                    metric: r.get(4)?,
+                })
+            })
+            .map_err(self.sql())?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(self.sql())
+    }
+
     /// Verdict counts of a run's evaluations, by status.
     pub fn run_status_counts(&self, run: &str) -> Result<Vec<(String, u64)>, StoreError> {
         let mut stmt = self
@@ -479,16 +535,19 @@ impl Store {
                     json_extract(e.record, '$.stage'),
                     substr(json_extract(e.record, '$.message'), 1, 300)",
         );
+        // The ordering time goes last; `t` is known only below, so it is added there.
         let mut args: Vec<Value> = Vec::new();
         let mut wheres: Vec<String> = Vec::new();
         // With a run, page by the run's own index (its rows carry the time).
         let t = if let Some(run) = &filter.run {
-            sql.push_str(" FROM run_evaluations r JOIN evaluations e ON e.key = r.key");
+            sql.push_str(
+                ", r.created_at FROM run_evaluations r JOIN evaluations e ON e.key = r.key",
+            );
             args.push(Value::Text(run.clone()));
             wheres.push(format!("r.run = ?{}", args.len()));
             "r"
         } else {
-            sql.push_str(" FROM evaluations e");
+            sql.push_str(", e.created_at FROM evaluations e");
             "e"
         };
         if let Some(p) = &filter.problem {
@@ -540,11 +599,12 @@ impl Store {
                     speedup: r.get(5)?,
                     stage: r.get(6)?,
                     message: r.get(7)?,
+                    listed_at: r.get(8)?,
                 })
             })
             .map_err(self.sql())?;
         let items = rows.collect::<Result<Vec<_>, _>>().map_err(self.sql())?;
-        Ok(paged(items, filter.limit, |e| Cursor { created_at: e.created_at, key: e.key.clone() }))
+        Ok(paged(items, filter.limit, |e| Cursor { created_at: e.listed_at, key: e.key.clone() }))
     }
 
     /// SQLite's plan for a page of evaluations: one line per step (what tests assert).

@@ -116,6 +116,47 @@ pub struct JobFilter {
     pub limit: u32,
 }
 
+/// A job as the dashboard's queue page lists it: no request body (it holds the sources,
+/// which a listing has no use for), the error cut short.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueRow {
+    pub id: String,
+    pub seq: i64,
+    pub client: String,
+    pub problem: String,
+    pub candidate: String,
+    pub state: JobState,
+    pub record_key: Option<String>,
+    pub error: Option<String>,
+    pub cached: bool,
+    pub attempts: u32,
+    pub created_ms: i64,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+}
+
+const QUEUE_COLUMNS: &str = "id, seq, client, problem, candidate, state, record_key, \
+                             substr(error, 1, 300), cached, attempts, created_ms, started_ms, finished_ms";
+
+fn row_to_queue_row(r: &Row<'_>) -> rusqlite::Result<QueueRow> {
+    let state: String = r.get(5)?;
+    Ok(QueueRow {
+        id: r.get(0)?,
+        seq: r.get(1)?,
+        client: r.get(2)?,
+        problem: r.get(3)?,
+        candidate: r.get(4)?,
+        state: JobState::parse(&state).unwrap_or(JobState::Failed),
+        record_key: r.get(6)?,
+        error: r.get(7)?,
+        cached: r.get::<_, i64>(8)? != 0,
+        attempts: u32::try_from(r.get::<_, i64>(9)?).unwrap_or(0),
+        created_ms: r.get(10)?,
+        started_ms: r.get(11)?,
+        finished_ms: r.get(12)?,
+    })
+}
+
 const COLUMNS: &str = "id, seq, client, idem_key, request_hash, request, problem, candidate, \
                        state, record_key, error, cached, attempts, created_ms, started_ms, finished_ms";
 
@@ -336,6 +377,32 @@ impl Store {
         Ok(out)
     }
 
+    /// Jobs in `state`, in queue order (oldest first: for `queued`, the next to run
+    /// first), at most `limit`; read on the `(state, seq)` index.
+    pub fn jobs_in_state(&self, state: JobState, limit: u32) -> Result<Vec<QueueRow>, StoreError> {
+        let sql =
+            format!("SELECT {QUEUE_COLUMNS} FROM jobs WHERE state = ?1 ORDER BY seq LIMIT ?2");
+        let mut stmt = self.conn.prepare(&sql).map_err(self.sql())?;
+        let rows = stmt
+            .query_map(params![state.as_str(), i64::from(limit)], row_to_queue_row)
+            .map_err(self.sql())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.sql())
+    }
+
+    /// The last `limit` jobs that ended (done, failed, cancelled), newest first. Walks the
+    /// table backwards by `seq` (its rowid), where ended jobs are nearly all of the rows,
+    /// so no index on the end time is needed.
+    pub fn recent_finished_jobs(&self, limit: u32) -> Result<Vec<QueueRow>, StoreError> {
+        let sql = format!(
+            "SELECT {QUEUE_COLUMNS} FROM jobs WHERE state NOT IN ('queued', 'running')
+             ORDER BY seq DESC LIMIT ?1"
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(self.sql())?;
+        let rows =
+            stmt.query_map(params![i64::from(limit)], row_to_queue_row).map_err(self.sql())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.sql())
+    }
+
     /// Unfinished (queued or running) jobs of one client.
     pub fn open_jobs_of(&self, client: &str) -> Result<u64, StoreError> {
         let n: i64 = self
@@ -425,5 +492,43 @@ mod tests {
             .unwrap();
         assert_eq!(queued.len(), 1);
         assert_eq!(s.cancel_job("nope").unwrap(), None);
+    }
+
+    #[test]
+    fn the_queue_page_lists_by_state_in_queue_order_on_an_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("s.sqlite")).unwrap();
+        let jobs: Vec<NewJob> =
+            (0..5).map(|i| new(&format!("j{i}"), "c1", None, &format!("h{i}"))).collect();
+        s.add_jobs(&jobs, false).unwrap();
+        // j0 runs, j1 ends failed with a long error, j2 is cancelled; j3, j4 wait.
+        assert_eq!(s.claim_job().unwrap().unwrap().id, "j0");
+        assert_eq!(s.claim_job().unwrap().unwrap().id, "j1");
+        let long = "e".repeat(1000);
+        assert!(s.finish_job("j1", JobState::Failed, None, Some(&long), false).unwrap());
+        s.cancel_job("j2").unwrap();
+        let queued = s.jobs_in_state(JobState::Queued, 10).unwrap();
+        assert_eq!(queued.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["j3", "j4"]);
+        assert_eq!(s.jobs_in_state(JobState::Queued, 1).unwrap().len(), 1);
+        let running = s.jobs_in_state(JobState::Running, 10).unwrap();
+        assert_eq!(running.len(), 1);
+        assert_eq!((running[0].id.as_str(), running[0].attempts), ("j0", 1));
+        assert!(running[0].started_ms.is_some() && running[0].finished_ms.is_none());
+        let recent = s.recent_finished_jobs(10).unwrap();
+        assert_eq!(recent.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["j2", "j1"]);
+        assert_eq!(recent[1].error.as_deref().map(str::len), Some(300), "the error is cut");
+        // Both lists are read in order from an index or the rowid, never sorted apart.
+        for sql in [
+            "SELECT id FROM jobs WHERE state = 'queued' ORDER BY seq LIMIT 10",
+            "SELECT id FROM jobs WHERE state NOT IN ('queued', 'running') ORDER BY seq DESC LIMIT 10",
+        ] {
+            let mut stmt = s.conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let plan: Vec<String> = stmt
+                .query_map([], |r| r.get::<_, String>(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE")), "{sql}: {plan:?}");
+        }
     }
 }

@@ -14,7 +14,7 @@ pub use dash::{
     Cursor, EpisodeFilter, EpisodeRow, EvalFilter, EvalRow, MetricRow, Page, ProblemSummary,
     RunKind, RunRow, RunStatus,
 };
-pub use jobs::{now_ms, Added, Job, JobFilter, JobState, NewJob};
+pub use jobs::{now_ms, Added, Job, JobFilter, JobState, NewJob, QueueRow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -4,7 +4,7 @@
 //! writes.
 
 use rusqlite::{params, Connection};
-use tritonforge_store::{Cursor, EpisodeFilter, EvalFilter, Store, StoreError};
+use tritonforge_store::{Cursor, EpisodeFilter, EvalFilter, RunKind, Store, StoreError};
 
 const N: i64 = 100_000;
 const PROBLEMS: i64 = 200;
@@ -186,6 +186,13 @@ fn a_schema_6_store_is_upgraded_with_its_columns_filled_and_read_only_refuses_wr
             [r#"{"status":"correct","stage":"timing","message":"ok","timing":{"speedup":2.5}}"#],
         )
         .unwrap();
+        for (step, pass) in [(0, 0.1), (4, 0.25)] {
+            db.execute(
+                "INSERT INTO train_metrics VALUES ('rl-old', ?1, 'heldout:l2', 8, ?2)",
+                params![step, format!(r#"{{"step":{step},"set":"l2","pass_at_1":{pass}}}"#)],
+            )
+            .unwrap();
+        }
         db.execute(
             "INSERT INTO episodes VALUES ('r/relu/0', 'r', 'relu', 0, 7, ?1)",
             [r#"{"turns":[{"outcome":"incorrect","ret":0.5,"speedup":null},{"outcome":"correct","ret":0.8,"speedup":1.9}]}"#],
@@ -208,11 +215,62 @@ fn a_schema_6_store_is_upgraded_with_its_columns_filled_and_read_only_refuses_wr
         (e.outcome.as_deref(), e.turns, e.ret, e.best_speedup),
         (Some("correct"), 2, Some(0.5), Some(1.9))
     );
-    // Runs known only by episodes are listed.
+    // Runs known only by episodes are listed; an RL run of an older tritonforge, known
+    // by its heldout rows alone (written before its first step), is an RL run.
     let runs = store.runs().unwrap();
-    assert_eq!(runs.len(), 1);
-    assert_eq!((runs[0].id.as_str(), runs[0].episodes), ("r", 1));
+    assert_eq!(runs.len(), 2);
+    let r = runs.iter().find(|r| r.id == "r").unwrap();
+    assert_eq!((r.kind, r.episodes), (RunKind::Agent, 1));
+    let rl = runs.iter().find(|r| r.id == "rl-old").unwrap();
+    assert_eq!((rl.kind, rl.metrics), (RunKind::Rl, 2));
+    let held = store.last_metrics_by_split("rl-old", "heldout:").unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!((held[0].split.as_str(), held[0].step), ("heldout:l2", 4));
+    assert!(held[0].metric.contains("0.25"), "{:?}", held[0]);
 
     let err = store.put_train_metric("r", 1, "train", "{}").unwrap_err();
     assert!(err.to_string().contains("readonly") || err.to_string().contains("read-only"), "{err}");
+}
+
+/// An RL run links a step's evaluations at once (a repeat is one row); the run filter of
+/// the evaluation browser then pages them, and the run counts them.
+#[test]
+fn evaluations_linked_in_one_transaction_page_under_their_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sqlite");
+    let store = Store::open(&path).unwrap();
+    store.begin_run("rl-x", RunKind::Rl, "{}").unwrap();
+    {
+        let db = Connection::open(&path).unwrap();
+        for (i, key) in ["a", "b", "c"].iter().enumerate() {
+            db.execute(
+                "INSERT INTO evaluations (key, problem, candidate, candidate_sha256, status,
+                 created_at, record) VALUES (?1, 'relu', 'c', 's', 'correct', ?2, '{}')",
+                params![key, i as i64],
+            )
+            .unwrap();
+        }
+    }
+    store.link_run_evaluations("rl-x", &["a", "b"], 100).unwrap();
+    store.link_run_evaluations("rl-x", &["b", "c"], 101).unwrap();
+    store.link_run_evaluations("rl-x", &[], 102).unwrap();
+    let run = store.runs().unwrap().into_iter().find(|r| r.id == "rl-x").unwrap();
+    assert_eq!(run.evaluations, 3);
+    let page = store
+        .evaluations_page(&EvalFilter { run: Some("rl-x".into()), limit: 2, ..Default::default() })
+        .unwrap();
+    assert_eq!(page.items.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["c", "b"]);
+    // The cursor is the link's time, not the record's (2 and 1 here): the next page
+    // continues from the run's own order.
+    assert_eq!(page.next.as_ref().map(|c| c.created_at), Some(100));
+    let next = store
+        .evaluations_page(&EvalFilter {
+            run: Some("rl-x".into()),
+            before: page.next,
+            limit: 2,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(next.items.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["a"]);
+    assert_eq!(store.evaluation_json("b").unwrap().unwrap().1, ["rl-x"]);
 }

@@ -242,7 +242,66 @@ pub fn fill(path: &Path) -> Filled {
     for step in 1..=12 {
         store.put_train_metric(&f.rl_run, step, "rl", &rl_metric(step).to_string()).unwrap();
     }
+    // Its heldout sets, measured before the first step and every 4 after (`train rl`
+    // writes them as splits `heldout:<set>`), and the evaluations its episodes named.
+    for step in [0, 4, 8, 12] {
+        for (set, base) in [("l2-heldout", 0.1), ("synth-heldout", 0.3)] {
+            let m = heldout_metric(step, set, base);
+            store
+                .put_train_metric(&f.rl_run, step, &format!("heldout:{set}"), &m.to_string())
+                .unwrap();
+        }
+    }
+    store
+        .link_run_evaluations(&f.rl_run, &["k-correct-1", "k-compile-0"], (t0 + 300) as i64)
+        .unwrap();
+    drop(store);
+    fill_queue(path);
     f
+}
+
+fn heldout_metric(step: u64, set: &str, base: f64) -> Value {
+    let s = step as f64;
+    json!({"step": step, "set": set, "problems": 20, "samples": 1, "pass_at_1": base + 0.02 * s,
+           "solved": base + 0.03 * s, "compile_rate": 0.4 + base + 0.02 * s, "wall_s": 30.0, "errors": []})
+}
+
+/// Text in every queued request: the queue page must never send it (requests hold sources).
+pub const REQUEST_MARKER: &str = "REQUEST-BODY-NOT-FOR-THE-PAGE";
+
+/// The server's queue as `tritonforge serve` leaves it: one job done (its record), one
+/// failed, one running, two queued (`job-q-1` runs next).
+fn fill_queue(path: &Path) {
+    use tritonforge_store::{JobState, NewJob};
+    let mut store = Store::open(path).unwrap();
+    let job = |id: &str, problem: &str| NewJob {
+        id: id.into(),
+        client: "trainer-7".into(),
+        idempotency_key: None,
+        request_hash: format!("h-{id}"),
+        request: json!({"problem": {"source": REQUEST_MARKER}}).to_string(),
+        problem: problem.into(),
+        candidate: format!("{problem}_try"),
+    };
+    let jobs = [
+        job("job-done-1", "relu"),
+        job("job-fail-1", "gelu"),
+        job("job-run-1", "softmax"),
+        job("job-q-1", "matmul"),
+        job("job-q-2", "layernorm"),
+    ];
+    store.add_jobs(&jobs, false).unwrap();
+    assert_eq!(store.claim_job().unwrap().unwrap().id, "job-done-1");
+    store.finish_job("job-done-1", JobState::Done, Some("k-correct-0"), None, false).unwrap();
+    assert_eq!(store.claim_job().unwrap().unwrap().id, "job-fail-1");
+    let error = "the problem's reference raised: RuntimeError: shape mismatch";
+    store.finish_job("job-fail-1", JobState::Failed, None, Some(error), false).unwrap();
+    assert_eq!(store.claim_job().unwrap().unwrap().id, "job-run-1");
+}
+
+/// The server takes the next queued job (another process writing while the page watches).
+pub fn claim_next(path: &Path) -> String {
+    Store::open(path).unwrap().claim_job().unwrap().expect("a queued job").id
 }
 
 /// Append SFT metrics (a trainer writing while the dashboard watches).
@@ -255,13 +314,19 @@ pub fn more_sft(path: &Path, run: &str, steps: std::ops::RangeInclusive<u64>) {
 
 /// A standalone dashboard over `path` on a loopback port, polling fast for the live tests.
 pub async fn start(path: &Path, token: Option<&str>) -> (DashboardServer, String) {
+    start_with(path, tritonforge_dashboard::Access::new(token)).await
+}
+
+/// [`start`] with the access check given (a token and a limit on wrong ones).
+pub async fn start_with(
+    path: &Path,
+    access: tritonforge_dashboard::Access,
+) -> (DashboardServer, String) {
     let dash = Dashboard::open(path, Some(suite()), Mode::Standalone)
         .unwrap()
         .with_poll(Duration::from_millis(100));
     let server =
-        DashboardServer::start(dash, "127.0.0.1:0".parse().unwrap(), token.map(str::to_string))
-            .await
-            .unwrap();
+        DashboardServer::start_with(dash, "127.0.0.1:0".parse().unwrap(), access).await.unwrap();
     let url = format!("http://{}", server.addr);
     (server, url)
 }

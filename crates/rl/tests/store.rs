@@ -1,0 +1,228 @@
+//! What the RL loop leaves in the store for the dashboard, over a real SQLite file: every
+//! evaluation its episodes name (training and heldout) linked to the run, so the
+//! evaluation browser's run filter finds them, and the heldout measurements as metric
+//! rows `heldout:<set>` by step (what the curves page charts). The environment, learner
+//! and generator are stand-ins: the evaluator and the policy are not what is tested here.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tritonforge_agent::{Backend, BackendError, ChatMessage, Completion, Episode, Sampling, Turn};
+use tritonforge_protocol::{
+    RlBatch, RlStats, SaveJob, ScoreJob, Scores, Status, TrainInfo, TrainSetup, WeightDtype,
+};
+use tritonforge_rl::env::BoxFuture;
+use tritonforge_rl::{Environment, Generator, Learner, Parts, Play, RlConfig, RlEvent, Timeline};
+use tritonforge_store::{RunKind, Store};
+
+/// One-turn episodes whose every reward is equal (so no step trains: the learner is never
+/// asked to score or step); each turn names an evaluation record after its episode, except
+/// the turns of task 0, whose code was not extracted (no record).
+struct Fixed {
+    tasks: usize,
+    prefix: &'static str,
+}
+
+impl Environment for Fixed {
+    fn keys(&self) -> Vec<String> {
+        (0..self.tasks).map(|i| format!("{}/t{i}", self.prefix)).collect()
+    }
+
+    fn play<'a>(&'a self, _backend: &'a dyn Backend, play: Play) -> BoxFuture<'a, Episode> {
+        Box::pin(async move {
+            let record = (play.task != 0).then(|| format!("rec:{}", play.id));
+            Episode {
+                id: play.id.clone(),
+                run: play.run.clone(),
+                problem: format!("p{}", play.task),
+                sample: play.sample,
+                turns: vec![Turn {
+                    turn: 0,
+                    outcome: tritonforge_agent::TurnOutcome::Evaluated(Status::Incorrect),
+                    reward: 0.3,
+                    record,
+                    ..Turn::default()
+                }],
+                ..Episode::default()
+            }
+        })
+    }
+}
+
+struct Idle;
+
+impl Backend for Idle {
+    fn describe(&self) -> String {
+        "idle".into()
+    }
+
+    fn complete<'a>(
+        &'a self,
+        _messages: &'a [ChatMessage],
+        _sampling: &'a Sampling,
+    ) -> BoxFuture<'a, Result<Completion, BackendError>> {
+        Box::pin(async { Ok(Completion::default()) })
+    }
+}
+
+impl Generator for Idle {
+    fn backend(&self) -> &dyn Backend {
+        self
+    }
+
+    fn refresh<'a>(&'a self, _dir: &'a Path) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn needs_weights_on_disk(&self) -> bool {
+        false
+    }
+}
+
+/// A learner that sets up and saves (a checkpoint directory of nothing) and would fail a
+/// training request: with no signal there must be none.
+struct NoTraining;
+
+impl Learner for NoTraining {
+    fn setup(&self, _setup: TrainSetup) -> BoxFuture<'_, Result<TrainInfo, String>> {
+        Box::pin(async {
+            Ok(TrainInfo {
+                parameters: 1,
+                trainable: 1,
+                head_parameters: 0,
+                vocab_size: 8,
+                layers: 1,
+                attention_width: 1,
+                dtype: WeightDtype::Float32,
+                device: "cpu".into(),
+                world_size: 1,
+                gpu_name: None,
+                step: 0,
+                compiled: false,
+                attention: String::new(),
+            })
+        })
+    }
+
+    fn score(&self, _job: ScoreJob) -> BoxFuture<'_, Result<Scores, String>> {
+        Box::pin(async { Err("no step has signal: nothing is scored".to_string()) })
+    }
+
+    fn step(&self, _batch: RlBatch) -> BoxFuture<'_, Result<RlStats, String>> {
+        Box::pin(async { Err("no step has signal: nothing is trained".to_string()) })
+    }
+
+    fn save(&self, job: SaveJob) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async move {
+            std::fs::create_dir_all(&job.dir).map_err(|e| e.to_string())?;
+            Ok(0)
+        })
+    }
+}
+
+fn config(out: &Path) -> RlConfig {
+    let text = format!(
+        r#"
+[model]
+path = "none"
+[data]
+train = [{{ suite = "toy" }}]
+[rollout]
+problems = 3
+samples = 2
+turns = 1
+max_tokens = 4
+parallel = 4
+fill_rounds = 0
+[schedule]
+steps = 2
+save_every = 2
+[output]
+dir = "{}"
+"#,
+        out.display()
+    );
+    let cfg: RlConfig = toml::from_str(&text).unwrap();
+    cfg.check().unwrap();
+    cfg
+}
+
+#[test]
+fn the_runs_evaluations_are_linked_and_heldout_rows_are_stored_by_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("out"));
+    let path = dir.path().join("s.sqlite");
+    let store = Store::open(&path).unwrap();
+    store.begin_run("rl-toy", RunKind::Rl, "{}").unwrap();
+    let parts = Parts {
+        env: Arc::new(Fixed { tasks: 3, prefix: "toy" }),
+        heldout: vec![("toy-held".into(), Arc::new(Fixed { tasks: 2, prefix: "held" }))],
+        generator: Arc::new(Idle),
+        learner: Arc::new(NoTraining),
+        setup: tritonforge_rl::setup::train_setup(&cfg, "none"),
+        pad_id: 0,
+        timeline: Arc::new(Timeline::new()),
+        timed: false,
+        run: "rl-toy".into(),
+        tokenizer_dir: None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut steps = 0;
+    let summary = rt
+        .block_on(tritonforge_rl::train(&cfg, parts, Some(&store), &mut |e| {
+            if let RlEvent::Step(m) = e {
+                assert_eq!(m.updates, 0, "equal rewards: no signal, no update");
+                steps += 1;
+            }
+        }))
+        .unwrap();
+    assert_eq!((summary.steps_done, steps), (2, 2));
+    drop(store);
+
+    // What the dashboard reads, through a read-only handle as it does.
+    let store = Store::open_read_only(&path).unwrap();
+    // Per step, 3 tasks × 2 samples, of which task 0's 2 name no record: 4 linked; per
+    // heldout (steps 0 and 2), 2 tasks × 1 sample, task 0 without a record: 1 linked.
+    let run = store.runs().unwrap().into_iter().find(|r| r.id == "rl-toy").unwrap();
+    assert_eq!(run.kind, RunKind::Rl);
+    assert_eq!(run.evaluations, 2 * 4 + 2, "{run:?}");
+    // The evaluator writes the records; two of them here, one of a training turn and one
+    // of a heldout turn. The evaluation browser's run filter finds both under the run.
+    drop(store);
+    let db = rusqlite::Connection::open(&path).unwrap();
+    let keys = ["rec:rl-toy/step-000001/toy/t2/1", "rec:rl-toy/heldout-000002/held/t1/0"];
+    for (i, key) in keys.iter().enumerate() {
+        db.execute(
+            "INSERT INTO evaluations (key, problem, candidate, candidate_sha256, status,
+             created_at, record) VALUES (?1, 'p', 'c', 's', 'incorrect', ?2, '{}')",
+            rusqlite::params![key, i as i64],
+        )
+        .unwrap();
+    }
+    drop(db);
+    let store = Store::open_read_only(&path).unwrap();
+    let linked = store
+        .evaluations_page(&tritonforge_store::EvalFilter {
+            run: Some("rl-toy".into()),
+            limit: 500,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut found: Vec<&str> = linked.items.iter().map(|e| e.key.as_str()).collect();
+    found.sort();
+    assert_eq!(found, [keys[1], keys[0]]);
+    assert_eq!(store.evaluation_json(keys[1]).unwrap().unwrap().1, ["rl-toy"]);
+    // Heldout: one row per set and measurement, at the step it was taken.
+    let held: Vec<(u64, String)> = store
+        .train_metrics("rl-toy")
+        .unwrap()
+        .into_iter()
+        .filter(|(_, split, _)| split.starts_with("heldout:"))
+        .map(|(step, split, _)| (step, split))
+        .collect();
+    assert_eq!(held, [(0, "heldout:toy-held".to_string()), (2, "heldout:toy-held".to_string())]);
+    let last = store.last_metrics_by_split("rl-toy", "heldout:").unwrap();
+    let m: serde_json::Value = serde_json::from_str(&last[0].metric).unwrap();
+    assert_eq!((m["set"].as_str(), m["problems"].as_u64()), (Some("toy-held"), Some(2)));
+    assert_eq!(m["pass_at_1"], 0.0);
+}
