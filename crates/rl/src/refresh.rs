@@ -82,14 +82,14 @@ impl Reply {
     }
 
     /// The engine's own words: SGLang's `message`, vLLM's `error.message`, FastAPI's
-    /// `detail`, or the body itself.
+    /// `detail`, or the body itself (a text body as it came).
     fn message(&self) -> String {
         let b = &self.body;
-        let found = [&b["message"], &b["error"]["message"], &b["error"], &b["detail"]]
+        let found = [&b["message"], &b["error"]["message"], &b["error"], &b["detail"], b]
             .into_iter()
             .find_map(|v| v.as_str().filter(|s| !s.is_empty()));
         match found {
-            Some(s) => s.to_string(),
+            Some(s) => s.chars().take(500).collect(),
             None if b.is_null() => "no message".into(),
             None => b.to_string().chars().take(500).collect(),
         }
