@@ -14,6 +14,7 @@ pub mod prompts;
 pub mod reward;
 pub mod runner;
 pub mod sglang;
+pub mod vllm;
 
 pub use backend::{Backend, BackendError, ChatMessage, Completion, Sampling};
 pub use episode::{run_episode, Episode, EpisodeConfig, NotExtracted, Turn, TurnOutcome};

@@ -26,6 +26,7 @@ use crate::openai::{OpenAiBackend, OpenAiConfig};
 use crate::prompts::{Prompts, Target};
 use crate::reward::RewardConfig;
 use crate::sglang::SglangBackend;
+use crate::vllm::VllmBackend;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -64,6 +65,8 @@ pub enum BackendSpec {
     OpenAi(OpenAiConfig),
     /// SGLang's native `/generate`, token ids in and out, with the served model's tokenizer.
     Sglang { http: HttpConfig, tokenizer: PathBuf },
+    /// vLLM's `/v1/completions` with token ids in and out, with the served model's tokenizer.
+    Vllm { http: HttpConfig, tokenizer: PathBuf, model: Option<String> },
     /// The policy worker running a model here.
     Embedded(EmbeddedConfig),
 }
@@ -75,6 +78,8 @@ pub enum EndpointApi {
     OpenAi,
     /// SGLang's native `/generate` under the server root, token ids in and out.
     Sglang,
+    /// vLLM's `/v1/completions` under the server root, token ids in and out.
+    Vllm,
 }
 
 impl std::str::FromStr for EndpointApi {
@@ -83,7 +88,8 @@ impl std::str::FromStr for EndpointApi {
         match s {
             "openai" => Ok(EndpointApi::OpenAi),
             "sglang" => Ok(EndpointApi::Sglang),
-            other => Err(format!("{other:?}: the API is openai or sglang")),
+            "vllm" => Ok(EndpointApi::Vllm),
+            other => Err(format!("{other:?}: the API is openai, sglang or vllm")),
         }
     }
 }
@@ -96,7 +102,7 @@ pub struct Endpoint {
     /// The model name sent with each request [default: `default`].
     pub model: Option<String>,
     pub stream: bool,
-    /// The served model's tokenizer directory (needed by `Sglang`).
+    /// The served model's tokenizer directory (needed by `Sglang` and `Vllm`).
     pub tokenizer: Option<PathBuf>,
 }
 
@@ -116,6 +122,14 @@ impl BackendSpec {
                      tokenizer (tokenizer.json and chat template)",
                 )?,
             },
+            EndpointApi::Vllm => BackendSpec::Vllm {
+                http: e.http,
+                tokenizer: e.tokenizer.ok_or(
+                    "--api vllm sends token ids: --tokenizer DIR must name the served model's \
+                     tokenizer (tokenizer.json and chat template)",
+                )?,
+                model: e.model,
+            },
         })
     }
 
@@ -124,6 +138,9 @@ impl BackendSpec {
             BackendSpec::OpenAi(c) => Arc::new(OpenAiBackend::new(c)?),
             BackendSpec::Sglang { http, tokenizer } => {
                 Arc::new(SglangBackend::new(http, &tokenizer)?)
+            }
+            BackendSpec::Vllm { http, tokenizer, model } => {
+                Arc::new(VllmBackend::new(http, &tokenizer, model)?)
             }
             BackendSpec::Embedded(c) => Arc::new(EmbeddedBackend::new(c)),
         })

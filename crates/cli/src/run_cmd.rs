@@ -36,12 +36,14 @@ pub struct RunArgs {
     /// [default: tritonforge-smollm2].
     #[arg(long)]
     embedded_model: Option<String>,
-    /// The endpoint's API: `openai` (chat completions under --base-url, e.g. `.../v1`) or
+    /// The endpoint's API: `openai` (chat completions under --base-url, e.g. `.../v1`),
     /// `sglang` (SGLang's native /generate under the server root, token ids in and out;
-    /// needs --tokenizer).
+    /// needs --tokenizer) or `vllm` (vLLM's /v1/completions under the server root, token
+    /// ids in and out; needs --tokenizer).
     #[arg(long, default_value = "openai")]
     api: EndpointApi,
-    /// Directory with the served model's tokenizer.json and chat template (--api sglang),
+    /// Directory with the served model's tokenizer.json and chat template (--api sglang
+    /// or vllm),
     /// e.g. one written by `tritonforge tokenizer export`.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
@@ -219,8 +221,9 @@ pub async fn run(global: &Global, args: RunArgs) -> anyhow::Result<u8> {
     let evaluator = global.eval_service(|| Ok(pool), guard).await?;
     let env = tritonforge_eval::report::env_line(evaluator.environment());
     let spec_of_backend = args.backend(global, model, evaluator.device())?;
-    let sglang = matches!(spec_of_backend, BackendSpec::Sglang { .. }); // its tokenizer is input
-    let backend = spec_of_backend.build().map_err(|e| if sglang { usage(e) } else { e.into() })?;
+    // A token-level backend's tokenizer directory is the user's input: a bad one is usage.
+    let tokens = matches!(spec_of_backend, BackendSpec::Sglang { .. } | BackendSpec::Vllm { .. });
+    let backend = spec_of_backend.build().map_err(|e| if tokens { usage(e) } else { e.into() })?;
     if !args.json {
         eprintln!("{env}");
     }

@@ -463,15 +463,173 @@ fn a_model_without_a_chat_template_is_named_before_anything_starts() {
     }
 }
 
-/// The SGLang mock: per prompt, the first request gets a code answer and the second none,
-/// so every group of two has unequal rewards; `/update_weights_from_disk` records the
-/// directories it was told to load with a digest of the weights it found there (and
-/// refuses a directory without weights, as SGLang would).
+/// The mock engine, speaking SGLang's or vLLM's API (generation and weight refresh) as
+/// their servers do: per prompt, the first request gets a code answer and the second
+/// none, so every group of two has unequal rewards. A load records the directory with a
+/// digest of the weights found there (a directory without weights is refused, as the
+/// engines do, with a message of their shape); every control call is recorded in order,
+/// and the engine reports the weight version it was last given.
 #[derive(Clone)]
 struct Engine {
     tokenizer: Arc<tritonforge_chat::ChatTokenizer>,
     seen: Arc<std::sync::Mutex<std::collections::HashMap<Vec<u32>, usize>>>,
     loads: Arc<std::sync::Mutex<Vec<(String, u64)>>>,
+    calls: Arc<std::sync::Mutex<Vec<String>>>,
+    version: Arc<std::sync::Mutex<String>>,
+    /// When set, every load fails with this message.
+    fail: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+type EngineState = axum::extract::State<Engine>;
+type Json = axum::Json<Value>;
+
+impl Engine {
+    fn new() -> Engine {
+        Engine {
+            tokenizer: Arc::new(
+                tritonforge_chat::ChatTokenizer::from_dir(&exported_tokenizer()).unwrap(),
+            ),
+            seen: Default::default(),
+            loads: Default::default(),
+            calls: Default::default(),
+            version: Arc::new(std::sync::Mutex::new("default".into())),
+            fail: Default::default(),
+        }
+    }
+
+    fn record(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+
+    /// The answer's ids (ending with `<|im_end|>`) to `input`.
+    fn answer(&self, input: &[u32]) -> Vec<u32> {
+        let n = {
+            let mut seen = self.seen.lock().unwrap();
+            let n = seen.entry(input.to_vec()).or_default();
+            *n += 1;
+            *n
+        };
+        let text = if n % 2 == 1 {
+            "```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n```"
+        } else {
+            "I cannot help with that."
+        };
+        let mut out = self.tokenizer.encode(text).unwrap();
+        out.push(self.tokenizer.token_id("<|im_end|>").unwrap());
+        out
+    }
+
+    /// Loads `dir` when it holds weights; `Err` with an engine's message otherwise.
+    fn load(&self, dir: &str) -> Result<(), String> {
+        let weights = Path::new(dir).join("model.safetensors");
+        self.loads.lock().unwrap().push((dir.to_string(), digest(&weights)));
+        if let Some(m) = self.fail.lock().unwrap().clone() {
+            return Err(m);
+        }
+        if weights.is_file() {
+            Ok(())
+        } else {
+            Err(format!("Cannot find any model weights with `{dir}`"))
+        }
+    }
+
+    fn weight_version(&self) -> Json {
+        axum::Json(serde_json::json!({"weight_version": self.version.lock().unwrap().clone()}))
+    }
+
+    fn sglang(&self) -> axum::Router {
+        use axum::routing::{get, post};
+        axum::Router::new()
+            .route("/generate", post(sglang_generate))
+            .route(
+                "/pause_generation",
+                post(|axum::extract::State(e): EngineState, axum::Json(b): Json| async move {
+                    e.record(format!("pause_generation {}", b["mode"]));
+                    axum::Json(serde_json::json!({"message": "Generation paused successfully.", "status": "ok"}))
+                }),
+            )
+            .route(
+                "/update_weights_from_disk",
+                post(|axum::extract::State(e): EngineState, axum::Json(b): Json| async move {
+                    let dir = b["model_path"].as_str().unwrap_or_default();
+                    let version = b["weight_version"].as_str().unwrap_or_default();
+                    e.record(format!("update_weights_from_disk {version}"));
+                    let (status, body) = match e.load(dir) {
+                        Ok(()) => {
+                            *e.version.lock().unwrap() = version.to_string();
+                            (200, serde_json::json!({"success": true, "message": "Succeeded to update model weights.", "num_paused_requests": 0}))
+                        }
+                        Err(m) => (400, serde_json::json!({"success": false, "message": m, "num_paused_requests": 0})),
+                    };
+                    (axum::http::StatusCode::from_u16(status).unwrap(), axum::Json(body))
+                }),
+            )
+            .route(
+                "/continue_generation",
+                post(|axum::extract::State(e): EngineState, axum::Json(_): Json| async move {
+                    e.record("continue_generation".into());
+                    axum::Json(serde_json::json!({"message": "Generation continued successfully.", "status": "ok"}))
+                }),
+            )
+            .route(
+                "/get_weight_version",
+                get(|axum::extract::State(e): EngineState| async move {
+                    e.record("get_weight_version".into());
+                    e.weight_version()
+                }),
+            )
+            .with_state(self.clone())
+    }
+
+    fn vllm(&self) -> axum::Router {
+        use axum::routing::{get, post};
+        axum::Router::new()
+            .route("/v1/completions", post(vllm_completions))
+            .route(
+                "/pause",
+                post(|axum::extract::State(e): EngineState, q: axum::extract::RawQuery| async move {
+                    e.record(format!("pause {}", q.0.unwrap_or_default()));
+                    axum::Json(serde_json::json!({"status": "paused"}))
+                }),
+            )
+            .route(
+                "/collective_rpc",
+                post(|axum::extract::State(e): EngineState, axum::Json(b): Json| async move {
+                    e.record(format!("collective_rpc {}", b["method"].as_str().unwrap_or("?")));
+                    match e.load(b["kwargs"]["weights_path"].as_str().unwrap_or_default()) {
+                        Ok(()) => (axum::http::StatusCode::OK, axum::Json(serde_json::json!({"results": [null]}))),
+                        Err(m) => (
+                            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                            axum::Json(serde_json::json!({"error": {"message": m, "type": "InternalServerError", "param": null, "code": 500}})),
+                        ),
+                    }
+                }),
+            )
+            .route(
+                "/update_weight_version",
+                post(|axum::extract::State(e): EngineState, axum::Json(b): Json| async move {
+                    let v = b["new_version"].as_str().unwrap_or_default().to_string();
+                    e.record(format!("update_weight_version {v}"));
+                    *e.version.lock().unwrap() = v.clone();
+                    axum::Json(serde_json::json!({"success": true, "new_version": v}))
+                }),
+            )
+            .route(
+                "/resume",
+                post(|axum::extract::State(e): EngineState| async move {
+                    e.record("resume".into());
+                    axum::Json(serde_json::json!({"status": "resumed"}))
+                }),
+            )
+            .route(
+                "/weight_info",
+                get(|axum::extract::State(e): EngineState| async move {
+                    e.record("weight_info".into());
+                    e.weight_version()
+                }),
+            )
+            .with_state(self.clone())
+    }
 }
 
 /// A digest of a weights file (0: none there).
@@ -483,44 +641,41 @@ fn digest(path: &Path) -> u64 {
     h.finish()
 }
 
-async fn engine_generate(
-    axum::extract::State(e): axum::extract::State<Engine>,
-    axum::Json(body): axum::Json<Value>,
-) -> axum::Json<Value> {
-    let input: Vec<u32> =
-        body["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-    let n = {
-        let mut seen = e.seen.lock().unwrap();
-        let n = seen.entry(input.clone()).or_default();
-        *n += 1;
-        *n
-    };
-    let text = if n % 2 == 1 {
-        "```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n```"
-    } else {
-        "I cannot help with that."
-    };
-    let end = e.tokenizer.token_id("<|im_end|>").unwrap();
-    let mut out = e.tokenizer.encode(text).unwrap();
-    out.push(end);
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// SGLang's `/generate`: `input_ids` in; `output_ids` and `meta_info` out.
+async fn sglang_generate(axum::extract::State(e): EngineState, axum::Json(body): Json) -> Json {
+    let input = ids(&body["input_ids"]);
+    let out = e.answer(&input);
     let lps: Vec<Value> = out.iter().map(|id| serde_json::json!([-30.0, id, null])).collect();
     axum::Json(serde_json::json!({
-        "text": text, "output_ids": out,
+        "text": e.tokenizer.decode(&out, true).unwrap(), "output_ids": out,
         "meta_info": {"prompt_tokens": input.len(), "completion_tokens": out.len(),
-                      "finish_reason": {"type": "stop", "matched": end},
+                      "finish_reason": {"type": "stop", "matched": out.last()},
+                      "weight_version": e.version.lock().unwrap().clone(),
                       "output_token_logprobs": lps}
     }))
 }
 
-async fn engine_load(
-    axum::extract::State(e): axum::extract::State<Engine>,
-    axum::Json(body): axum::Json<Value>,
-) -> axum::Json<Value> {
-    let dir = body["model_path"].as_str().unwrap_or_default().to_string();
-    let weights = Path::new(&dir).join("model.safetensors");
-    let ok = weights.is_file();
-    e.loads.lock().unwrap().push((dir.clone(), digest(&weights)));
-    axum::Json(serde_json::json!({"success": ok, "message": if ok { "ok" } else { "no weights" }}))
+/// vLLM's `/v1/completions` with the prompt as ids, `return_token_ids` and `logprobs: 0`.
+async fn vllm_completions(axum::extract::State(e): EngineState, axum::Json(body): Json) -> Json {
+    assert_eq!(body["return_token_ids"], true, "{body}");
+    assert_eq!(body["logprobs"], 0, "{body}");
+    let input = ids(&body["prompt"]);
+    let out = e.answer(&input);
+    let text = e.tokenizer.decode(&out, true).unwrap();
+    let lps: Vec<f64> = out.iter().map(|_| -30.0).collect();
+    axum::Json(serde_json::json!({
+        "id": "cmpl-mock", "object": "text_completion", "created": 0, "model": "tiny",
+        "choices": [{"index": 0, "text": text, "finish_reason": "stop", "stop_reason": null,
+                     "prompt_token_ids": input, "token_ids": out,
+                     "logprobs": {"text_offset": [], "token_logprobs": lps,
+                                  "tokens": [], "top_logprobs": []}}],
+        "usage": {"prompt_tokens": input.len(), "completion_tokens": out.len(),
+                  "total_tokens": input.len() + out.len()}
+    }))
 }
 
 /// Disaggregated: generation on a (mock) SGLang engine refreshed from the trainer's
@@ -533,27 +688,20 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let model = tiny_model(dir.path(), None);
-    let engine = Engine {
-        tokenizer: Arc::new(
-            tritonforge_chat::ChatTokenizer::from_dir(&exported_tokenizer()).unwrap(),
-        ),
-        seen: Default::default(),
-        loads: Default::default(),
-    };
-    let app = axum::Router::new()
-        .route("/generate", axum::routing::post(engine_generate))
-        .route("/update_weights_from_disk", axum::routing::post(engine_load))
-        .with_state(engine.clone());
-    let url = format!("http://{}", serve_on_loopback(app));
+    let engine = Engine::new();
+    let url = format!("http://{}", serve_on_loopback(engine.sglang()));
     let server = serve(&dir.path().join("server-state"), &["--device", "cpu"]);
     let cfg = dir.path().join("rl.toml");
-    let config = |out: &Path, extra: &str| {
+    let config = |out: &Path, extra: &str, generation: &str| {
         suite_config(out, &model, extra)
         .replace("[model.lora]\nrank = 4\nalpha = 8.0\ntarget_modules = [\"q_proj\", \"v_proj\"]\n", "")
         .replace("heldout = [{ suite = \"builtin\", split = \"heldout\", level = 2, name = \"l2-heldout\" }]\n", "")
         .replace("turns = 2", "turns = 1")
-        + &format!(
-            "[generation]\nkind = \"sglang\"\nurls = [\"{url}\"]\ntokenizer = \"{}\"\n",
+        + generation
+    };
+    let engines = |kind: &str, url: &str| {
+        format!(
+            "[generation]\nkind = \"{kind}\"\nurls = [\"{url}\"]\ntokenizer = \"{}\"\n",
             exported_tokenizer().display()
         )
     };
@@ -590,15 +738,26 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
         (world, steps, err)
     };
     let out = dir.path().join("out");
-    let (world, _, _) = train(config(&out, ""));
+    let (world, _, _) = train(config(&out, "", &engines("sglang", &url)));
     assert_eq!(world, 1);
     let weights = out.join("weights").display().to_string();
     let loads = std::mem::take(&mut *engine.loads.lock().unwrap());
     assert_eq!(
         loads.iter().map(|l| l.0.clone()).collect::<Vec<_>>(),
-        vec![weights.clone(), weights],
+        vec![weights.clone(), weights.clone()],
         "refreshed after each step"
     );
+    // Paused around each load, told the step as its version, and asked for it after.
+    let refresh = |v: &str| {
+        [
+            "pause_generation \"retract\"".to_string(),
+            format!("update_weights_from_disk {v}"),
+            "continue_generation".into(),
+            "get_weight_version".into(),
+        ]
+    };
+    let calls = std::mem::take(&mut *engine.calls.lock().unwrap());
+    assert_eq!(calls, [refresh("step-1"), refresh("step-2")].concat());
     // The server evaluated the code answers (one per problem drawn; repeats are its cache
     // hits), and the client kept none locally.
     let count = |state: &Path| -> i64 {
@@ -611,7 +770,8 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
     // The learner on two ranks: the same steps, a whole checkpoint each step, and the
     // engine refreshed after each with the weights rank 0 wrote.
     let out = dir.path().join("ranks");
-    let (world, steps, err) = train(config(&out, "[learner]\nprocs = 2\n"));
+    let (world, steps, err) =
+        train(config(&out, "[learner]\nprocs = 2\n", &engines("sglang", &url)));
     let log = std::fs::read_to_string(out.join("learner.log")).unwrap_or_default();
     assert_eq!(world, 2, "{err}\n{log}");
     for m in &steps {
@@ -634,5 +794,54 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
         loads[1].1,
         digest(&last.join("model.safetensors")),
         "the engine loaded what the checkpoint of the same step holds"
+    );
+
+    // vLLM: the same run on a mock vLLM server, its completions asked with the prompt's
+    // ids, and each step's weights reloaded between a pause and a resume.
+    let vllm = Engine::new();
+    let vllm_url = format!("http://{}", serve_on_loopback(vllm.vllm()));
+    let out = dir.path().join("vllm");
+    let (world, _, err) = train(config(&out, "", &engines("vllm", &vllm_url)));
+    assert_eq!(world, 1, "{err}");
+    let weights = out.join("weights").display().to_string();
+    let loads = vllm.loads.lock().unwrap().clone();
+    assert_eq!(
+        loads.iter().map(|l| l.0.clone()).collect::<Vec<_>>(),
+        vec![weights.clone(), weights]
+    );
+    let refresh = |v: &str| {
+        [
+            "pause mode=wait".to_string(),
+            "collective_rpc reload_weights".into(),
+            format!("update_weight_version {v}"),
+            "resume".into(),
+            "weight_info".into(),
+        ]
+    };
+    assert_eq!(*vllm.calls.lock().unwrap(), [refresh("step-1"), refresh("step-2")].concat());
+    assert!(vllm.seen.lock().unwrap().len() >= 2, "the engine generated the rollouts");
+
+    // An engine that fails to load stops the run after the first step, with its URL and
+    // its own message; the step's metrics are kept.
+    let msg = "RuntimeError: CUDA out of memory while loading model.layers.0";
+    *vllm.fail.lock().unwrap() = Some(msg.into());
+    let out = dir.path().join("vllm-fails");
+    std::fs::write(&cfg, config(&out, "", &engines("vllm", &vllm_url))).unwrap();
+    let o = run(tf(&state)
+        .args(["--device", "cpu", "--eval-server", &server.url, "train", "rl", "--config"])
+        .arg(&cfg));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(
+        line.contains(&vllm_url) && line.contains("did not load") && line.contains(msg),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(out.join("metrics.jsonl")).unwrap().lines().count(), 1);
+    let calls = vllm.calls.lock().unwrap().clone();
+    assert_eq!(
+        calls.last().map(String::as_str),
+        Some("collective_rpc reload_weights"),
+        "not resumed"
     );
 }

@@ -301,11 +301,44 @@ pub enum GenerationCfg {
         #[serde(default = "request_timeout")]
         timeout_s: f64,
     },
+    /// vLLM servers started with `VLLM_SERVER_DEV_MODE=1` (`/v1/completions`, token ids
+    /// in and out), told to reload each new checkpoint from disk (`/collective_rpc`
+    /// `reload_weights`): disaggregated.
+    Vllm {
+        urls: Vec<String>,
+        /// The served model's tokenizer directory.
+        tokenizer: PathBuf,
+        /// The served model's name, sent with each request [default: none, the one served].
+        model: Option<String>,
+        /// Seconds a request may take.
+        #[serde(default = "request_timeout")]
+        timeout_s: f64,
+    },
+}
+
+impl GenerationCfg {
+    /// The external engines' URLs and tokenizer; `None` when colocated.
+    pub fn external(&self) -> Option<(&[String], &Path)> {
+        match self {
+            GenerationCfg::Colocated => None,
+            GenerationCfg::Sglang { urls, tokenizer, .. }
+            | GenerationCfg::Vllm { urls, tokenizer, .. } => Some((urls, tokenizer)),
+        }
+    }
+
+    /// What the config and errors call this kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            GenerationCfg::Colocated => "colocated",
+            GenerationCfg::Sglang { .. } => "sglang",
+            GenerationCfg::Vllm { .. } => "vllm",
+        }
+    }
 }
 
 /// Where the weights are trained: the policy worker, in one process (`procs = 1`, the
 /// default), or under `torchrun` on several ranks (FSDP2, one per GPU), which only trains:
-/// generation then comes from external engines (`[generation] kind = "sglang"`), refreshed
+/// generation then comes from external engines (`[generation] kind = "sglang"` or `"vllm"`), refreshed
 /// from the weights rank 0 writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -425,7 +458,7 @@ impl RlConfig {
             if self.generation == GenerationCfg::Colocated {
                 return bad(
                     &format!("learner.procs = {procs} with generation.kind = \"colocated\""),
-                    "a learner on several ranks only trains; generate on external engines ([generation] kind = \"sglang\", urls, tokenizer) or set learner.procs = 1",
+                    "a learner on several ranks only trains; generate on external engines ([generation] kind = \"sglang\" or \"vllm\", urls, tokenizer) or set learner.procs = 1",
                 );
             }
             if l.kl_coef > 0.0 {
@@ -435,9 +468,17 @@ impl RlConfig {
                 );
             }
         }
-        if let GenerationCfg::Sglang { urls, .. } = &self.generation {
+        if let Some((urls, _)) = self.generation.external() {
             if urls.is_empty() {
-                return bad("generation.urls", "no SGLang server named");
+                return bad(
+                    "generation.urls",
+                    &format!("no {} server named", self.generation.kind()),
+                );
+            }
+            if let Some(u) =
+                urls.iter().find(|u| !u.starts_with("http://") && !u.starts_with("https://"))
+            {
+                return bad("generation.urls", &format!("{u:?} is not an http:// or https:// URL"));
             }
             if self.model.lora.is_some() {
                 return bad(
@@ -514,6 +555,34 @@ mod tests {
         }
         let e = toml::from_str::<RlConfig>(&format!("{MIN}[learner]\ngpus = 2\n")).unwrap_err();
         assert!(e.to_string().contains("gpus"), "{e}");
+    }
+
+    /// vLLM engines are configured like SGLang's, with an optional served name; an empty
+    /// list, a URL without a scheme and LoRA training are named.
+    #[test]
+    fn vllm_engines_are_selected_by_kind() {
+        let vllm = "[generation]\nkind = \"vllm\"\nurls = [\"http://g1:8000\", \"http://g2:8000\"]\ntokenizer = \"t\"\nmodel = \"policy\"\n";
+        let c: RlConfig = toml::from_str(&format!("{MIN}{vllm}[learner]\nprocs = 2\n")).unwrap();
+        c.check().unwrap();
+        let GenerationCfg::Vllm { urls, model, timeout_s, .. } = &c.generation else {
+            panic!("{:?}", c.generation)
+        };
+        assert_eq!((urls.len(), model.as_deref(), *timeout_s), (2, Some("policy"), 600.0));
+        assert_eq!(c.generation.kind(), "vllm");
+        let lora = MIN.replace("[data]", "[model.lora]\nrank = 4\n[data]");
+        let no_urls = vllm.replace("\"http://g1:8000\", \"http://g2:8000\"", "");
+        for (text, key, why) in [
+            (format!("{MIN}{no_urls}"), "generation.urls", "no vllm server"),
+            (format!("{MIN}{}", vllm.replace("http://g1", "g1")), "generation.urls", "\"g1:8000\""),
+            (format!("{lora}{vllm}"), "generation.kind", "full weights"),
+        ] {
+            let c: RlConfig = toml::from_str(&text).unwrap();
+            let e = c.check().unwrap_err();
+            assert!(e.starts_with(key) && e.contains(why), "{text}: {e}");
+        }
+        let e = toml::from_str::<RlConfig>(&format!("{MIN}{}", vllm.replace("vllm", "tgi")))
+            .unwrap_err();
+        assert!(e.to_string().contains("tgi"), "{e}");
     }
 
     #[test]

@@ -1,17 +1,17 @@
 //! The concrete generators and learners: the colocated policy worker (it trains and
 //! generates from the same weights, one process), the policy worker under `torchrun` on
-//! several ranks (it only trains), and SGLang servers refreshed from the trainer's weights
-//! on disk (disaggregated). [`build`] picks them from the config.
+//! several ranks (it only trains), and SGLang or vLLM servers refreshed from the trainer's
+//! weights on disk (disaggregated). [`build`] picks them from the config.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
 use tritonforge_agent::embedded::{EmbeddedBackend, EmbeddedConfig};
-use tritonforge_agent::http::{HttpClient, HttpConfig};
+use tritonforge_agent::http::HttpConfig;
 use tritonforge_agent::sglang::SglangBackend;
+use tritonforge_agent::vllm::VllmBackend;
 use tritonforge_agent::{Backend, BackendError, ChatMessage, Completion, Sampling};
 use tritonforge_protocol::{
     DeviceKind, Message, RlBatch, RlStats, SaveJob, ScoreJob, Scores, TrainInfo, TrainSetup,
@@ -21,6 +21,7 @@ use tritonforge_train::{Policy as _, TrainError};
 
 use crate::config::{GenerationCfg, RlConfig};
 use crate::env::BoxFuture;
+use crate::refresh::{EngineKind, Refresher};
 use crate::run::{Generator, Learner};
 use crate::RlError;
 
@@ -50,19 +51,14 @@ pub struct Engines {
 /// - `learner.procs = 1`: the policy worker in one process learns; colocated, it also
 ///   generates.
 /// - `learner.procs > 1`: the policy worker under `torchrun` learns ([`RanksLearner`]);
-///   generation is on the SGLang engines (the config's check refuses anything else).
+///   generation is on the external engines (the config's check refuses anything else).
 pub fn build(cfg: &RlConfig, launch: &WorkerLaunch) -> Result<Engines, RlError> {
-    let engines = match &cfg.generation {
-        GenerationCfg::Colocated => None,
-        GenerationCfg::Sglang { urls, tokenizer, timeout_s } => Some(Arc::new(
-            SglangEngines::new(urls, tokenizer, Duration::from_secs_f64(timeout_s.max(1.0)))
-                .map_err(|e| RlError::Config(format!("generation.tokenizer: {e}")))?,
-        )),
-    };
+    let engines = ExternalEngines::from_config(&cfg.generation)?.map(Arc::new);
     if cfg.learner.procs > 1 {
         let Some(engines) = engines else {
             return Err(RlError::Config(
-                "learner.procs > 1 needs generation.kind = \"sglang\"".into(),
+                "learner.procs > 1 needs external engines (generation.kind = \"sglang\" or \"vllm\")"
+                    .into(),
             ));
         };
         let spec = TrainerSpec {
@@ -235,7 +231,11 @@ impl Generator for Colocated {
         &*self.0
     }
 
-    fn refresh<'a>(&'a self, _dir: &'a Path) -> BoxFuture<'a, Result<(), String>> {
+    fn refresh<'a>(
+        &'a self,
+        _dir: &'a Path,
+        _version: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }
 
@@ -244,35 +244,52 @@ impl Generator for Colocated {
     }
 }
 
-/// SGLang servers behind one backend (round robin), each told to load new weights from
-/// disk after every step (`POST /update_weights_from_disk {"model_path": DIR}`).
-pub struct SglangEngines {
-    engines: Vec<SglangBackend>,
-    control: Vec<HttpClient>,
+/// External engines (SGLang or vLLM servers) behind one backend, round robin, each told
+/// to load the learner's weights from disk after every step ([`Refresher`]).
+pub struct ExternalEngines {
+    engines: Vec<Box<dyn Backend>>,
+    refresher: Refresher,
     next: AtomicUsize,
 }
 
-impl SglangEngines {
-    pub fn new(
-        urls: &[String],
-        tokenizer: &Path,
-        timeout: Duration,
-    ) -> Result<SglangEngines, BackendError> {
-        let mut engines = Vec::new();
-        let mut control = Vec::new();
+impl ExternalEngines {
+    /// The engines of `cfg` (`None` when colocated). A tokenizer directory that does not
+    /// load (or has no chat template) is an error naming `generation.tokenizer`.
+    pub fn from_config(cfg: &GenerationCfg) -> Result<Option<ExternalEngines>, RlError> {
+        let (kind, urls, tokenizer, model, timeout_s) = match cfg {
+            GenerationCfg::Colocated => return Ok(None),
+            GenerationCfg::Sglang { urls, tokenizer, timeout_s } => {
+                (EngineKind::Sglang, urls, tokenizer, None, *timeout_s)
+            }
+            GenerationCfg::Vllm { urls, tokenizer, model, timeout_s } => {
+                (EngineKind::Vllm, urls, tokenizer, model.clone(), *timeout_s)
+            }
+        };
+        let timeout = Duration::from_secs_f64(timeout_s.max(1.0));
+        let named = |e: BackendError| RlError::Config(format!("generation.tokenizer: {e}"));
+        let mut engines: Vec<Box<dyn Backend>> = Vec::new();
         for url in urls {
-            let http = HttpConfig { timeout, ..HttpConfig::new(url.trim_end_matches('/')) };
-            engines.push(SglangBackend::new(http.clone(), tokenizer)?);
-            control.push(HttpClient::new(http)?);
+            let http = HttpConfig { timeout, ..HttpConfig::new(url) };
+            engines.push(match kind {
+                EngineKind::Sglang => Box::new(SglangBackend::new(http, tokenizer).map_err(named)?),
+                EngineKind::Vllm => {
+                    Box::new(VllmBackend::new(http, tokenizer, model.clone()).map_err(named)?)
+                }
+            });
         }
-        Ok(SglangEngines { engines, control, next: AtomicUsize::new(0) })
+        let refresher = Refresher::new(kind, urls, timeout)
+            .map_err(|e| RlError::Config(format!("generation.urls: {e}")))?;
+        Ok(Some(ExternalEngines { engines, refresher, next: AtomicUsize::new(0) }))
+    }
+
+    pub fn refresher(&self) -> &Refresher {
+        &self.refresher
     }
 }
 
-impl Backend for SglangEngines {
+impl Backend for ExternalEngines {
     fn describe(&self) -> String {
-        let urls: Vec<&str> = self.control.iter().map(|c| c.config.base_url.as_str()).collect();
-        format!("sglang:{}", urls.join(","))
+        format!("{}:{}", self.refresher.kind().name(), self.refresher.urls().join(","))
     }
 
     fn complete<'a>(
@@ -280,32 +297,26 @@ impl Backend for SglangEngines {
         messages: &'a [ChatMessage],
         sampling: &'a Sampling,
     ) -> BoxFuture<'a, Result<Completion, BackendError>> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.engines.len().max(1);
-        self.engines[i].complete(messages, sampling)
+        let n = self.engines.len();
+        match self.engines.get(self.next.fetch_add(1, Ordering::Relaxed) % n.max(1)) {
+            Some(e) => e.complete(messages, sampling),
+            None => Box::pin(async {
+                Err(BackendError::Setup { url: String::new(), reason: "no engine".into() })
+            }),
+        }
     }
 }
 
-impl Generator for SglangEngines {
+impl Generator for ExternalEngines {
     fn backend(&self) -> &dyn Backend {
         self
     }
 
-    fn refresh<'a>(&'a self, dir: &'a Path) -> BoxFuture<'a, Result<(), String>> {
+    fn refresh<'a>(&'a self, dir: &'a Path, version: &'a str) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
-            for c in &self.control {
-                let url = format!("{}/update_weights_from_disk", c.config.base_url);
-                let body = json!({"model_path": dir.display().to_string()});
-                let resp = c.post(&url, &body).await.map_err(|e| e.to_string())?;
-                let v = c.json(&url, resp).await.map_err(|e| e.to_string())?;
-                if v["success"].as_bool() != Some(true) {
-                    return Err(format!(
-                        "{url}: the engine did not load {}: {}",
-                        dir.display(),
-                        v["message"].as_str().unwrap_or("no message")
-                    ));
-                }
-            }
-            Ok(())
+            self.refresher.refresh(dir, version).await.map_err(|errors| {
+                errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+            })
         })
     }
 

@@ -38,9 +38,10 @@ pub trait Learner: Send + Sync {
 /// Where completions come from, and how it learns of new weights.
 pub trait Generator: Send + Sync {
     fn backend(&self) -> &dyn Backend;
-    /// External engines load the weights in `dir` (written by the learner); a colocated
-    /// generator already generates from the trained weights and has nothing to do.
-    fn refresh<'a>(&'a self, dir: &'a Path) -> BoxFuture<'a, Result<(), String>>;
+    /// External engines load the weights in `dir` (written by the learner) and must then
+    /// report `version`; a colocated generator already generates from the trained
+    /// weights and has nothing to do.
+    fn refresh<'a>(&'a self, dir: &'a Path, version: &'a str) -> BoxFuture<'a, Result<(), String>>;
     /// Whether new weights must be written to disk for it after every step.
     fn needs_weights_on_disk(&self) -> bool;
 }
@@ -454,7 +455,9 @@ pub async fn train(
                 })
                 .await
                 .map_err(RlError::Learner)?;
-            parts.generator.refresh(&dir).await.map_err(RlError::Generator)?;
+            // Named by the step, so an engine that kept older weights is told apart.
+            let version = format!("step-{done}");
+            parts.generator.refresh(&dir, &version).await.map_err(RlError::Generator)?;
         }
         let _ = version_tx.send(done);
         if done.is_multiple_of(cfg.schedule.save_every) || done == end {
