@@ -85,7 +85,16 @@ def uniform_noise(seed: Any, step: Any, vocab: int) -> Any:
     x = (x ^ _shr(x, 30)) * _MIX1
     x = (x ^ _shr(x, 27)) * _MIX2
     x = x ^ _shr(x, 31)
-    return (_shr(x, 40).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return unit_interval(_shr(x, 41))
+
+
+def unit_interval(bits: Any) -> Any:
+    """23-bit integers to float32 strictly inside (0, 1). Not 24 bits: (2^24 - 0.5) / 2^24
+    rounds to 1.0 in float32, whose Gumbel noise is +inf, and -inf + inf is NaN, which
+    argmax picks: about one token in 300 was drawn from outside the top-p/top-k set."""
+    import torch
+
+    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 23))
 
 
 def sample(logits: Any, temp: Any, top_p: Any, top_k: Any, seed: Any, step: Any,
