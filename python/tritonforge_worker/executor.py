@@ -16,7 +16,7 @@ import traceback
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .lease import NoLease
 from .protocol import (
@@ -219,6 +219,8 @@ class Context:
     timed_ms: float = 0.0
     # Inputs are drawn on the device until the problem's `get_inputs` fails there.
     inputs_on_device: bool = True
+    # Models are built under `torch.device` on a GPU until one cannot be (see `construct`).
+    build_on_device: bool = True
     # Host milliseconds of the last watched forward (sizes the GPU share's cushion), and
     # the candidate kernels' share of each share-measured call's GPU window.
     watched_host_ms: float = 0.0
@@ -378,8 +380,6 @@ def build(cx: Context) -> Built:
     """Write both files, install the watchers, import the problem and the candidate,
     and construct `Model` and `ModelNew` on the device. Raises `_Fail` (a
     `ProblemError` when the problem is at fault, else the candidate's verdict)."""
-    torch = cx.torch
-    job = cx.job
     problem, init_inputs, candidate = import_both(cx)
     check_integrity(cx, "importing the candidate", [])
     check_audit(cx, "importing the candidate", [])
@@ -387,29 +387,71 @@ def build(cx: Context) -> Built:
     # The GPU is held only around work that uses it, so that a timing lease waits for
     # one trial of each other candidate at most, not for its whole correctness phase.
     cx.lease.hold("shared")
-    try:
-        torch.manual_seed(job.seed)
-        reference = problem.Model(*to_device(cx, clone(cx, init_inputs)))
-        if isinstance(reference, torch.nn.Module):
-            reference = reference.to(cx.device)
-    except BaseException as exc:  # noqa: BLE001
-        info = error_info(exc, cx.problem_path)
-        raise _Fail(ProblemError(kind="problem_error", message=f"{job.problem.name}: {_describe(info)}",
-                                 error=info)) from exc
-    try:
-        torch.manual_seed(job.seed)
-        with cx.audit.watching("load"):
-            model = candidate.ModelNew(*to_device(cx, clone(cx, init_inputs)))
-        if isinstance(model, torch.nn.Module):
-            model = model.to(cx.device)
-    except BaseException as exc:  # noqa: BLE001
-        info = error_info(exc, cx.candidate_path)
-        raise _Fail(verdict(cx, "runtime_error", "init", f"building ModelNew failed: {_describe(info)}", [],
-                            error=info)) from exc
+    reference, model = construct_pair(cx, problem, candidate, init_inputs, "")
     check_integrity(cx, "building ModelNew", [])
     check_audit(cx, "building ModelNew", [])
     return Built(problem=problem, candidate=candidate, reference=reference, model=model)
 
+
+def construct(cx: Context, make: Callable[[], Any], on_device: bool) -> Any:
+    """`make()` seeded with the job's seed, on the device. With `on_device` (a GPU) it runs
+    under `torch.device`, so parameters are initialised there: a whole model's random
+    initialisation on the host costs tens of seconds of CPU (a 0.6B model: about 14 s),
+    all of it while the GPU is held."""
+    torch = cx.torch
+    torch.manual_seed(cx.job.seed)
+    if on_device:
+        with torch.device(cx.device):
+            built = make()
+    else:
+        built = make()
+    if isinstance(built, torch.nn.Module):
+        built = built.to(cx.device)
+    return built
+
+
+def construct_pair(cx: Context, problem: Any, candidate: Any, init_inputs: List[Any], shape: str,
+                   done: Optional[List[TrialStat]] = None) -> Tuple[Any, Any]:
+    """`Model` and `ModelNew`, built the same way so that the same seed gives both the same
+    weights: on the device when both can be, else (one of them fails there for a reason
+    other than memory, e.g. NumPy in `__init__`) both again on the host, for the rest of
+    the job. A failure on the host, or of memory, or an exit, is the verdict."""
+
+    def reference(on_device: bool) -> Any:
+        return construct(cx, lambda: problem.Model(*to_device(cx, clone(cx, init_inputs))), on_device)
+
+    def model(on_device: bool) -> Any:
+        with cx.audit.watching("load"):
+            return construct(cx, lambda: candidate.ModelNew(*to_device(cx, clone(cx, init_inputs))), on_device)
+
+    def failed(whose: str, exc: BaseException) -> _Fail:
+        if whose == "reference":  # the problem's own fault: report, do not blame
+            info = error_info(exc, cx.problem_path)
+            where = f" at {shape}" if shape else ""
+            return _Fail(ProblemError(kind="problem_error", message=f"{cx.job.problem.name}{where}: {_describe(info)}",
+                                      error=info))
+        info = error_info(exc, cx.candidate_path)
+        at = f" at unseen shapes ({shape})" if shape else ""
+        return _Fail(verdict(cx, "runtime_error", "init", f"building ModelNew{at} failed: {_describe(info)}",
+                             done or [], error=info))
+
+    whose = "reference"
+    if cx.device.type == "cuda" and cx.build_on_device:
+        try:
+            ref = reference(True)
+            whose = "candidate"
+            return ref, model(True)
+        except BaseException as exc:  # noqa: BLE001
+            if is_out_of_memory(exc) or not isinstance(exc, Exception):
+                raise failed(whose, exc) from exc
+            cx.build_on_device = False
+            whose = "reference"
+    try:
+        ref = reference(False)
+        whose = "candidate"
+        return ref, model(False)
+    except BaseException as exc:  # noqa: BLE001
+        raise failed(whose, exc) from exc
 
 # -- phase 2: trials (correctness), at the benchmark's shapes and unseen ones --
 
@@ -491,24 +533,11 @@ def shape_check(cx: Context, candidate: Any, overrides: Dict[str, Any], done: Li
         torch.manual_seed(job.seed)
         init_inputs = list(problem.get_init_inputs())
         cx.lease.hold("shared")
-        reference = problem.Model(*to_device(cx, clone(cx, init_inputs)))
-        if isinstance(reference, torch.nn.Module):
-            reference = reference.to(cx.device)
     except BaseException as exc:  # noqa: BLE001 - the problem's own fault: report, do not blame
         info = error_info(exc, cx.problem_path)
         raise _Fail(ProblemError(kind="problem_error", message=f"{job.problem.name} at {shape}: {_describe(info)}",
                                  error=info)) from exc
-    try:
-        torch.manual_seed(job.seed)
-        with cx.audit.watching("load"):
-            model = candidate.ModelNew(*to_device(cx, clone(cx, init_inputs)))
-        if isinstance(model, torch.nn.Module):
-            model = model.to(cx.device)
-    except BaseException as exc:  # noqa: BLE001
-        info = error_info(exc, cx.candidate_path)
-        raise _Fail(verdict(cx, "runtime_error", "init",
-                            f"building ModelNew at unseen shapes ({shape}) failed: {_describe(info)}",
-                            done, error=info)) from exc
+    reference, model = construct_pair(cx, problem, candidate, init_inputs, shape, done)
     check_audit(cx, f"building ModelNew at unseen shapes ({shape})", done)
     cx.lease.hold(None)
     try:

@@ -68,10 +68,28 @@ def check_problem(job: Any, workdir: str) -> Any:
             return report(0.0, info)
         # Any other failure is met again, and named, by the checks below.
 
+    on_device = [device.type == "cuda"]
+
+    def build(init: List[Any]) -> Any:
+        # On a GPU the model is built under `torch.device` (a whole model's random
+        # initialisation on the host costs seconds to minutes), as the executor builds it;
+        # the host when that fails for a reason other than memory.
+        if on_device[0]:
+            try:
+                torch.manual_seed(job.seed)
+                with torch.device(device):
+                    return problem.Model(*init)
+            except Exception as exc:  # noqa: BLE001
+                if is_out_of_memory(exc):
+                    raise
+                on_device[0] = False
+        torch.manual_seed(job.seed)
+        return problem.Model(*init)
+
     def run(input_seed: int) -> Tuple[List[Any], float]:
         torch.manual_seed(job.seed)
         init = [v.to(device) if isinstance(v, torch.Tensor) else v for v in problem.get_init_inputs()]
-        model = problem.Model(*init)
+        model = build(init)
         if isinstance(model, torch.nn.Module):
             model = model.to(device)
         torch.manual_seed(input_seed)
