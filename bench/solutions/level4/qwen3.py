@@ -229,7 +229,9 @@ def triton_attention(module, query, key, value, attention_mask, scaling=None, dr
     window = int(sliding_window) if sliding_window else 0
     scale = float(scaling) if scaling is not None else d ** -0.5
     out = torch.empty((b, sq, h, d), device=query.device, dtype=torch.float32)
-    block_m, block_n = 64, 64
+    # fp32 tiles: at a head size of 128, 64-key blocks in three pipeline stages need 256 KB
+    # of shared memory (an H100 has 227 KB), so wide heads take 32-key blocks in two.
+    block_m, block_n = 64, (32 if d > 64 else 64)
     grid = (triton.cdiv(sq, block_m), b * h)
     attention_kernel[grid](query, key, value, out, h, h // kv, sq, sk, d, scale,
                            query.stride(0), query.stride(1), query.stride(2),
@@ -237,7 +239,8 @@ def triton_attention(module, query, key, value, attention_mask, scaling=None, dr
                            value.stride(0), value.stride(1), value.stride(2),
                            out.stride(0), out.stride(1), out.stride(2),
                            CAUSAL=causal, WINDOW=window, BLOCK_M=block_m, BLOCK_N=block_n,
-                           BLOCK_D=max(16, triton.next_power_of_2(d)), num_warps=8 if d > 64 else 4)
+                           BLOCK_D=max(16, triton.next_power_of_2(d)), num_warps=8 if d > 64 else 4,
+                           num_stages=2 if d > 64 else 3)
     return out, None
 
 
