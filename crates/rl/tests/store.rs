@@ -70,7 +70,11 @@ impl Generator for Idle {
         self
     }
 
-    fn refresh<'a>(&'a self, _dir: &'a Path) -> BoxFuture<'a, Result<(), String>> {
+    fn refresh<'a>(
+        &'a self,
+        _dir: &'a Path,
+        _version: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }
 
