@@ -453,6 +453,7 @@ def construct_pair(cx: Context, problem: Any, candidate: Any, init_inputs: List[
     except BaseException as exc:  # noqa: BLE001
         raise failed(whose, exc) from exc
 
+
 # -- phase 2: trials (correctness), at the benchmark's shapes and unseen ones --
 
 
