@@ -1101,7 +1101,9 @@ def timing_phase(
         return None, "timing not requested"
     compiled = None
     if job.compile_baseline and on_gpu:
-        cx.lease.hold("shared")
+        # Shared, but not on the candidate's hold clock: compiling a whole model's
+        # reference takes tens of seconds that are not the candidate's.
+        cx.lease.hold("baseline")
         compiled = compiled_baseline(cx, built.problem, built.reference)
     # The timing lease: nothing else runs on this GPU until the result is sent. In CPU
     # mode nothing is timed, so it is taken only when the pool asks (its tests do).

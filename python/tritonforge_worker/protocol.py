@@ -21,7 +21,7 @@ PROTOCOL_VERSION = 7
 
 Status = Literal["rejected", "compile_error", "runtime_error", "timeout", "incorrect", "correct"]
 Stage = Literal["guard", "import", "init", "correctness", "provenance", "timing", "process"]
-LeaseKind = Literal["shared", "exclusive"]
+LeaseKind = Literal["shared", "baseline", "exclusive"]
 TimingFlag = Literal["implausible_speedup", "clock_disagreement", "side_streams", "unconverged"]
 DeviceRequest = Literal["auto", "cpu", "cuda"]
 MemoryMethod = Literal["allocator", "tensor_sizes"]

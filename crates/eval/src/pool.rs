@@ -860,7 +860,7 @@ impl Pool {
         exclusive_ns: &Arc<AtomicU64>,
     ) -> Held {
         let guard = match kind {
-            LeaseKind::Shared => Guard::Shared(slot.lock.shared().await),
+            LeaseKind::Shared | LeaseKind::Baseline => Guard::Shared(slot.lock.shared().await),
             LeaseKind::Exclusive => Guard::Exclusive(slot.lock.exclusive().await),
         };
         Held {

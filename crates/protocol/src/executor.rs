@@ -196,6 +196,10 @@ pub struct RuntimePolicy {
 #[serde(rename_all = "snake_case")]
 pub enum LeaseKind {
     Shared,
+    /// Shared, while the reference is compiled with `torch.compile` for the compiled
+    /// baseline. It is the reference's cost, not the candidate's, so it does not count
+    /// against the candidate's hold limit (a whole model's compile alone can pass it).
+    Baseline,
     Exclusive,
 }
 
