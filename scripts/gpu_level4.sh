@@ -20,7 +20,7 @@ grep -q "transformers 5.23.0" "$OUT/level4_versions.txt" || echo "warning: not t
 tf() { "$B" --python python3 --state-dir "$S" "$@"; }
 case "$MODE" in
   correctness)
-    tf suite validate --level 4 --variant full --variant heldout --no-timing --jobs 2 \
+    tf suite validate --level 4 ${L4_VARIANTS:---variant full --variant heldout} --no-timing --jobs ${JOBS:-2} \
       --json > "$OUT/level4_validate.json" 2> "$OUT/level4_validate.err"; echo "exit $?" >> "$OUT/level4_validate.err"
     python3 -c "import json; v=json.load(open('$OUT/level4_validate.json')); print(v['problems_checked'], 'problem variants,', v['solutions_checked'], 'solutions,', len(v['findings']), 'findings'); [print(' ', f) for f in v['findings']]"
     ;;

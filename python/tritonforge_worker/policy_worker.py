@@ -187,6 +187,18 @@ def _dtype(device: str) -> str:
     return os.environ.get("TRITONFORGE_POLICY_DTYPE") or ("bfloat16" if device.startswith("cuda") else "float32")
 
 
+def fit_to_window(req: Any, max_len: int) -> Any:
+    """`max_tokens` is the caller's upper bound: where the prompt leaves less room than that
+    in the engine's window, the completion gets the room there is and ends with
+    finish_reason "length". A multi-turn agent's later prompts (the task, its earlier code
+    and the feedback) grow past the window minus a fixed max_tokens, and refusing them
+    would lose the turn. A prompt that fills the window alone is still refused."""
+    room = max_len - len(req.prompt)
+    if 0 < room < req.max_tokens:
+        req.max_tokens = room
+    return req
+
+
 class _Generator:
     """The engine as the worker uses it: requests by message id, the model it generates
     from (the loaded one, or the trainer's once training is set up), its tokenizer."""
@@ -248,6 +260,7 @@ class _Generator:
         return self.engine
 
     def submit(self, msg: Any) -> None:
+        """Queue one generation on the engine; a refusal answers that request alone."""
         if self.net is None:
             _send(Error(type="error", id=msg.id, message="generation before train_setup: this policy worker "
                         "was started for training and has no model yet"))
@@ -255,7 +268,8 @@ class _Generator:
         try:
             if self.tok is None:
                 self.tok = load_tokenizer(self.model)
-            self._engine().submit(to_request(self.tok, self.net, msg.job, msg.id))
+            engine = self._engine()
+            engine.submit(fit_to_window(to_request(self.tok, self.net, msg.job, msg.id), engine.max_len))
         except EngineError as exc:
             _send(Error(type="error", id=msg.id, message=f"generation refused: {exc}"))
             return

@@ -193,6 +193,9 @@ fn data_build_makes_single_and_multi_turn_rows_with_the_agent_templates() {
         assert_eq!(roles, ["system", "user", "assistant", "user", "assistant"], "{key}");
         let wrong = std::fs::read_to_string(&attempt).unwrap();
         assert_eq!(content(2), format!("```python\n{}\n```", wrong.trim_end()));
+        // The wrong attempt is context for the fix, never a target of the loss.
+        assert_eq!(m[2]["weight"], 0, "{key}");
+        assert!(m[4].get("weight").is_none(), "{key}");
         let rec: Value =
             serde_json::from_str(&std::fs::read_to_string(attempt.with_extension("json")).unwrap())
                 .unwrap();

@@ -375,7 +375,14 @@ pub fn build(
                 ThinkingMode::Wrap => reply,
                 ThinkingMode::None => strip_thinking(&reply),
             };
-            r.messages = r.history.clone();
+            // Earlier assistant turns are attempts that failed (planted, or the policy's
+            // own): context for the fix, never a target, or the model learns the bugs.
+            r.messages = r
+                .history
+                .iter()
+                .cloned()
+                .map(|m| if m.role == "assistant" { m.as_context() } else { m })
+                .collect();
             r.messages.push(ChatMessage::new("assistant", reply));
             return Ok(());
         }

@@ -7,11 +7,22 @@ use serde::{Deserialize, Serialize};
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// Training data only: `Some(0)` on an assistant turn kept as context, not as a target
+    /// (a planted or failed attempt before the fix), as in OpenAI's fine-tuning format.
+    /// Absent everywhere else, and never sent to a policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u8>,
 }
 
 impl ChatMessage {
     pub fn new(role: &str, content: impl Into<String>) -> ChatMessage {
-        ChatMessage { role: role.to_string(), content: content.into() }
+        ChatMessage { role: role.to_string(), content: content.into(), weight: None }
+    }
+
+    /// This message as context a trainer must not learn to say (weight 0).
+    pub fn as_context(mut self) -> ChatMessage {
+        self.weight = Some(0);
+        self
     }
 }
 

@@ -452,9 +452,10 @@ impl Evaluator {
                     message.to_line()
                 )))
             }
-            Exit::TimedOut { stderr_tail, gpu_hold } => {
+            Exit::TimedOut { stderr_tail, gpu_hold, in_baseline } => {
                 record.verdict.status = Status::Timeout;
                 record.verdict.message = match gpu_hold {
+                    None if in_baseline => "the candidate passed correctness, but compiling the reference with torch.compile for the compiled baseline did not finish within its allowance (the reference's cost, not the candidate's); rerun without --compile-baseline to time it against eager".to_string(),
                     Some(limit) => format!(
                         "the candidate held its GPU for import, build and correctness longer than the {:.0}s limit (a kernel that never ends, or far too slow); its process group was killed",
                         limit.as_secs_f64()

@@ -48,6 +48,10 @@ const LEASE_LOG: usize = 10_000;
 const FORK_ANSWER: Duration = Duration::from_secs(10);
 /// The most a job's budget is extended by waiting for leases.
 const MAX_LEASE_WAIT: Duration = Duration::from_secs(900);
+/// The most that compiling the reference for the `torch.compile` baseline (the
+/// `baseline` hold) adds to a candidate's budget: it is the reference's cost, not the
+/// candidate's (a level-3 sequential scan's compile alone outlasts a 120 s budget).
+const BASELINE_ALLOWANCE: Duration = Duration::from_secs(300);
 /// Preflights at once per device: enough for a turn's burst of candidates to import in
 /// parallel, few enough not to crowd out the processes being started beside them.
 const PREFLIGHTS: usize = 8;
@@ -164,7 +168,12 @@ pub enum Exit {
     Reply { message: Message },
     /// The budget ran out; the process group was killed. `gpu_hold` is set when what
     /// ran out was the limit on holding the GPU shared (GPU pools only).
-    TimedOut { stderr_tail: String, gpu_hold: Option<Duration> },
+    TimedOut {
+        stderr_tail: String,
+        gpu_hold: Option<Duration>,
+        /// It ran out while compiling the reference for the `torch.compile` baseline.
+        in_baseline: bool,
+    },
     /// The process died without answering.
     Crashed { exit: String, stderr_tail: String },
 }
@@ -960,6 +969,9 @@ impl Pool {
         // Time spent holding the device shared, and since when the current hold runs.
         let mut shared_used = Duration::ZERO;
         let mut shared_since: Option<Instant> = None;
+        // Since when the current `baseline` hold runs; while it does, the deadline carries
+        // BASELINE_ALLOWANCE more, and what it used of that stays when it ends.
+        let mut baseline_since: Option<Instant> = None;
         let done = |exit: Exit, waited: Duration| Execution {
             exit,
             wall_ms: started.elapsed().as_secs_f64() * 1000.0,
@@ -986,13 +998,21 @@ impl Pool {
                     drop(held);
                     let gpu_hold = hold_deadline.filter(|h| *h < deadline).and(hold_limit);
                     return Ok(done(
-                        Exit::TimedOut { stderr_tail: worker.stderr_tail(), gpu_hold },
+                        Exit::TimedOut {
+                            stderr_tail: worker.stderr_tail(),
+                            gpu_hold,
+                            in_baseline: baseline_since.is_some(),
+                        },
                         waited,
                     ));
                 }
                 Ok(Ok(Some(Message::LeaseRequest { id: rid, kind, .. }))) if rid == id => {
                     if let Some(since) = shared_since.take() {
                         shared_used += since.elapsed();
+                    }
+                    if let Some(since) = baseline_since.take() {
+                        deadline =
+                            deadline - BASELINE_ALLOWANCE + since.elapsed().min(BASELINE_ALLOWANCE);
                     }
                     if !exclusive {
                         drop(held.take());
@@ -1020,6 +1040,10 @@ impl Pool {
                     if kind == LeaseKind::Shared {
                         shared_since = Some(Instant::now());
                     }
+                    if kind == LeaseKind::Baseline {
+                        baseline_since = Some(Instant::now());
+                        deadline += BASELINE_ALLOWANCE;
+                    }
                     let grant = Message::LeaseGrant { id: id.clone(), kind };
                     if let Some(stdin) = worker.stdin.as_mut() {
                         let _ = write_line(stdin, &grant.to_line()).await;
@@ -1028,6 +1052,10 @@ impl Pool {
                 Ok(Ok(Some(Message::LeaseRelease { id: rid, .. }))) if rid == id => {
                     if let Some(since) = shared_since.take() {
                         shared_used += since.elapsed();
+                    }
+                    if let Some(since) = baseline_since.take() {
+                        deadline =
+                            deadline - BASELINE_ALLOWANCE + since.elapsed().min(BASELINE_ALLOWANCE);
                     }
                     if !exclusive {
                         drop(held.take());

@@ -7,7 +7,8 @@
 //! conversation rendered through it (`messages[..=i]`). Both renders must be token
 //! prefixes of the whole conversation; when a template renders a turn differently
 //! depending on what follows (some drop earlier reasoning), they are not, and the row is
-//! skipped as `template_mismatch` rather than trained with a wrong mask.
+//! skipped as `template_mismatch` rather than trained with a wrong mask. An assistant turn
+//! with `"weight": 0` (OpenAI's fine-tuning format) is context only and left unmasked.
 
 use serde_json::{Map, Value};
 use tritonforge_chat::ChatTokenizer;
@@ -81,6 +82,11 @@ pub fn tokenize(
     if turns.is_empty() {
         return Err(SkipError::NoAssistant);
     }
+    // An assistant turn with weight 0 is context (a failed attempt before its fix).
+    let turns: Vec<usize> = turns
+        .into_iter()
+        .filter(|&i| messages[i].get("weight").and_then(Value::as_f64) != Some(0.0))
+        .collect();
     let (_, ids) = tok.encode_chat(messages, false).map_err(template)?;
     if ids.len() > limit {
         return Err(SkipError::TooLong { tokens: ids.len(), limit });
@@ -177,6 +183,26 @@ mod tests {
         let ones: Vec<usize> =
             ex.mask.iter().enumerate().filter(|(_, &m)| m == 1).map(|(i, _)| i).collect();
         assert_eq!(ones, vec![12, 13, 20, 21, 22]);
+    }
+
+    #[test]
+    fn an_assistant_turn_of_weight_zero_is_context_not_a_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let tok = word_tokenizer(dir.path());
+        let mut chat = vec![
+            msg("system", "be brief"),
+            msg("user", "hi there"),
+            json!({"role": "assistant", "content": "hello", "weight": 0}),
+            msg("user", "again"),
+            msg("assistant", "bye now"),
+        ];
+        let ex = tokenize(&tok, &chat, 100).unwrap();
+        let ones: Vec<usize> =
+            ex.mask.iter().enumerate().filter(|(_, &m)| m == 1).map(|(i, _)| i).collect();
+        assert_eq!(ones, vec![20, 21, 22], "the failed attempt (12, 13) is not a target");
+        // Every assistant turn context: nothing to learn.
+        chat[4] = json!({"role": "assistant", "content": "bye now", "weight": 0});
+        assert_eq!(tokenize(&tok, &chat, 100), Err(SkipError::NoTargets));
     }
 
     #[test]
