@@ -176,12 +176,10 @@ async fn validate(
     if !json {
         eprintln!("{}", tritonforge_eval::report::env_line(evaluator.environment()));
     }
-    let report = validate_suite(evaluator, suite, &spec, &mut |c| {
-        if !json {
-            eprintln!("{}", c.line());
-        }
-    })
-    .await?;
+    // Progress goes to stderr in JSON mode too: the report is written only at the end, and a
+    // long GPU validation cut short would otherwise leave nothing of what it checked.
+    let report =
+        validate_suite(evaluator, suite, &spec, &mut |c| eprintln!("{}", c.line())).await?;
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

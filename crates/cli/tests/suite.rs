@@ -131,6 +131,9 @@ fn validate_reports_every_broken_problem_and_solution() {
     let findings: Vec<String> =
         v["findings"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
     let all = findings.join("\n");
+    // Each check is reported on stderr as it ends, JSON mode included.
+    let progress = text(&out.stderr);
+    assert!(progress.contains("] problem  level1/zeros [small]: FAILED"), "{progress}");
     let expect = [
         ("level1/zeros [small]", "degenerate"),
         ("level1/tiny [small]", "degenerate"),
