@@ -138,6 +138,42 @@ pub enum Preflight {
     Off,
 }
 
+/// When a job's budget runs out: its deadline, moved on by lease waits and, while the
+/// `torch.compile` baseline compiles, `BASELINE_ALLOWANCE` later; once the baseline
+/// ends, what it used of that allowance stays added.
+#[derive(Debug)]
+struct Budget {
+    deadline: tokio::time::Instant,
+    baseline_since: Option<Instant>,
+}
+
+impl Budget {
+    fn new(deadline: tokio::time::Instant) -> Budget {
+        Budget { deadline, baseline_since: None }
+    }
+
+    fn end(&self) -> tokio::time::Instant {
+        match self.baseline_since {
+            Some(_) => self.deadline + BASELINE_ALLOWANCE,
+            None => self.deadline,
+        }
+    }
+
+    fn in_baseline(&self) -> bool {
+        self.baseline_since.is_some()
+    }
+
+    fn begin_baseline(&mut self) {
+        self.baseline_since = Some(Instant::now());
+    }
+
+    fn end_baseline(&mut self) {
+        if let Some(since) = self.baseline_since.take() {
+            self.deadline += since.elapsed().min(BASELINE_ALLOWANCE);
+        }
+    }
+}
+
 impl Default for PoolConfig {
     fn default() -> Self {
         PoolConfig {
@@ -963,15 +999,12 @@ impl Pool {
             // A write failure means the process already died; reading below reports how.
             let _ = write_line(stdin, &line).await;
         }
-        let mut deadline = tokio::time::Instant::from_std(sent + budget);
+        let mut clock = Budget::new(tokio::time::Instant::from_std(sent + budget));
         let hold_limit = (env.device == tritonforge_protocol::DeviceKind::Cuda && !exclusive)
             .then_some(self.cfg.gpu_hold_limit);
         // Time spent holding the device shared, and since when the current hold runs.
         let mut shared_used = Duration::ZERO;
         let mut shared_since: Option<Instant> = None;
-        // Since when the current `baseline` hold runs; while it does, the deadline carries
-        // BASELINE_ALLOWANCE more, and what it used of that stays when it ends.
-        let mut baseline_since: Option<Instant> = None;
         let done = |exit: Exit, waited: Duration| Execution {
             exit,
             wall_ms: started.elapsed().as_secs_f64() * 1000.0,
@@ -989,19 +1022,20 @@ impl Pool {
                 }
                 _ => None,
             };
-            let until = hold_deadline.map_or(deadline, |h| h.min(deadline));
+            let budget_end = clock.end();
+            let until = hold_deadline.map_or(budget_end, |h| h.min(budget_end));
             let answer = tokio::time::timeout_at(until, worker.read_message()).await;
             match answer {
                 Err(_) => {
                     let _ = killpg(Pid::from_raw(worker.pgid), Signal::SIGKILL);
                     let _ = worker.wait().await;
                     drop(held);
-                    let gpu_hold = hold_deadline.filter(|h| *h < deadline).and(hold_limit);
+                    let gpu_hold = hold_deadline.filter(|h| *h < budget_end).and(hold_limit);
                     return Ok(done(
                         Exit::TimedOut {
                             stderr_tail: worker.stderr_tail(),
                             gpu_hold,
-                            in_baseline: baseline_since.is_some(),
+                            in_baseline: clock.in_baseline(),
                         },
                         waited,
                     ));
@@ -1010,10 +1044,7 @@ impl Pool {
                     if let Some(since) = shared_since.take() {
                         shared_used += since.elapsed();
                     }
-                    if let Some(since) = baseline_since.take() {
-                        deadline =
-                            deadline - BASELINE_ALLOWANCE + since.elapsed().min(BASELINE_ALLOWANCE);
-                    }
+                    clock.end_baseline();
                     if !exclusive {
                         drop(held.take());
                         let t = Instant::now();
@@ -1034,15 +1065,14 @@ impl Pool {
                                 waited,
                             ));
                         }
-                        deadline += w;
+                        clock.deadline += w;
                         held = Some(h);
                     }
                     if kind == LeaseKind::Shared {
                         shared_since = Some(Instant::now());
                     }
                     if kind == LeaseKind::Baseline {
-                        baseline_since = Some(Instant::now());
-                        deadline += BASELINE_ALLOWANCE;
+                        clock.begin_baseline();
                     }
                     let grant = Message::LeaseGrant { id: id.clone(), kind };
                     if let Some(stdin) = worker.stdin.as_mut() {
@@ -1053,10 +1083,7 @@ impl Pool {
                     if let Some(since) = shared_since.take() {
                         shared_used += since.elapsed();
                     }
-                    if let Some(since) = baseline_since.take() {
-                        deadline =
-                            deadline - BASELINE_ALLOWANCE + since.elapsed().min(BASELINE_ALLOWANCE);
-                    }
+                    clock.end_baseline();
                     if !exclusive {
                         drop(held.take());
                     }
@@ -1575,5 +1602,30 @@ async fn await_hello(mut worker: Worker, timeout: Duration) -> Result<Ready, Eva
             reason: format!("expected hello, got {}", truncate(&other.to_line(), 200)),
             stderr: worker.stderr_tail(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_baseline_moves_the_budget_by_what_it_used_and_at_most_its_allowance() {
+        let start = tokio::time::Instant::now() + Duration::from_secs(120);
+        let mut b = Budget::new(start);
+        assert_eq!(b.end(), start);
+        b.begin_baseline();
+        assert!(b.in_baseline());
+        // While it compiles, the whole allowance is there to use.
+        assert_eq!(b.end(), start + BASELINE_ALLOWANCE);
+        std::thread::sleep(Duration::from_millis(30));
+        b.end_baseline();
+        assert!(!b.in_baseline());
+        // After it, only what it used stays added.
+        let moved = b.end() - start;
+        assert!(moved >= Duration::from_millis(30) && moved < Duration::from_secs(5), "{moved:?}");
+        // Ending a baseline that is not running changes nothing.
+        b.end_baseline();
+        assert_eq!(b.end() - start, moved);
     }
 }

@@ -227,6 +227,17 @@ pub struct ProblemSummary {
     pub best_speedup: Option<f64>,
 }
 
+/// A `train_metrics` row selected as `run, step, split, created_at, metric`.
+fn metric_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MetricRow> {
+    Ok(MetricRow {
+        run: r.get(0)?,
+        step: count(r.get(1)?),
+        split: r.get(2)?,
+        created_at: r.get(3)?,
+        metric: r.get(4)?,
+    })
+}
+
 fn count(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
@@ -436,17 +447,7 @@ impl Store {
                  WHERE run = ?1 AND step > ?2 ORDER BY step, split",
             )
             .map_err(self.sql())?;
-        let rows = stmt
-            .query_map(params![run, after], |r| {
-                Ok(MetricRow {
-                    run: r.get(0)?,
-                    step: count(r.get(1)?),
-                    split: r.get(2)?,
-                    created_at: r.get(3)?,
-                    metric: r.get(4)?,
-                })
-            })
-            .map_err(self.sql())?;
+        let rows = stmt.query_map(params![run, after], metric_row).map_err(self.sql())?;
         rows.collect::<Result<Vec<_>, _>>().map_err(self.sql())
     }
 
@@ -457,15 +458,7 @@ impl Store {
                 "SELECT run, step, split, created_at, metric FROM train_metrics
                  WHERE run = ?1 AND split = ?2 ORDER BY step DESC LIMIT 1",
                 params![run, split],
-                |r| {
-                    Ok(MetricRow {
-                        run: r.get(0)?,
-                        step: count(r.get(1)?),
-                        split: r.get(2)?,
-                        created_at: r.get(3)?,
-                        metric: r.get(4)?,
-                    })
-                },
+                metric_row,
             )
             .optional()
             .map_err(self.sql())
@@ -487,17 +480,7 @@ impl Store {
                  GROUP BY split ORDER BY split",
             )
             .map_err(self.sql())?;
-        let rows = stmt
-            .query_map(params![run, prefix], |r| {
-                Ok(MetricRow {
-                    run: r.get(0)?,
-                    step: count(r.get(1)?),
-                    split: r.get(2)?,
-                    created_at: r.get(3)?,
-                    metric: r.get(4)?,
-                })
-            })
-            .map_err(self.sql())?;
+        let rows = stmt.query_map(params![run, prefix], metric_row).map_err(self.sql())?;
         rows.collect::<Result<Vec<_>, _>>().map_err(self.sql())
     }
 
