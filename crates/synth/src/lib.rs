@@ -1,6 +1,7 @@
 //! Synthetic problems with verified-to-be reference Triton solutions, at graded
 //! difficulty, for fine-tuning and RL: elementwise chains, broadcasting binary ops,
-//! reductions, row-wise patterns (softmax, norms) and GEMMs with epilogues, drawn from a
+//! reductions, row-wise patterns (softmax, norms), GEMMs with epilogues, scans, losses,
+//! pooling and convolutions, drawn from a
 //! seed. Each problem is KernelBench-format text in the suite's style, with a `small`
 //! variant fit for the Triton interpreter and an odd-sized `heldout` one; a share also
 //! gets a plausible wrong first attempt (a missing mask, a wrong operator, ...).
@@ -51,15 +52,27 @@ pub enum Family {
     Rowwise,
     /// A GEMM (`nn.Linear` or two inputs) with a fused epilogue.
     Matmul,
+    /// Inclusive, exclusive, reverse, masked cumulative sums and a cumulative product.
+    Scan,
+    /// A loss of a prediction against a target reduced to a scalar.
+    Loss,
+    /// Average and max pooling, 1-D and 2-D.
+    Pool,
+    /// `nn.Conv1d` / `nn.Conv2d` with stride, padding, dilation.
+    Conv,
 }
 
 impl Family {
-    pub const ALL: [Family; 5] = [
+    pub const ALL: [Family; 9] = [
         Family::Elementwise,
         Family::Broadcast,
         Family::Reduction,
         Family::Rowwise,
         Family::Matmul,
+        Family::Scan,
+        Family::Loss,
+        Family::Pool,
+        Family::Conv,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -69,6 +82,10 @@ impl Family {
             Family::Reduction => "reduction",
             Family::Rowwise => "rowwise",
             Family::Matmul => "matmul",
+            Family::Scan => "scan",
+            Family::Loss => "loss",
+            Family::Pool => "pool",
+            Family::Conv => "conv",
         }
     }
 }

@@ -28,6 +28,10 @@ pub enum OpKind {
     Square,
     Abs,
     Where,
+    Relu6,
+    Hardswish,
+    LogSigmoid,
+    Softshrink,
 }
 
 /// Which operators a place may use.
@@ -42,7 +46,7 @@ pub enum OpSet {
     Monotone,
 }
 
-const ALL: [OpKind; 22] = [
+const ALL: [OpKind; 26] = [
     OpKind::Relu,
     OpKind::Sigmoid,
     OpKind::Tanh,
@@ -65,6 +69,10 @@ const ALL: [OpKind; 22] = [
     OpKind::Square,
     OpKind::Abs,
     OpKind::Where,
+    OpKind::Relu6,
+    OpKind::Hardswish,
+    OpKind::LogSigmoid,
+    OpKind::Softshrink,
 ];
 
 /// One step of a chain.
@@ -162,6 +170,27 @@ impl Op {
             OpKind::Softsign => {
                 one("softsign", format!("{f}.softsign(x)"), "x / (1.0 + tl.abs(x))".into())
             }
+            OpKind::Relu6 => {
+                one("relu6", format!("{f}.relu6(x)"), "tl.minimum(tl.maximum(x, 0.0), 6.0)".into())
+            }
+            OpKind::Hardswish => one(
+                "hardswish",
+                format!("{f}.hardswish(x)"),
+                "x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0".into(),
+            ),
+            OpKind::LogSigmoid => one(
+                "logsigmoid",
+                format!("{f}.logsigmoid(x)"),
+                "tl.minimum(x, 0.0) - tl.log(1.0 + tl.exp(-tl.abs(x)))".into(),
+            ),
+            OpKind::Softshrink => {
+                let l = lit(rng.pick(&[0.5, 0.25, 1.0]));
+                one(
+                    "softshrink",
+                    format!("{f}.softshrink(x, lambd={l})"),
+                    format!("tl.where(x > {l}, x - {l}, tl.where(x < -{l}, x + {l}, 0.0))"),
+                )
+            }
             _ => Op::arith(kind, rng),
         };
         Op { kind, name, torch, triton }
@@ -214,7 +243,7 @@ impl Op {
     /// Does the output stay within a small range whatever comes in?
     fn bounded(&self) -> bool {
         use OpKind::*;
-        matches!(self.kind, Sigmoid | Tanh | Hardtanh | Clamp | Hardsigmoid | Softsign)
+        matches!(self.kind, Sigmoid | Tanh | Hardtanh | Clamp | Hardsigmoid | Softsign | Relu6)
     }
 }
 

@@ -6,8 +6,11 @@
 use std::collections::BTreeSet;
 
 /// The calls (last name segment: `sigmoid`, `rsqrt`, `linear`) and binary operators of a
-/// problem's `forward`, as one sorted signature; `None` when it has no `forward`.
+/// problem's `forward`, as one sorted signature; `None` when it has no `forward`. A call of
+/// a submodule (`self.conv(x)`) counts as its class (`Conv1d`), so a 1-D convolution is not
+/// taken for a 2-D one because both attributes are named `conv`.
 pub fn computation(source: &str) -> Option<String> {
+    let modules = submodules(source);
     let mut lines = source.lines().skip_while(|l| !l.trim_start().starts_with("def forward("));
     lines.next()?;
     let body: Vec<&str> = lines
@@ -27,7 +30,11 @@ pub fn computation(source: &str) -> Option<String> {
                     i += 1;
                 }
                 if chars.get(i) == Some(&'(') {
-                    calls.insert(chars[start..i].iter().collect::<String>());
+                    let name: String = chars[start..i].iter().collect();
+                    let on_self =
+                        start >= 5 && chars[start - 5..start].iter().collect::<String>() == "self.";
+                    let class = if on_self { modules.get(name.as_str()) } else { None };
+                    calls.insert(class.map_or(name, |c| c.to_string()));
                 }
                 continue;
             }
@@ -40,6 +47,22 @@ pub fn computation(source: &str) -> Option<String> {
     }
     let ops: String = ops.into_iter().collect();
     Some(format!("{}|{ops}", calls.into_iter().collect::<Vec<_>>().join(",")))
+}
+
+/// `self.<name> = nn.<Class>(` lines anywhere in the source: attribute name to class.
+fn submodules(source: &str) -> std::collections::BTreeMap<&str, &str> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in source.lines() {
+        let Some(rest) = line.trim().strip_prefix("self.") else { continue };
+        let Some((name, value)) = rest.split_once('=') else { continue };
+        let value = value.trim();
+        let value = value.strip_prefix("torch.").unwrap_or(value);
+        let Some(value) = value.strip_prefix("nn.") else { continue };
+        if let Some((class, _)) = value.split_once('(') {
+            out.insert(name.trim(), class);
+        }
+    }
+    out
 }
 
 /// For each problem source, the key of a `heldout` problem with the same computation.
@@ -72,5 +95,20 @@ mod tests {
             heldout_twins(&[OURS, &relu, "no forward"], &held),
             vec![Some("level1/rms_norm".to_string()), None, None]
         );
+    }
+
+    #[test]
+    fn a_submodule_call_is_its_class() {
+        let conv = |class: &str, args: &str| {
+            format!(
+                "class Model(nn.Module):\n    def __init__(self, a: int, b: int):\n        super().__init__()\n        self.conv = nn.{class}(a, b, {args})\n\n    def forward(self, x: torch.Tensor) -> torch.Tensor:\n        return self.conv(x)\n"
+            )
+        };
+        let dilated = conv("Conv2d", "3, dilation=2");
+        assert_eq!(computation(&dilated).unwrap(), "Conv2d|");
+        let held = vec![("level1/conv2d_dilated".to_string(), dilated.clone())];
+        let twins = heldout_twins(&[&conv("Conv2d", "5"), &conv("Conv1d", "3, dilation=2")], &held);
+        // Another 2-D convolution is still its twin (arguments are not compared); a 1-D one is not.
+        assert_eq!(twins, vec![Some("level1/conv2d_dilated".to_string()), None]);
     }
 }

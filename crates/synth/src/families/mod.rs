@@ -2,10 +2,14 @@
 //! variants, a difficulty grade and the mistakes it knows how to plant.
 
 mod broadcast;
+mod conv;
 mod elementwise;
+mod loss;
 mod matmul;
+mod pool;
 mod reduction;
 mod rowwise;
+mod scan;
 
 use crate::rng::Rng;
 use crate::{Dims, Draft, Dtype, Family};
@@ -17,6 +21,10 @@ pub fn draw(family: Family, rng: &mut Rng) -> Draft {
         Family::Reduction => reduction::draw(rng),
         Family::Rowwise => rowwise::draw(rng),
         Family::Matmul => matmul::draw(rng),
+        Family::Scan => scan::draw(rng),
+        Family::Loss => loss::draw(rng),
+        Family::Pool => pool::draw(rng),
+        Family::Conv => conv::draw(rng),
     }
 }
 

@@ -16,9 +16,11 @@ enum Red {
     Max,
     Min,
     Var,
+    Std,
     L2,
     LogSumExp,
     Argmax,
+    Argmin,
 }
 
 impl Red {
@@ -29,9 +31,11 @@ impl Red {
             Red::Max => "torch.amax",
             Red::Min => "torch.amin",
             Red::Var => "torch.var",
+            Red::Std => "torch.std",
             Red::L2 => "torch.linalg.vector_norm",
             Red::LogSumExp => "torch.logsumexp",
             Red::Argmax => "torch.argmax",
+            Red::Argmin => "torch.argmin",
         }
     }
 
@@ -42,9 +46,11 @@ impl Red {
             Red::Max => "Maximum",
             Red::Min => "Minimum",
             Red::Var => "Unbiased variance",
+            Red::Std => "Unbiased standard deviation",
             Red::L2 => "L2 norm",
             Red::LogSumExp => "Log-sum-exp",
             Red::Argmax => "Index of the maximum",
+            Red::Argmin => "Index of the minimum",
         }
     }
 
@@ -55,9 +61,11 @@ impl Red {
             Red::Max => "max",
             Red::Min => "min",
             Red::Var => "var",
+            Red::Std => "std",
             Red::L2 => "l2norm",
             Red::LogSumExp => "logsumexp",
             Red::Argmax => "argmax",
+            Red::Argmin => "argmin",
         }
     }
 
@@ -67,8 +75,22 @@ impl Red {
             Red::Max | Red::LogSumExp | Red::Argmax => {
                 ("tl.full([BLOCK], float(\"-inf\"), tl.float32)", "float(\"-inf\")")
             }
-            Red::Min => ("tl.full([BLOCK], float(\"inf\"), tl.float32)", "float(\"inf\")"),
+            Red::Min | Red::Argmin => {
+                ("tl.full([BLOCK], float(\"inf\"), tl.float32)", "float(\"inf\")")
+            }
             _ => ("tl.zeros([BLOCK], tl.float32)", "0.0"),
+        }
+    }
+
+    fn is_arg(self) -> bool {
+        matches!(self, Red::Argmax | Red::Argmin)
+    }
+
+    /// The comparison that takes a new best index, and its reversed slip.
+    fn take(self) -> (&'static str, &'static str) {
+        match self {
+            Red::Argmin => ("take = x < acc", "take = x > acc"),
+            _ => ("take = x > acc", "take = x < acc"),
         }
     }
 
@@ -92,12 +114,13 @@ enum Layout {
 
 pub fn draw(rng: &mut Rng) -> Draft {
     use Red::*;
-    let red = rng.pick(&[Sum, Mean, Max, Min, Var, L2, LogSumExp, Argmax]);
+    let red = rng.pick(&[Sum, Mean, Max, Min, Var, Std, L2, LogSumExp, Argmax, Argmin]);
+    let arg = matches!(red, Argmax | Argmin);
     let layout = if rng.chance(0.35) { Layout::Middle } else { Layout::Last };
     let ndim = rng.pick(&[2, 3]);
-    let keepdim = red != Argmax && rng.chance(0.25);
+    let keepdim = !arg && rng.chance(0.25);
     let (pre, post) = match red {
-        Argmax => (ops::chain(rng, &[0, 1], OpSet::Monotone), vec![]),
+        Argmax | Argmin => (ops::chain(rng, &[0, 1], OpSet::Monotone), vec![]),
         LogSumExp => {
             (ops::chain(rng, &[0, 1, 2], OpSet::NoExp), ops::chain(rng, &[0, 1], OpSet::NoExp))
         }
@@ -135,7 +158,8 @@ pub fn draw(rng: &mut Rng) -> Draft {
     ];
     words.extend(ops::names(&pre).into_iter().chain(ops::names(&post)).take(2));
     let extra = pre.len() + post.len();
-    let hard = matches!(red, Var | L2 | LogSumExp | Argmax) || layout == Layout::Middle;
+    let hard =
+        matches!(red, Var | Std | L2 | LogSumExp | Argmax | Argmin) || layout == Layout::Middle;
     Draft {
         words,
         level: if extra == 0 { 1 } else { 2 },
@@ -151,11 +175,11 @@ pub fn draw(rng: &mut Rng) -> Draft {
 /// A pass over a row: load, elementwise work, masked-off lanes reset, then `step`.
 fn row_pass(red: Red, pre: &[Op], step: &[&str]) -> Vec<String> {
     let (_, identity) = red.identity();
-    let other = if pre.is_empty() || red == Red::Argmax { identity } else { "0.0" };
+    let other = if pre.is_empty() || red.is_arg() { identity } else { "0.0" };
     let mut inner = lines(&["cols = start + tl.arange(0, BLOCK)", "mask = cols < n_cols"]);
     inner.push(format!("x = tl.load(base + cols, mask=mask, other={other})"));
     inner.extend(ops::triton_lines(pre));
-    if !pre.is_empty() && red != Red::Argmax {
+    if !pre.is_empty() && !red.is_arg() {
         inner.push(format!("x = tl.where(mask, x, {identity})"));
     }
     inner.extend(lines(step));
@@ -189,17 +213,28 @@ fn last_kernel(red: Red, pre: &[Op], post: &[Op]) -> (String, Vec<Mistake>) {
         Red::Var => {
             (vec!["x = tl.sum(acc, axis=0) / (n_cols - 1)"], ("/ (n_cols - 1)", "/ n_cols"))
         }
+        Red::Std => (
+            vec!["x = tl.sqrt(tl.sum(acc, axis=0) / (n_cols - 1))"],
+            (
+                "x = tl.sqrt(tl.sum(acc, axis=0) / (n_cols - 1))",
+                "x = tl.sum(acc, axis=0) / (n_cols - 1)",
+            ),
+        ),
         Red::LogSumExp => {
             (vec!["x = m + tl.log(tl.sum(acc, axis=0))"], ("x = m + tl.log(", "x = tl.log("))
         }
         Red::Argmax => (
             vec!["m = tl.max(acc, axis=0)", "x = tl.min(tl.where(acc == m, best, n_cols), axis=0)"],
-            ("take = x > acc", "take = x < acc"),
+            red.take(),
+        ),
+        Red::Argmin => (
+            vec!["m = tl.min(acc, axis=0)", "x = tl.min(tl.where(acc == m, best, n_cols), axis=0)"],
+            red.take(),
         ),
     };
     b.push(acc0.clone());
     match red {
-        Red::Var => {
+        Red::Var | Red::Std => {
             b.extend(row_pass(red, pre, &["acc += x"]));
             b.push("mean = tl.sum(acc, axis=0) / n_cols".into());
             b.push(acc0);
@@ -211,13 +246,13 @@ fn last_kernel(red: Red, pre: &[Op], post: &[Op]) -> (String, Vec<Mistake>) {
             b.push("acc = tl.zeros([BLOCK], tl.float32)".into());
             b.extend(row_pass(red, pre, &["acc += tl.exp(x - m)"]));
         }
-        Red::Argmax => {
+        Red::Argmax | Red::Argmin => {
             b.push("best = tl.zeros([BLOCK], tl.int32)".into());
             b.extend(row_pass(
                 red,
                 pre,
                 &[
-                    "take = x > acc",
+                    red.take().0,
                     "acc = tl.where(take, x, acc)",
                     "best = tl.where(take, cols, best)",
                 ],
@@ -227,7 +262,7 @@ fn last_kernel(red: Red, pre: &[Op], post: &[Op]) -> (String, Vec<Mistake>) {
     }
     b.extend(finish.iter().map(|s| s.to_string()));
     b.extend(ops::triton_lines(post));
-    let stored = if red == Red::Argmax { "x.to(tl.int64)" } else { "x" };
+    let stored = if red.is_arg() { "x.to(tl.int64)" } else { "x" };
     b.push(format!("tl.store(y_ptr + row, {stored})"));
     let name = format!("{}_rows_kernel", red.word());
     let k = kernel(&format!("{name}(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr)"), &b);
@@ -266,11 +301,12 @@ fn middle_kernel(red: Red, pre: &[Op], post: &[Op]) -> (String, Vec<Mistake>) {
             },
         ),
         Red::Var => ("x = acc / (n_rows - 1)", ("/ (n_rows - 1)", "/ n_rows")),
+        Red::Std => ("x = tl.sqrt(acc / (n_rows - 1))", ("/ (n_rows - 1)", "/ n_rows")),
         Red::LogSumExp => ("x = m + tl.log(acc)", ("x = m + tl.log(acc)", "x = tl.log(acc)")),
-        Red::Argmax => ("x = best", ("take = x > acc", "take = x < acc")),
+        Red::Argmax | Red::Argmin => ("x = best", red.take()),
     };
     match red {
-        Red::Var => {
+        Red::Var | Red::Std => {
             b.extend(pass(&["acc += x"]));
             b.push("mean = acc / n_rows".into());
             b.push(acc0);
@@ -282,10 +318,10 @@ fn middle_kernel(red: Red, pre: &[Op], post: &[Op]) -> (String, Vec<Mistake>) {
             b.push("acc = tl.zeros([BLOCK], tl.float32)".into());
             b.extend(pass(&["acc += tl.exp(x - m)"]));
         }
-        Red::Argmax => {
+        Red::Argmax | Red::Argmin => {
             b.push("best = tl.zeros([BLOCK], tl.int32)".into());
             b.extend(pass(&[
-                "take = x > acc",
+                red.take().0,
                 "acc = tl.where(take, x, acc)",
                 "best = tl.where(take, r, best)",
             ]));
@@ -294,7 +330,7 @@ fn middle_kernel(red: Red, pre: &[Op], post: &[Op]) -> (String, Vec<Mistake>) {
     }
     b.push(finish.into());
     b.extend(ops::triton_lines(post));
-    let stored = if red == Red::Argmax { "x.to(tl.int64)" } else { "x" };
+    let stored = if red.is_arg() { "x.to(tl.int64)" } else { "x" };
     b.push(format!("tl.store(y_ptr + batch * n_cols + cols, {stored}, mask=mask)"));
     let name = format!("{}_dim_kernel", red.word());
     let k = kernel(&format!("{name}(x_ptr, y_ptr, n_rows, n_cols, BLOCK: tl.constexpr)"), &b);
@@ -317,7 +353,7 @@ fn middle_kernel(red: Red, pre: &[Op], post: &[Op]) -> (String, Vec<Mistake>) {
 
 /// `ModelNew.forward` and a shape assumption a first attempt could make in it.
 fn forward(red: Red, layout: Layout, ndim: usize, keepdim: bool) -> (Vec<String>, Mistake) {
-    let dtype = if red == Red::Argmax { "torch.int64" } else { "x.dtype" };
+    let dtype = if red.is_arg() { "torch.int64" } else { "x.dtype" };
     let name =
         format!("{}_{}_kernel", red.word(), if layout == Layout::Last { "rows" } else { "dim" });
     match layout {
@@ -391,7 +427,7 @@ fn dims_for(rng: &mut Rng, layout: Layout, ndim: usize) -> Dims {
 /// What a first attempt at a last-dim reduction could get wrong; `wrong` is the operator slip.
 fn last_mistakes(red: Red, pre: &[Op], wrong: (&str, &str)) -> Vec<Mistake> {
     let (_, identity) = red.identity();
-    let other = if pre.is_empty() || red == Red::Argmax { identity } else { "0.0" };
+    let other = if pre.is_empty() || red.is_arg() { identity } else { "0.0" };
     let mut m = vec![
         Mistake::new(Flaw::WrongOperator, &[wrong]),
         Mistake::new(Flaw::WrongAxis, &[("base = x_ptr + row * n_cols", "base = x_ptr + row")]),
@@ -403,7 +439,7 @@ fn last_mistakes(red: Red, pre: &[Op], wrong: (&str, &str)) -> Vec<Mistake> {
             )],
         ),
     ];
-    if !pre.is_empty() && red != Red::Argmax {
+    if !pre.is_empty() && !red.is_arg() {
         m.push(Mistake::new(
             Flaw::WrongPadding,
             &[(&format!("\n        x = tl.where(mask, x, {identity})"), "")],
