@@ -24,6 +24,19 @@ pub struct EpisodeConfig {
     pub sampling: Sampling,
     pub reward: RewardConfig,
     pub target: Target,
+    /// How many more completions to ask for when a turn's code repeats an earlier turn's
+    /// (whitespace aside), each warmer than the last: the same code earns the same
+    /// verdict, so a repeat wastes the turn. 0 plays the policy as it samples (RL).
+    pub repeat_retries: u32,
+}
+
+/// Temperature added per retry of a repeated answer, and the most it reaches.
+const REPEAT_WARMING: f32 = 0.3;
+const REPEAT_MAX_TEMPERATURE: f32 = 1.3;
+
+/// Code with its whitespace runs collapsed: what "the same code" means for a repeat.
+fn normalised(code: &str) -> String {
+    code.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,14 +73,28 @@ pub async fn run_episode(
         error: None,
     };
     let mut sampling = cfg.sampling.clone();
-    for t in 0..cfg.turns {
+    let mut earlier: Vec<String> = Vec::new();
+    'turns: for t in 0..cfg.turns {
         sampling.seed = cfg.sampling.seed.map(|s| s + u64::from(t) * 1_000_003 + u64::from(sample));
-        let completion = match backend.complete(&messages, &sampling).await {
-            Ok(c) => c,
-            Err(e) => {
-                ep.error = Some(format!("turn {t}: {e}"));
-                break;
+        sampling.temperature = cfg.sampling.temperature;
+        let mut repeats = 0;
+        let completion = loop {
+            let completion = match backend.complete(&messages, &sampling).await {
+                Ok(c) => c,
+                Err(e) => {
+                    ep.error = Some(format!("turn {t}: {e}"));
+                    break 'turns;
+                }
+            };
+            let repeated = extract_code(&completion.text)
+                .is_ok_and(|(code, _)| earlier.contains(&normalised(&code)));
+            if !repeated || repeats >= cfg.repeat_retries {
+                break completion;
             }
+            repeats += 1;
+            sampling.seed = sampling.seed.map(|s| s.wrapping_add(7_919));
+            sampling.temperature =
+                (sampling.temperature + REPEAT_WARMING).min(REPEAT_MAX_TEMPERATURE);
         };
         let sent = messages.clone();
         let (turn, feedback, done) = match extract_code(&completion.text) {
@@ -85,10 +112,12 @@ pub async fn run_episode(
                     speedup: None,
                     reward: cfg.reward.no_code,
                     ret: 0.0,
+                    repeats,
                 };
                 (turn, fb, false)
             }
             Ok((code, _)) => {
+                earlier.push(normalised(&code));
                 let candidate = Candidate {
                     name: format!("{}_s{sample}_t{t}", problem.name),
                     path: PathBuf::from(format!("{}_s{sample}_t{t}.py", problem.name)),
@@ -117,6 +146,7 @@ pub async fn run_episode(
                     speedup,
                     reward: cfg.reward.score(&record),
                     ret: 0.0,
+                    repeats,
                 };
                 (turn, fb, done)
             }

@@ -164,6 +164,9 @@ pub struct RunSpec {
     pub parallel: usize,
     /// The run's name; default: a hash of its settings, so a rerun resumes.
     pub run_id: Option<String>,
+    /// Completions asked again when a turn repeats an earlier turn's code
+    /// ([`EpisodeConfig::repeat_retries`]).
+    pub repeat_retries: u32,
 }
 
 /// Progress, as it happens.
@@ -295,7 +298,7 @@ fn default_run_id(spec: &RunSpec, backend: &str, keys: &[&str], cpu_mode: bool) 
         "backend": backend, "problems": keys, "samples": spec.samples,
         "turns": spec.turns.max(1), "sampling": spec.sampling, "target": spec.target_speedup,
         "reward": spec.reward, "variant": spec.eval.variant, "device": cpu_mode,
-        "set": spec.selection.effective_set(),
+        "set": spec.selection.effective_set(), "repeat_retries": spec.repeat_retries,
     });
     format!("run-{}", &sha256_hex(settings.to_string().as_bytes())[..12])
 }
@@ -369,6 +372,7 @@ pub async fn run(
         sampling: spec.sampling.clone(),
         reward: spec.reward.clone(),
         target: target_for(evaluator.environment(), spec.eval.timing.enabled),
+        repeat_retries: spec.repeat_retries,
     });
     let to_play = jobs.len();
     events(RunEvent::Planned {

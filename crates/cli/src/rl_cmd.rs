@@ -79,6 +79,8 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         sampling: Sampling::default(),
         reward,
         target: runner::target_for(evaluator.environment(), settings.timing.enabled),
+        // The behaviour log-probabilities describe the policy's own samples: no retries.
+        repeat_retries: 0,
     };
     let prompts = Arc::new(Prompts::load(None).map_err(usage)?);
     let env_of = |tasks| -> Arc<dyn Environment> {

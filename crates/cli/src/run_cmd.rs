@@ -113,6 +113,10 @@ pub struct RunArgs {
     /// Name of the run (default: a hash of its settings, so a rerun resumes).
     #[arg(long)]
     run_id: Option<String>,
+    /// When a turn's code repeats an earlier turn's, ask again up to this many times, each
+    /// 0.3 warmer (the same code would get the same verdict); 0 keeps every answer
+    #[arg(long, default_value_t = 2)]
+    repeat_retries: u32,
     /// Where report.md, report.html and report.json go.
     #[arg(long, default_value = "tritonforge-report")]
     out: PathBuf,
@@ -206,6 +210,7 @@ impl RunArgs {
             eval: self.eval.settings()?,
             parallel: self.parallel,
             run_id: self.run_id.clone(),
+            repeat_retries: self.repeat_retries,
         })
     }
 }

@@ -20,6 +20,8 @@ struct Script {
     replies: Vec<(String, Vec<String>)>,
     key: Option<String>,
     requests: Arc<Mutex<Vec<Value>>>,
+    /// The reply to any request sampled warmer than 0.8 (a retry of a repeated answer).
+    warm: Option<String>,
 }
 
 async fn chat(State(s): State<Script>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
@@ -44,6 +46,10 @@ async fn chat(State(s): State<Script>, headers: HeaderMap, Json(body): Json<Valu
         .and_then(|(_, r)| r.get(turn).or(r.last()))
         .cloned()
         .unwrap_or_else(|| "I have no idea.".into());
+    let text = match &s.warm {
+        Some(w) if body["temperature"].as_f64().unwrap_or(0.0) > 0.8 => w.clone(),
+        _ => text,
+    };
     let usage = json!({"prompt_tokens": 100 + turn, "completion_tokens": text.len() / 4, "total_tokens": 0});
     if body["stream"] == true {
         // Three content deltas, a finish chunk, a usage chunk, then [DONE].
@@ -104,6 +110,7 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
         )],
         key: Some("sk-test".into()),
         requests: requests.clone(),
+        warm: None,
     });
     let root = tempfile::tempdir().unwrap();
     let state = root.path().join("state");
@@ -203,6 +210,54 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
 }
 
 #[test]
+fn a_repeated_answer_is_asked_again_warmer_and_the_retry_is_recorded() {
+    let wrong = wrong_relu();
+    let right = std::fs::read_to_string(repo().join("bench/solutions/level1/relu.py")).unwrap();
+    let play = |retries: &str| {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        // The same wrong kernel at every turn, reformatted the second time (whitespace is
+        // not a new answer); the right one only when asked warmer.
+        let reformatted = wrong.replace("\n\n\n", "\n\n");
+        let url = serve(Script {
+            replies: vec![("relu".into(), vec![fenced(&wrong), fenced(&reformatted)])],
+            key: None,
+            requests: requests.clone(),
+            warm: Some(fenced(&right)),
+        });
+        let root = tempfile::tempdir().unwrap();
+        let state = root.path().join("state");
+        let out = run(tf(&state)
+            .args(["run", "--base-url", &url, "--problem", "relu", "--turns", "2"])
+            .args(["--repeat-retries", retries, "--out"])
+            .arg(root.path().join("report")));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let temps: Vec<f64> = requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| (r["temperature"].as_f64().unwrap() * 10.0).round() / 10.0)
+            .collect();
+        (temps, episodes(&state).remove(0))
+    };
+    let (temps, ep) = play("2");
+    assert_eq!(temps, vec![0.7, 0.7, 1.0], "asked again, warmer, once the code repeated");
+    let turns = ep["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(
+        (turns[0]["outcome"].as_str(), turns[1]["outcome"].as_str()),
+        (Some("incorrect"), Some("correct"))
+    );
+    assert_eq!(turns[1]["repeats"], 1);
+    assert!(turns[0].get("repeats").is_none(), "no retry, no field: {}", turns[0]);
+    // With no retries the repeat is played (and gets the same verdict).
+    let (temps, ep) = play("0");
+    assert_eq!(temps, vec![0.7, 0.7]);
+    let turns = ep["turns"].as_array().unwrap();
+    assert_eq!(turns[1]["outcome"], "incorrect");
+    assert!(turns[1].get("repeats").is_none());
+}
+
+#[test]
 fn unreachable_endpoints_bad_keys_and_replies_without_code_are_named_and_the_run_goes_on() {
     let root = tempfile::tempdir().unwrap();
     // Nothing listens on port 1.
@@ -226,6 +281,7 @@ fn unreachable_endpoints_bad_keys_and_replies_without_code_are_named_and_the_run
         )],
         key: Some("right".into()),
         requests: requests.clone(),
+        warm: None,
     });
     let out = run(tf(&root.path().join("b"))
         .env("TF_TEST_KEY", "wrong")

@@ -117,6 +117,14 @@ pub struct Turn {
     pub reward: f64,
     /// Discounted return from this turn on.
     pub ret: f64,
+    /// Completions asked again because their code repeated an earlier turn's (the one
+    /// kept is the last asked).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub repeats: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
