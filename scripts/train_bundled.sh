@@ -3,7 +3,7 @@
 #   scripts/train_bundled.sh [TRITONFORGE] [--python PY]
 # 1. `bench synth`: 4,800 synthetic problems (seed 1), each solution and planted wrong
 #    attempt checked by the evaluator (CPU mode at `small` size without a GPU; about
-#    12 minutes on 2 cores), 10% held out of training;
+#    22 minutes on 2 cores), 10% held out of training;
 # 2. `data build` (configs/bundled/data.toml): synthetic + suite train pairs, agent templates;
 # 3. `train sft` (configs/bundled/sft.toml): LoRA on SmolLM2-135M-Instruct (needs a GPU;
 #    a few minutes on an H100);

@@ -213,7 +213,7 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
 fn a_repeated_answer_is_asked_again_warmer_and_the_retry_is_recorded() {
     let wrong = wrong_relu();
     let right = std::fs::read_to_string(repo().join("bench/solutions/level1/relu.py")).unwrap();
-    let play = |retries: &str| {
+    let play = |retries: Option<&str>| {
         let requests = Arc::new(Mutex::new(Vec::new()));
         // The same wrong kernel at every turn, reformatted the second time (whitespace is
         // not a new answer); the right one only when asked warmer.
@@ -228,7 +228,8 @@ fn a_repeated_answer_is_asked_again_warmer_and_the_retry_is_recorded() {
         let state = root.path().join("state");
         let out = run(tf(&state)
             .args(["run", "--base-url", &url, "--problem", "relu", "--turns", "2"])
-            .args(["--repeat-retries", retries, "--out"])
+            .args(retries.map(|r| ["--repeat-retries", r]).into_iter().flatten())
+            .arg("--out")
             .arg(root.path().join("report")));
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let temps: Vec<f64> = requests
@@ -239,7 +240,7 @@ fn a_repeated_answer_is_asked_again_warmer_and_the_retry_is_recorded() {
             .collect();
         (temps, episodes(&state).remove(0))
     };
-    let (temps, ep) = play("2");
+    let (temps, ep) = play(Some("2"));
     assert_eq!(temps, vec![0.7, 0.7, 1.0], "asked again, warmer, once the code repeated");
     let turns = ep["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 2);
@@ -249,8 +250,8 @@ fn a_repeated_answer_is_asked_again_warmer_and_the_retry_is_recorded() {
     );
     assert_eq!(turns[1]["repeats"], 1);
     assert!(turns[0].get("repeats").is_none(), "no retry, no field: {}", turns[0]);
-    // With no retries the repeat is played (and gets the same verdict).
-    let (temps, ep) = play("0");
+    // With no retries (the default) the repeat is played and gets the same verdict.
+    let (temps, ep) = play(None);
     assert_eq!(temps, vec![0.7, 0.7]);
     let turns = ep["turns"].as_array().unwrap();
     assert_eq!(turns[1]["outcome"], "incorrect");
