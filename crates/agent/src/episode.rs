@@ -78,7 +78,7 @@ pub async fn run_episode(
         sampling.seed = cfg.sampling.seed.map(|s| s + u64::from(t) * 1_000_003 + u64::from(sample));
         sampling.temperature = cfg.sampling.temperature;
         let mut repeats = 0;
-        let completion = loop {
+        let (completion, extracted) = loop {
             let completion = match backend.complete(&messages, &sampling).await {
                 Ok(c) => c,
                 Err(e) => {
@@ -86,10 +86,11 @@ pub async fn run_episode(
                     break 'turns;
                 }
             };
-            let repeated = extract_code(&completion.text)
-                .is_ok_and(|(code, _)| earlier.contains(&normalised(&code)));
+            let extracted = extract_code(&completion.text);
+            let repeated =
+                extracted.as_ref().is_ok_and(|(code, _)| earlier.contains(&normalised(code)));
             if !repeated || repeats >= cfg.repeat_retries {
-                break completion;
+                break (completion, extracted);
             }
             repeats += 1;
             sampling.seed = sampling.seed.map(|s| s.wrapping_add(7_919));
@@ -97,7 +98,7 @@ pub async fn run_episode(
                 (sampling.temperature + REPEAT_WARMING).min(REPEAT_MAX_TEMPERATURE);
         };
         let sent = messages.clone();
-        let (turn, feedback, done) = match extract_code(&completion.text) {
+        let (turn, feedback, done) = match extracted {
             Err(e) => {
                 let fb = prompts.feedback(&Attempt::NoCode(e.outcome()), cfg.target_speedup)?;
                 let turn = Turn {

@@ -294,12 +294,16 @@ pub fn target_for(env: &EnvInfo, timing: bool) -> Target {
 
 /// The run's default name: a hash of everything that decides what it plays.
 fn default_run_id(spec: &RunSpec, backend: &str, keys: &[&str], cpu_mode: bool) -> String {
-    let settings = serde_json::json!({
+    let mut settings = serde_json::json!({
         "backend": backend, "problems": keys, "samples": spec.samples,
         "turns": spec.turns.max(1), "sampling": spec.sampling, "target": spec.target_speedup,
         "reward": spec.reward, "variant": spec.eval.variant, "device": cpu_mode,
-        "set": spec.selection.effective_set(), "repeat_retries": spec.repeat_retries,
+        "set": spec.selection.effective_set(),
     });
+    // Only when on: runs made before the setting existed keep their ids and resume.
+    if spec.repeat_retries > 0 {
+        settings["repeat_retries"] = spec.repeat_retries.into();
+    }
     format!("run-{}", &sha256_hex(settings.to_string().as_bytes())[..12])
 }
 

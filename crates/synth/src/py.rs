@@ -134,12 +134,23 @@ impl Interface {
 
 /// A problem with no constructor arguments and one input `x`.
 pub fn plain_problem(doc: &str, dims: &Dims, body: &[String], inputs: &[String]) -> String {
+    args_problem(doc, dims, &["x"], body, inputs)
+}
+
+/// A problem with no constructor arguments and these `forward` inputs.
+pub fn args_problem(
+    doc: &str,
+    dims: &Dims,
+    forward_args: &[&str],
+    body: &[String],
+    inputs: &[String],
+) -> String {
     problem(&Module {
         doc,
         dims,
         init_args: &[],
         init_lines: &[],
-        forward_args: &["x"],
+        forward_args,
         body,
         inputs,
         init_inputs: &[],
@@ -148,13 +159,12 @@ pub fn plain_problem(doc: &str, dims: &Dims, body: &[String], inputs: &[String])
 
 /// A solution with one kernel, no constructor arguments and one input `x`.
 pub fn plain_solution(kernel: String, body: &[String]) -> String {
-    solution(&Solution {
-        kernels: &[kernel],
-        init_args: &[],
-        init_lines: &[],
-        forward_args: &["x"],
-        body,
-    })
+    args_solution(&[kernel], &["x"], body)
+}
+
+/// A solution with these kernels, no constructor arguments and these `forward` inputs.
+pub fn args_solution(kernels: &[String], forward_args: &[&str], body: &[String]) -> String {
+    solution(&Solution { kernels, init_args: &[], init_lines: &[], forward_args, body })
 }
 
 /// What a solution file says besides its kernels.

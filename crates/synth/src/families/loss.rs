@@ -5,7 +5,7 @@
 
 use super::activation_dims;
 use crate::ops::lit;
-use crate::py::{self, kernel, lines, Solution};
+use crate::py::{self, kernel, lines};
 use crate::rng::Rng;
 use crate::{Draft, Dtype, Flaw, Mistake};
 
@@ -165,26 +165,11 @@ pub fn draw(rng: &mut Rng) -> Draft {
     };
     let doc = format!("{}, {how}.", loss.title());
     let args: &[&str] = &["pred", "target"];
-    let problem = py::problem(&py::Module {
-        doc: &doc,
-        dims: &dims,
-        init_args: &[],
-        init_lines: &[],
-        forward_args: args,
-        body: &body,
-        inputs: &inputs,
-        init_inputs: &[],
-    });
+    let problem = py::args_problem(&doc, &dims, args, &body, &inputs);
     let (kernels, mut mistakes) = solve(loss);
     let (fbody, m) = forward(loss, reduce);
     mistakes.extend(m);
-    let solution = py::solution(&Solution {
-        kernels: &kernels,
-        init_args: &[],
-        init_lines: &[],
-        forward_args: args,
-        body: &fbody,
-    });
+    let solution = py::args_solution(&kernels, args, &fbody);
     let mut words = vec![loss.word().to_string()];
     if reduce == Reduce::Sum {
         words.push("sum".into());

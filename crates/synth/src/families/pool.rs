@@ -4,7 +4,7 @@
 //! positions); the window is unrolled with `tl.static_range`.
 
 use crate::ops::{self, Op, OpSet};
-use crate::py::{self, kernel, lines, nest, Dims, Solution};
+use crate::py::{self, kernel, lines, nest, Dims};
 use crate::rng::Rng;
 use crate::{Draft, Flaw, Mistake};
 
@@ -86,13 +86,7 @@ pub fn draw(rng: &mut Rng) -> Draft {
     let (k_src, mut mistakes) = solve(pool, &post);
     let (fbody, m) = forward(pool);
     mistakes.push(m);
-    let solution = py::solution(&Solution {
-        kernels: &[k_src],
-        init_args: &[],
-        init_lines: &[],
-        forward_args: &["x"],
-        body: &fbody,
-    });
+    let solution = py::plain_solution(k_src, &fbody);
     let mut words = vec![pool.word()];
     words.extend(ops::names(&post));
     Draft {
@@ -156,8 +150,7 @@ fn solve(pool: Pool, post: &[Op]) -> (String, Vec<Mistake>) {
     if !max {
         b.push(finish_from.clone());
     }
-    let x_post = !post.is_empty();
-    if x_post {
+    if !post.is_empty() {
         b.push("x = acc".into());
         b.extend(ops::triton_lines(post));
         b.push("acc = x".into());

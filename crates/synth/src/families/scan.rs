@@ -5,7 +5,7 @@
 
 use super::row_dims;
 use crate::ops::{self, Op, OpSet};
-use crate::py::{self, kernel, lines, nest, Solution};
+use crate::py::{self, kernel, lines, nest};
 use crate::rng::Rng;
 use crate::{Draft, Dtype, Flaw, Mistake};
 
@@ -73,8 +73,7 @@ pub fn draw(rng: &mut Rng) -> Draft {
         _ => x,
     }];
     let args: &[&str] = if scan == Masked {
-        let shape: Vec<&str> = dims.names.clone();
-        inputs.push(format!("torch.rand({}) > 0.5", shape.join(", ")));
+        inputs.push(format!("torch.rand({}) > 0.5", dims.names.join(", ")));
         &["x", "mask"]
     } else {
         &["x"]
@@ -84,25 +83,10 @@ pub fn draw(rng: &mut Rng) -> Draft {
         doc.pop();
         doc.push_str(", with elementwise work around it.");
     }
-    let problem = py::problem(&py::Module {
-        doc: &doc,
-        dims: &dims,
-        init_args: &[],
-        init_lines: &[],
-        forward_args: args,
-        body: &body,
-        inputs: &inputs,
-        init_inputs: &[],
-    });
+    let problem = py::args_problem(&doc, &dims, args, &body, &inputs);
     let (kernels, mistakes) = solve(scan, &pre, &post);
     let fbody = forward(scan);
-    let solution = py::solution(&Solution {
-        kernels: &kernels,
-        init_args: &[],
-        init_lines: &[],
-        forward_args: args,
-        body: &fbody,
-    });
+    let solution = py::args_solution(&kernels, args, &fbody);
     let mut words = vec![scan.word().to_string()];
     words.extend(ops::names(&pre).into_iter().chain(ops::names(&post)).take(2));
     let extra = pre.len() + post.len();
