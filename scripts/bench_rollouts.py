@@ -4,8 +4,11 @@
 For each model and batch size B, B prompts of PROMPT random token ids each get TOKENS new
 tokens (end-of-sequence ignored, so every row runs to its budget), greedy, by each arm:
 
-- `engine`: `tritonforge_worker.engine` (continuous batching, slot KV cache, sampling on
-  the device; CUDA graphs on a GPU);
+- `engine`: `tritonforge_worker.engine` (continuous batching, slot KV cache, batched
+  prefill, sampling on the device; on a GPU the decode step compiled and replayed from
+  CUDA graphs);
+- `engine_eager`: the same engine with the decode step not compiled (CUDA graphs of the
+  eager step on a GPU), to show what compiling adds;
 - `old`: `policy.generate_batch` (a Python decode loop, a dynamic cache, one device read
   per token);
 - `hf`: transformers' `generate` with its default (dynamic) cache;
@@ -13,7 +16,11 @@ tokens (end-of-sequence ignored, so every row runs to its budget), greedy, by ea
   forward for a static cache on a GPU).
 
 Each arm runs once untimed (warm-up: kernels, graphs, compilation; its time is reported
-as `warmup_s`), then once timed; tokens/s = all rows' new tokens / wall time. An arm that
+as `warmup_s`), then once timed; tokens/s = all rows' new tokens / wall time. The engine
+arms also time a run of one new token per row (`prefill_s`: the prompts' prefill), so
+that `decode_ms_per_step` = (seconds - prefill_s) / (TOKENS - 1) is the decode step alone;
+beside it `floor_ms_per_step`: the bytes one decode step must read (weights, and the KV
+cache at the run's mean length) over the device's copy bandwidth, measured here. An arm that
 fails is reported with its error and the others go on. Then, for the first model, the
 colocated weight refresh: one optimizer step of the trainer on the engine's own
 parameters, the engine told (`weights_changed`), and the first generation after it;
@@ -25,7 +32,10 @@ randomly initialised: configs/models/qwen3-0.6b).
 
 usage: PYTHONPATH=python python3 scripts/bench_rollouts.py [--device cuda]
        [--models smollm2,configs/models/qwen3-0.6b] [--batches 1,16,64,256]
-       [--prompt-tokens 200] [--tokens 512] [--arms engine,old,hf,hf_static] [--quick]
+       [--prompt-tokens 200] [--tokens 512] [--arms engine,engine_eager,old,hf,hf_static]
+       [--profile B] [--quick]
+--profile B: also the engine's decode step at batch B under torch.profiler (the kernels
+one step launches, and the ten that take the most device time).
 --quick: the tiny test model on the CPU, batches 1 and 4, 32 + 16 tokens (checks the
 script itself). Prints one JSON object.
 """
@@ -51,7 +61,7 @@ from tritonforge_worker.models import load  # noqa: E402
 from tritonforge_worker.policy import generate_batch  # noqa: E402
 from tritonforge_worker.protocol import ChatTurn, GenerateJob, MicroBatch, TrainBatch, TrainSetupJob  # noqa: E402
 
-ARMS = ("engine", "old", "hf", "hf_static")
+ARMS = ("engine", "engine_eager", "old", "hf", "hf_static")
 
 
 def sync(device: str) -> None:
@@ -63,9 +73,12 @@ def load_model(name: str, device: str, dtype: str) -> Any:
     if (Path(name) / "config.json").is_file() and not any(Path(name).glob("*.safetensors")):
         from transformers import AutoConfig, AutoModelForCausalLM
 
+        from tritonforge_worker.engine import decode_attention
+
         torch.manual_seed(0)
         with torch.device(device):
-            net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(name), dtype=getattr(torch, dtype))
+            net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(name), dtype=getattr(torch, dtype),
+                                                   attn_implementation=decode_attention())
         return net.eval()
     return load(name, device, dtype)[1]
 
@@ -79,15 +92,20 @@ def prompts(net: Any, batch: int, length: int) -> List[List[int]]:
 _ENGINES: Dict[Any, Engine] = {}
 
 
-def run_engine(net: Any, device: str, ps: List[List[int]], tokens: int) -> int:
-    # One engine per model and batch size, so the timed run replays the graphs the warm-up
-    # captured; its remembered prefixes are dropped, so the timed run prefills in full.
-    key = (id(net), len(ps), len(ps[0]) + tokens)
+def engine_for(net: Any, device: str, ps: List[List[int]], tokens: int, compiled: bool) -> Engine:
+    # One engine per model, batch size and arm, so the timed run replays the graphs the
+    # warm-up captured.
+    key = (id(net), len(ps), compiled)
     if key not in _ENGINES:
         _ENGINES.clear()
-        _ENGINES[key] = Engine(net, device, max_slots=len(ps), max_len=len(ps[0]) + tokens)
-    eng = _ENGINES[key]
-    eng.weights_changed()
+        _ENGINES[key] = Engine(net, device, max_slots=len(ps), max_len=len(ps[0]) + tokens,
+                               compile=compiled and device.startswith("cuda"))
+    return _ENGINES[key]
+
+
+def run_engine(net: Any, device: str, ps: List[List[int]], tokens: int, compiled: bool = True) -> int:
+    eng = engine_for(net, device, ps, tokens, compiled)
+    eng.weights_changed()  # remembered prefixes dropped: the timed run prefills in full
     out = eng.run([Request(key=i, prompt=p, max_tokens=tokens) for i, p in enumerate(ps)])
     return sum(len(f.tokens) for f in out)
 
@@ -113,7 +131,8 @@ def run_hf(net: Any, device: str, ps: List[List[int]], tokens: int, static: bool
 
 
 def arm_fn(arm: str) -> Callable[[Any, str, List[List[int]], int], int]:
-    return {"engine": run_engine, "old": run_old,
+    return {"engine": run_engine, "engine_eager": lambda n, d, p, t: run_engine(n, d, p, t, False),
+            "old": run_old,
             "hf": lambda n, d, p, t: run_hf(n, d, p, t, False),
             "hf_static": lambda n, d, p, t: run_hf(n, d, p, t, True)}[arm]
 
@@ -130,13 +149,90 @@ def measure(arm: str, net: Any, device: str, batch: int, prompt_len: int, tokens
         n = fn(net, device, ps, tokens)
         sync(device)
         dt = time.perf_counter() - t
-        return {"arm": arm, "batch": batch, "tokens": n, "seconds": round(dt, 3),
-                "tokens_per_s": round(n / dt, 1), "warmup_s": round(warm, 2)}
+        row = {"arm": arm, "batch": batch, "tokens": n, "seconds": round(dt, 3),
+               "tokens_per_s": round(n / dt, 1), "warmup_s": round(warm, 2)}
+        if arm.startswith("engine") and tokens > 1:
+            eng = next(iter(_ENGINES.values()), None)
+            if eng is not None:
+                row["engine_stats"] = dict(eng.stats)
+            t = time.perf_counter()
+            fn(net, device, ps, 1)
+            sync(device)
+            pre = time.perf_counter() - t
+            row["prefill_s"] = round(pre, 4)
+            row["decode_ms_per_step"] = round((dt - pre) / (tokens - 1) * 1000.0, 3)
+            row["floor_ms_per_step"] = round(step_bytes(net, batch, prompt_len + tokens / 2) / BANDWIDTH[0] * 1000.0, 4)
+        return row
     except Exception as exc:  # noqa: BLE001 - one arm failing must not end the run
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
         return {"arm": arm, "batch": batch, "error": f"{type(exc).__name__}: {exc}",
                 "trace": traceback.format_exc(limit=3)[-800:]}
+
+
+BANDWIDTH = [1.0]
+
+
+def copy_bandwidth(device: str) -> float:
+    """Bytes per second a device-to-device copy of 1 GiB moves (read plus write)."""
+    if not device.startswith("cuda"):
+        return 1e10
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(10):
+        dst.copy_(src)
+    sync(device)
+    bw = 2 * 10 * src.numel() / (time.perf_counter() - t)
+    del src, dst
+    return bw
+
+
+def step_bytes(net: Any, batch: int, mean_len: float) -> float:
+    """What one decode step must read: every weight once (a tied embedding once, as the
+    output layer; the input embedding reads only B rows) and the KV cache of B rows."""
+    cfg = net.config
+    weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in net.parameters()}.values())
+    heads = int(cfg.num_attention_heads)
+    kv = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+    elem = next(net.parameters()).element_size()
+    cache = 2 * int(cfg.num_hidden_layers) * batch * kv * head_dim * mean_len * elem
+    return weights + cache
+
+
+def profile_engine(net: Any, device: str, batch: int, prompt_len: int) -> Dict[str, Any]:
+    """The kernels of the engine's decode step at `batch` (graphs off, so each kernel is
+    seen), and the ten with the most device time over 16 steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ps = prompts(net, batch, prompt_len)
+    out: Dict[str, Any] = {"batch": batch}
+    for compiled in (False, True):
+        eng = Engine(net, device, max_slots=batch, max_len=prompt_len + 64, graphs=False,
+                     compile=compiled and device.startswith("cuda"))
+        for i, p in enumerate(ps):
+            eng.submit(Request(key=i, prompt=p, max_tokens=40))
+        for _ in range(8):
+            eng.step()  # prefill, compile, warm-up
+        sync(device)
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+        with profile(activities=acts) as prof:
+            for _ in range(16):
+                eng.step()
+            sync(device)
+        events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"] if device.startswith("cuda") else []
+        launches = sum(e.count for e in events) / 16
+        device_us = sum(e.self_device_time_total for e in events) / 16
+        top = sorted(events, key=lambda e: -e.self_device_time_total)[:10]
+        out["compiled" if compiled else "eager"] = {
+            "kernels_per_step": round(launches, 1), "device_us_per_step": round(device_us, 1),
+            "top": [{"name": e.key[:90], "per_step": round(e.count / 16, 1),
+                     "us_per_step": round(e.self_device_time_total / 16, 1)} for e in top]}
+        del eng
+    return out
 
 
 def refresh(model: str, device: str, dtype: str, prompt_len: int) -> Dict[str, Any]:
@@ -201,6 +297,7 @@ def main() -> int:
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--dtype", default=None, help="float32 or bfloat16 (default: bfloat16 on a GPU)")
     ap.add_argument("--no-refresh", action="store_true")
+    ap.add_argument("--profile", type=int, default=0, help="profile the decode step at this batch")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     if args.quick:
@@ -216,6 +313,8 @@ def main() -> int:
                                "completion_tokens": args.tokens, "torch": torch.__version__,
                                "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
                                "models": []}
+    BANDWIDTH[0] = copy_bandwidth(args.device)
+    summary["copy_bandwidth_gb_s"] = round(BANDWIDTH[0] / 1e9, 1)
     for name in [m for m in args.models.split(",") if m]:
         entry: Dict[str, Any] = {"model": name, "results": []}
         try:
@@ -227,6 +326,12 @@ def main() -> int:
             entry["error"] = f"{type(exc).__name__}: {exc}"
             summary["models"].append(entry)
             continue
+        if args.profile:
+            try:
+                entry["profile"] = profile_engine(net, args.device, args.profile, args.prompt_tokens)
+            except Exception as exc:  # noqa: BLE001
+                entry["profile"] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)[-800:]}
+            sys.stderr.write(json.dumps({"model": name, "profile": entry["profile"]}) + "\n")
         for b in batches:
             for arm in arms:
                 r = measure(arm, net, args.device, b, args.prompt_tokens, args.tokens)

@@ -290,7 +290,7 @@ class Engine:
 
     def __init__(self, net: Any, device: str, max_slots: int = 16, max_len: int = 4096,
                  sync_every: Optional[int] = None, graphs: Optional[bool] = None,
-                 min_prefix: int = 16) -> None:
+                 min_prefix: int = 16, prefill_tokens: int = 8192, compile: Optional[bool] = None) -> None:
         import torch
 
         self.net, self.device = net, device
@@ -298,7 +298,19 @@ class Engine:
         cuda = device.startswith("cuda")
         self.sync_every = sync_every if sync_every is not None else (8 if cuda else 1)
         self.use_graphs = cuda if graphs is None else graphs and cuda
+        self.compiled = cuda if compile is None else compile
+        self._forward = self._logits
+        if self.compiled:
+            import torch._dynamo
+
+            # One compile for every batch and key-length bucket (sizes symbolic); the
+            # limit only matters for the few shapes dynamo still specialises (batch 1).
+            if getattr(torch._dynamo.config, "recompile_limit", 64) < 64:
+                torch._dynamo.config.recompile_limit = 64
+            self._forward = torch.compile(self._logits, dynamic=True)
         self.min_prefix = min_prefix
+        self.prefill_tokens = max(prefill_tokens, 1)
+        self._pending: set = set()  # slots claimed by the wave being prefilled (KV not written yet)
         cfg = net.config
         dtype = next(net.parameters()).dtype
         self.cache = SlotCache(cfg, max_slots, max_len if cuda else min(max_len, 256), dtype, device)
@@ -314,7 +326,6 @@ class Engine:
         self.live, self.done = z(S, dt=torch.bool), z(S, dt=torch.bool)
         self.stops = torch.full((S, MAX_STOPS), -1, dtype=torch.long, device=device)
         self.out_tok, self.out_lp, self.out_slp = z(S, L), z(S, L, dt=torch.float32), z(S, L, dt=torch.float32)
-        self.step_out: Dict[int, Tuple[Any, Any, Any]] = {}
         self.arange = torch.arange(S, device=device)
         self.slots = [_Slot() for _ in range(S)]
         self.waiting: Deque[Request] = deque()
@@ -324,7 +335,8 @@ class Engine:
         self.graphs: Dict[Tuple[int, int, bool, bool], Any] = {}
         self.pool: Any = None
         self.batch_buckets = _buckets(S)
-        self.stats = {"prefill_tokens": 0, "reused_tokens": 0, "decode_steps": 0, "graphs": 0}
+        self.stats = {"prefill_tokens": 0, "reused_tokens": 0, "prefill_forwards": 0, "decode_steps": 0,
+                      "graphs": 0}
 
     # -- requests ------------------------------------------------------------------------
 
@@ -362,6 +374,7 @@ class Engine:
         self.waiting.clear()
         for s in self.slots:
             s.request, s.tokens, s.version = None, [], -1
+        self._pending.clear()
         self.live.zero_()
         return keys
 
@@ -398,20 +411,45 @@ class Engine:
         return any(self.slots[i].steps >= self.slots[i].request.max_tokens for i in running)  # type: ignore[union-attr]
 
     def _admit(self) -> List[Finished]:
+        """Prefill waiting requests into free slots, in waves: each wave's prompts run in
+        batched forwards. A request sharing a long prefix with a prompt of the same wave
+        waits for the next wave, so that it copies that prefix instead of computing it
+        again (the n samples of one prompt prefill it once)."""
         finished: List[Finished] = []
         while self.waiting:
-            req = self.waiting[0]
-            if req.max_tokens <= 0:
+            wave: List[Tuple[int, Request, int]] = []
+            later: List[Request] = []
+            while self.waiting:
+                req = self.waiting[0]
+                if req.max_tokens <= 0:
+                    self.waiting.popleft()
+                    finished.append(Finished(req.key, req.prompt, [], [], [], "length",
+                                             (time.perf_counter() - req.submitted) * 1000.0))
+                    continue
+                if wave and self._better_later(req, wave):
+                    later.append(self.waiting.popleft())
+                    continue
+                slot = self._choose(req.prompt)
+                if slot is None:
+                    break
                 self.waiting.popleft()
-                finished.append(Finished(req.key, req.prompt, [], [], [], "length",
-                                         (time.perf_counter() - req.submitted) * 1000.0))
-                continue
-            slot = self._choose(req.prompt)
-            if slot is None:
+                wave.append((slot, req, self._claim(slot, req)))
+            self.waiting.extendleft(reversed(later))
+            if not wave:
                 break
-            self.waiting.popleft()
-            self._prefill(slot, req)
+            self._prefill(wave)
+            self._pending.clear()
         return finished
+
+    def _better_later(self, req: Request, wave: List[Tuple[int, Request, int]]) -> bool:
+        """Whether `req` shares with a prompt of this wave a prefix longer (by
+        `min_prefix`) than any filled slot offers it now."""
+        shared = max(_common(req.prompt, w.prompt) for _, w, _ in wave)
+        if shared < self.min_prefix:
+            return False
+        have = max((_common(req.prompt, s.tokens) for i, s in enumerate(self.slots)
+                    if i not in self._pending and s.version == self.version and s.tokens), default=0)
+        return shared >= have + self.min_prefix
 
     def _choose(self, prompt: List[int]) -> Optional[int]:
         """A free slot for `prompt`: the one whose remembered tokens share the longest
@@ -441,7 +479,7 @@ class Engine:
         have = min(_common(prompt, s.tokens), limit) if s.version == self.version else 0
         src, src_len = None, have
         for i, o in enumerate(self.slots):
-            if i != slot and o.version == self.version and o.tokens:
+            if i != slot and i not in self._pending and o.version == self.version and o.tokens:
                 n = min(_common(prompt, o.tokens), limit)
                 if n > src_len:
                     src, src_len = i, n
@@ -450,46 +488,84 @@ class Engine:
             return src_len
         return have if have >= 1 else 0
 
-    def _prefill(self, slot: int, req: Request) -> None:
-        import torch
-
-        L = len(req.prompt)
-        self._ensure(L + req.max_tokens)
+    def _claim(self, slot: int, req: Request) -> int:
+        """Give `slot` to `req` (copying a shared prefix into it); how many prompt tokens
+        its KV already holds."""
+        self._ensure(len(req.prompt) + req.max_tokens)
         start = self._reuse(slot, req.prompt)
         s = self.slots[slot]
         self.clock += 1
         s.request, s.tokens, s.version, s.used, s.steps = req, list(req.prompt), self.version, self.clock, 1
-        self.stats["prefill_tokens"] += L - start
+        self._pending.add(slot)
+        self.stats["prefill_tokens"] += len(req.prompt) - start
         self.stats["reused_tokens"] += start
-        dev = self.device
-        ids = torch.tensor([req.prompt[start:]], dtype=torch.long, device=dev)
-        cols = torch.arange(start, L, device=dev).unsqueeze(0)
-        idx = torch.tensor([slot], device=dev)
-        c = self.cache
-        c.rows, c.cols, c.keys, c.view, c.gather = idx.unsqueeze(1), cols, L, None, idx
-        mask = (torch.arange(L, device=dev).unsqueeze(0) <= cols[0].unsqueeze(1)).view(1, 1, L - start, L)
-        logits = self.net(input_ids=ids, position_ids=cols, attention_mask=mask, past_key_values=c,
-                          use_cache=True, logits_to_keep=1).logits[:, -1]
-        self._set_row(slot, req)
-        self.pos[slot] = L - 1
-        filtered = req.top_k > 0 or 0 < req.top_p < 1
-        tok, lp, slp = sample(logits, self.temp[idx], self.top_p[idx], self.top_k[idx], self.seed[idx],
-                              self.gen[idx], filtered, req.temperature > 0)
-        self._record(idx, tok, lp, slp, torch.ones(1, dtype=torch.bool, device=dev))
+        return start
 
-    def _set_row(self, slot: int, req: Request) -> None:
-        seed = req.seed if req.seed is not None else random.getrandbits(62)
-        self.temp[slot] = float(req.temperature)
-        self.top_p[slot] = float(req.top_p) if 0 < req.top_p < 1 else 1.0
-        self.top_k[slot] = max(int(req.top_k), 0)
-        self.seed[slot] = _signed(int(seed))
-        self.max_new[slot] = int(req.max_tokens)
-        self.gen[slot] = 0
-        self.done[slot] = False
-        self.live[slot] = True
-        self.stops[slot] = -1
-        if req.stop:
-            self.stops[slot, : len(req.stop)] = self.stops.new_tensor(req.stop)
+    def _prefill(self, wave: List[Tuple[int, Request, int]]) -> None:
+        """Run the new prompt tokens of a wave, in batched forwards of rows of similar
+        length (left-padded, so each row's last token is the last position), and sample
+        each row's first token."""
+        order = sorted(wave, key=lambda w: len(w[1].prompt) - w[2])
+        chunk: List[Tuple[int, Request, int]] = []
+        for item in order:
+            n = len(item[1].prompt) - item[2]
+            if chunk:
+                first = len(chunk[0][1].prompt) - chunk[0][2]
+                if (len(chunk) + 1) * n > self.prefill_tokens or n > 2 * first + LEN_BUCKET:
+                    self._prefill_rows(chunk)
+                    chunk = []
+            chunk.append(item)
+        if chunk:
+            self._prefill_rows(chunk)
+
+    def _prefill_rows(self, rows: List[Tuple[int, Request, int]]) -> None:
+        import torch
+
+        dev = self.device
+        width = max(len(r.prompt) - start for _, r, start in rows)
+        keys = max(len(r.prompt) for _, r, _ in rows)
+        ids, cols = [], []
+        for _, r, start in rows:
+            pad = width - (len(r.prompt) - start)
+            ids.append([0] * pad + r.prompt[start:])
+            cols.append([self.cache.scratch] * pad + list(range(start, len(r.prompt))))
+        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
+        cols_t = torch.tensor(cols, dtype=torch.long, device=dev)
+        idx = torch.tensor([slot for slot, _, _ in rows], device=dev)
+        c = self.cache
+        c.rows, c.cols, c.keys, c.view, c.gather = idx.unsqueeze(1), cols_t, keys, None, idx
+        # Padding writes to the scratch column, sees every key (finite, never used) and
+        # sits at position 0.
+        mask = (torch.arange(keys, device=dev).view(1, 1, keys) <= cols_t.unsqueeze(2)).unsqueeze(1)
+        positions = torch.where(cols_t == self.cache.scratch, torch.zeros_like(cols_t), cols_t)
+        logits = self.net(input_ids=ids_t, position_ids=positions, attention_mask=mask, past_key_values=c,
+                          use_cache=True, logits_to_keep=1).logits[:, -1]
+        self._set_rows([slot for slot, _, _ in rows], [r for _, r, _ in rows])
+        self.stats["prefill_forwards"] += 1
+        reqs = [r for _, r, _ in rows]
+        filtered = any(r.top_k > 0 or 0 < r.top_p < 1 for r in reqs)
+        drawn = any(r.temperature > 0 for r in reqs)
+        tok, lp, slp = sample(logits, self.temp[idx], self.top_p[idx], self.top_k[idx], self.seed[idx],
+                              self.gen[idx], filtered, drawn)
+        self._record(idx, tok, lp, slp, torch.ones(len(rows), dtype=torch.bool, device=dev))
+
+    def _set_rows(self, slots: List[int], reqs: List[Request]) -> None:
+        """Each row's sampling settings and budget, written in one copy per tensor."""
+        import torch
+
+        dev = self.device
+        idx = torch.tensor(slots, device=dev)
+        seeds = [_signed(int(r.seed if r.seed is not None else random.getrandbits(62))) for r in reqs]
+        self.temp[idx] = torch.tensor([float(r.temperature) for r in reqs], device=dev)
+        self.top_p[idx] = torch.tensor([float(r.top_p) if 0 < r.top_p < 1 else 1.0 for r in reqs], device=dev)
+        self.top_k[idx] = torch.tensor([max(int(r.top_k), 0) for r in reqs], device=dev)
+        self.seed[idx] = torch.tensor(seeds, dtype=torch.long, device=dev)
+        self.max_new[idx] = torch.tensor([int(r.max_tokens) for r in reqs], device=dev)
+        self.pos[idx] = torch.tensor([len(r.prompt) - 1 for r in reqs], device=dev)
+        self.stops[idx] = torch.tensor([r.stop + [-1] * (MAX_STOPS - len(r.stop)) for r in reqs], device=dev)
+        self.gen[idx] = 0
+        self.done[idx] = False
+        self.live[idx] = True
 
     def _ensure(self, length: int) -> None:
         if length > self.cache.capacity:
@@ -523,18 +599,27 @@ class Engine:
         reqs = [s.request for s in self.slots[:B] if s.request is not None]
         mode = (any(r.top_k > 0 or 0 < r.top_p < 1 for r in reqs), any(r.temperature > 0 for r in reqs))
         if self.use_graphs:
-            tok, lp, slp = self._graphed(B, keys, mode)
+            self._graphed(B, keys, mode)
         else:
-            tok, lp, slp = self._forward_sample(B, keys, mode)
-        idx = self.arange[:B]
-        self._record(idx, tok, lp, slp, self.live[:B] & ~self.done[:B])
+            self._decode_device(B, keys, mode)
         for s in self.slots[:B]:
             if s.request is not None:
                 s.steps += 1
         self.stats["decode_steps"] += 1
 
+    def _decode_device(self, B: int, keys: int, mode: Tuple[bool, bool]) -> None:
+        """The decode step's device work (what a CUDA graph captures and, on a GPU,
+        torch.compile fuses): forward, sampling and recording, with no host reads."""
+        tok, lp, slp = self._forward_sample(B, keys, mode)
+        self._record(self.arange[:B], tok, lp, slp, self.live[:B] & ~self.done[:B])
+
     def _forward_sample(self, B: int, keys: int, mode: Tuple[bool, bool]) -> Tuple[Any, Any, Any]:
-        """The decode step's device work (what a CUDA graph captures): no host reads."""
+        logits = self._forward(B, keys)
+        return sample(logits, self.temp[:B], self.top_p[:B], self.top_k[:B], self.seed[:B], self.gen[:B], *mode)
+
+    def _logits(self, B: int, keys: int) -> Any:
+        """The model's next-token logits for the first B slots (what torch.compile fuses
+        on a GPU: sizes symbolic, so one compile serves every bucket)."""
         import torch
 
         active = self.live[:B] & ~self.done[:B]
@@ -542,43 +627,61 @@ class Engine:
         c = self.cache
         c.rows, c.cols, c.keys, c.view, c.gather = self.arange[:B].unsqueeze(1), cols, keys, B, None
         mask = (torch.arange(keys, device=self.device).unsqueeze(0) <= cols).view(B, 1, 1, keys)
-        logits = self.net(input_ids=self.last_tok[:B].unsqueeze(1), position_ids=cols, attention_mask=mask,
-                          past_key_values=c, use_cache=True, logits_to_keep=1).logits[:, -1]
-        return sample(logits, self.temp[:B], self.top_p[:B], self.top_k[:B], self.seed[:B], self.gen[:B], *mode)
+        return self.net(input_ids=self.last_tok[:B].unsqueeze(1), position_ids=cols, attention_mask=mask,
+                        past_key_values=c, use_cache=True, logits_to_keep=1).logits[:, -1]
 
-    def _graphed(self, B: int, keys: int, mode: Tuple[bool, bool]) -> Tuple[Any, Any, Any]:
-        """The decode step replayed from a CUDA graph captured on first use of its shape
-        (falling back to eager, for good, if capture fails)."""
+    def _graphed(self, B: int, keys: int, mode: Tuple[bool, bool]) -> None:
+        """The decode step replayed from a CUDA graph captured on first use of its shape.
+        A compiled step that fails to compile or capture falls back to the eager step; an
+        eager step that cannot be captured runs eagerly, for good."""
         import sys
 
         import torch
 
         key = (B, keys, *mode)
-        entry = self.graphs.get(key)
-        if entry is None:
+        graph = self.graphs.get(key)
+        while graph is None:
             try:
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    for _ in range(2):  # warm-up: rewrites the same KV the real step writes
-                        self._forward_sample(B, keys, mode)
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                if self.pool is None:
-                    self.pool = torch.cuda.graph_pool_handle()
-                # One memory pool for every graph: they replay one at a time, and each
-                # one's outputs are read before the next replays.
-                with torch.cuda.graph(graph, pool=self.pool):
-                    outs = self._forward_sample(B, keys, mode)
-                entry = (graph, outs)
-                self.graphs[key] = entry
+                graph = self._capture(B, keys, mode)
+                self.graphs[key] = graph
                 self.stats["graphs"] += 1
-            except Exception as exc:  # noqa: BLE001 - a model whose step cannot be captured runs eagerly
-                sys.stderr.write(f"engine: CUDA graph capture failed ({type(exc).__name__}: {exc}); running eagerly\n")
+            except Exception as exc:  # noqa: BLE001 - fall back, never fail the request
+                what = "compiled" if self._forward != self._logits else "eager"
+                sys.stderr.write(f"engine: CUDA graph of the {what} decode step failed "
+                                 f"({type(exc).__name__}: {exc}); falling back\n")
+                if self._forward != self._logits:
+                    self._forward, self.compiled = self._logits, False
+                    self.graphs.clear()
+                    continue
                 self.use_graphs = False
-                return self._forward_sample(B, keys, mode)
-        entry[0].replay()
-        return entry[1]
+                self._decode_device(B, keys, mode)
+                return
+        graph.replay()
+
+    def _capture(self, B: int, keys: int, mode: Tuple[bool, bool]) -> Any:
+        import torch
+
+        # Warm-up on a side stream (compiles, autotunes, allocates). It writes what the
+        # real step writes and records nothing: `live` is cleared around it, so every
+        # row writes its KV to the scratch column and its token is not kept.
+        live = self.live.clone()
+        self.live.zero_()
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    self._decode_device(B, keys, mode)
+            torch.cuda.current_stream().wait_stream(stream)
+        finally:
+            self.live.copy_(live)
+        graph = torch.cuda.CUDAGraph()
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        # One memory pool for every graph: they replay one at a time.
+        with torch.cuda.graph(graph, pool=self.pool):
+            self._decode_device(B, keys, mode)
+        return graph
 
     def _sync(self) -> List[Finished]:
         """Read which rows are done (one device read) and collect them."""
