@@ -33,7 +33,10 @@ randomly initialised: configs/models/qwen3-0.6b).
 usage: PYTHONPATH=python python3 scripts/bench_rollouts.py [--device cuda]
        [--models smollm2,configs/models/qwen3-0.6b] [--batches 1,16,64,256]
        [--prompt-tokens 200] [--tokens 512] [--arms engine,engine_eager,old,hf,hf_static]
-       [--profile B] [--quick]
+       [--profile B] [--engine-repeats N] [--quick]
+--engine-repeats N: time the engine arms N times and report the median (the other arms
+are timed once). The engine arms also report their log-probs against a full forward
+(`logprob_max_err`, `greedy_agree`), in the model's dtype.
 --profile B: also the engine's decode step at batch B under torch.profiler (the kernels
 one step launches, and the ten that take the most device time).
 --quick: the tiny test model on the CPU, batches 1 and 4, 32 + 16 tokens (checks the
@@ -107,7 +110,30 @@ def run_engine(net: Any, device: str, ps: List[List[int]], tokens: int, compiled
     eng = engine_for(net, device, ps, tokens, compiled)
     eng.weights_changed()  # remembered prefixes dropped: the timed run prefills in full
     out = eng.run([Request(key=i, prompt=p, max_tokens=tokens) for i, p in enumerate(ps)])
+    LAST[:] = out
     return sum(len(f.tokens) for f in out)
+
+
+LAST: List[Any] = []
+ENGINE_REPEATS = [1]
+
+
+def logprob_check(net: Any, device: str, rows: List[Any]) -> Dict[str, Any]:
+    """The engine's log-probs against one full forward of prompt + completion (up to 4
+    rows), in the model's own dtype: the largest difference, and how often the greedy
+    token is the full forward's argmax."""
+    worst, agree, total = 0.0, 0, 0
+    with torch.no_grad():
+        for f in rows[:4]:
+            ids = torch.tensor([f.prompt + f.tokens], device=device)
+            logits = net(input_ids=ids).logits[0, len(f.prompt) - 1: len(f.prompt) - 1 + len(f.tokens)].float()
+            lp = torch.log_softmax(logits, dim=-1)
+            toks = torch.tensor(f.tokens, device=device)
+            ref = lp.gather(1, toks.unsqueeze(1)).squeeze(1)
+            worst = max(worst, float((ref - torch.tensor(f.logprobs, device=device)).abs().max()))
+            agree += int((logits.argmax(-1) == toks).sum())
+            total += len(f.tokens)
+    return {"logprob_max_err": round(worst, 5), "greedy_agree": round(agree / max(total, 1), 4)}
 
 
 def run_old(net: Any, device: str, ps: List[List[int]], tokens: int) -> int:
@@ -145,13 +171,19 @@ def measure(arm: str, net: Any, device: str, batch: int, prompt_len: int, tokens
         fn(net, device, ps, tokens)  # warm-up: the same shapes as the timed run
         sync(device)
         warm = time.perf_counter() - t
-        t = time.perf_counter()
-        n = fn(net, device, ps, tokens)
-        sync(device)
-        dt = time.perf_counter() - t
+        times = []
+        for _ in range(ENGINE_REPEATS[0] if arm.startswith("engine") else 1):
+            t = time.perf_counter()
+            n = fn(net, device, ps, tokens)
+            sync(device)
+            times.append(time.perf_counter() - t)
+        dt = sorted(times)[len(times) // 2]
         row = {"arm": arm, "batch": batch, "tokens": n, "seconds": round(dt, 3),
                "tokens_per_s": round(n / dt, 1), "warmup_s": round(warm, 2)}
+        if len(times) > 1:
+            row["all_seconds"] = [round(x, 3) for x in times]
         if arm.startswith("engine") and tokens > 1:
+            row.update(logprob_check(net, device, LAST))
             eng = next(iter(_ENGINES.values()), None)
             if eng is not None:
                 row["engine_stats"] = dict(eng.stats)
@@ -298,6 +330,7 @@ def main() -> int:
     ap.add_argument("--dtype", default=None, help="float32 or bfloat16 (default: bfloat16 on a GPU)")
     ap.add_argument("--no-refresh", action="store_true")
     ap.add_argument("--profile", type=int, default=0, help="profile the decode step at this batch")
+    ap.add_argument("--engine-repeats", type=int, default=1, help="timed runs of the engine arms (median)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     if args.quick:
@@ -313,6 +346,7 @@ def main() -> int:
                                "completion_tokens": args.tokens, "torch": torch.__version__,
                                "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
                                "models": []}
+    ENGINE_REPEATS[0] = max(args.engine_repeats, 1)
     BANDWIDTH[0] = copy_bandwidth(args.device)
     summary["copy_bandwidth_gb_s"] = round(BANDWIDTH[0] / 1e9, 1)
     for name in [m for m in args.models.split(",") if m]:

@@ -11,7 +11,10 @@ weights, with no copy. Settings (environment): TRITONFORGE_POLICY_BATCH (slots, 
 (decode steps between reads of finished rows; default 8 on a GPU, 1 on the CPU),
 TRITONFORGE_POLICY_DTYPE (float32 or bfloat16; default bfloat16 on a GPU),
 TRITONFORGE_POLICY_ENGINE=0 / 1 (the earlier batch-at-a-time path, `policy.generate_batch`,
-or the engine; default: the engine on a GPU or with --train, the earlier path otherwise).
+or the engine; default: the engine on a GPU or with --train, the earlier path otherwise),
+TRITONFORGE_POLICY_COMPILE=0 / 1 (the engine's decode step through torch.compile; default:
+on a GPU, where it halves the step, at the cost of a compile of a minute or two on the
+first generation).
 Also `tokenizer MODEL DIR`.
 """
 
@@ -209,6 +212,8 @@ class _Generator:
         self.max_len = int(os.environ.get("TRITONFORGE_POLICY_MAX_LEN", "4096"))
         sync = os.environ.get("TRITONFORGE_POLICY_SYNC")
         self.sync = int(sync) if sync else None
+        compile_env = os.environ.get("TRITONFORGE_POLICY_COMPILE")
+        self.compile = None if not compile_env else compile_env != "0"
         self.engine: Any = None
         self.ids: dict = {}
         # Colocated: the trainer's model, and the generation copy made from it.
@@ -256,7 +261,7 @@ class _Generator:
         if self.engine is None:
             limit = int(getattr(self.net.config, "max_position_embeddings", 0) or self.max_len)
             self.engine = Engine(self.net, self.device, max_slots=self.slots, max_len=min(self.max_len, limit),
-                                 sync_every=self.sync)
+                                 sync_every=self.sync, compile=self.compile)
         return self.engine
 
     def submit(self, msg: Any) -> None:
