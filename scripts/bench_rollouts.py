@@ -122,7 +122,7 @@ def logprob_check(net: Any, device: str, rows: List[Any]) -> Dict[str, Any]:
     """The engine's log-probs against one full forward of prompt + completion (up to 4
     rows), in the model's own dtype: the largest difference, and how often the greedy
     token is the full forward's argmax."""
-    worst, agree, total = 0.0, 0, 0
+    errs, agree, total = [], 0, 0
     with torch.no_grad():
         for f in rows[:4]:
             ids = torch.tensor([f.prompt + f.tokens], device=device)
@@ -130,10 +130,15 @@ def logprob_check(net: Any, device: str, rows: List[Any]) -> Dict[str, Any]:
             lp = torch.log_softmax(logits, dim=-1)
             toks = torch.tensor(f.tokens, device=device)
             ref = lp.gather(1, toks.unsqueeze(1)).squeeze(1)
-            worst = max(worst, float((ref - torch.tensor(f.logprobs, device=device)).abs().max()))
+            errs.append((ref - torch.tensor(f.logprobs, device=device)).abs())
             agree += int((logits.argmax(-1) == toks).sum())
             total += len(f.tokens)
-    return {"logprob_max_err": round(worst, 5), "greedy_agree": round(agree / max(total, 1), 4)}
+    if not errs:
+        return {}
+    e = torch.cat(errs).float()
+    return {"logprob_max_err": round(float(e.max()), 5), "logprob_p99_err": round(float(e.quantile(0.99)), 5),
+            "logprob_median_err": round(float(e.median()), 5), "logprob_err_over_0_1": int((e > 0.1).sum()),
+            "greedy_agree": round(agree / max(total, 1), 4)}
 
 
 def run_old(net: Any, device: str, ps: List[List[int]], tokens: int) -> int:
