@@ -12,9 +12,10 @@ weights, with no copy. Settings (environment): TRITONFORGE_POLICY_BATCH (slots, 
 TRITONFORGE_POLICY_DTYPE (float32 or bfloat16; default bfloat16 on a GPU),
 TRITONFORGE_POLICY_ENGINE=0 / 1 (the earlier batch-at-a-time path, `policy.generate_batch`,
 or the engine; default: the engine on a GPU or with --train, the earlier path otherwise),
-TRITONFORGE_POLICY_COMPILE=0 / 1 (the engine's decode step through torch.compile; default:
-on a GPU, where it halves the step, at the cost of a compile of a minute or two on the
-first generation).
+TRITONFORGE_POLICY_COMPILE=0 / 1 (the engine's decode step through torch.compile: half
+the step time on a GPU, for a compile of one to two minutes on the first generation;
+default: on for a training worker on a GPU, whose run is long enough to repay it, off
+otherwise).
 Also `tokenizer MODEL DIR`.
 """
 
@@ -146,11 +147,14 @@ def serve_policy(argv: List[str]) -> int:
     # (generations are answered by id, in any order; training strictly in order).
     inbox = _reader()
     # The engine on a GPU and for a colocated (training) worker; on the CPU the
-    # batch-at-a-time path stays the default until the engine prefills a batch at once (it
-    # prefills one request at a time, slower there).
+    # batch-at-a-time path stays the default (as fast there at one request, and the
+    # engine's batched prefill was not faster at eight).
     engine_default = "1" if device.startswith("cuda") or train else "0"
     if os.environ.get("TRITONFORGE_POLICY_ENGINE", engine_default) != "0":
-        return _serve_engine(inbox, _Generator(model, tok, net, device, limit, Usage(device)))
+        gen = _Generator(model, tok, net, device, limit, Usage(device))
+        if gen.compile is None:
+            gen.compile = train and device.startswith("cuda")
+        return _serve_engine(inbox, gen)
     while True:
         jobs: List[Any] = []
         stop = False
