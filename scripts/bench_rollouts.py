@@ -7,9 +7,6 @@ tokens (end-of-sequence ignored, so every row runs to its budget), greedy, by ea
 - `engine`: `tritonforge_worker.engine` (continuous batching, slot KV cache, batched
   prefill, sampling on the device; on a GPU the decode step compiled and replayed from
   CUDA graphs);
-- `engine_frozen`: the compiled engine with the weights frozen into the compiled step
-  (inductor then joins the projections that share an input); for weights that never
-  change, as in a generation-only worker;
 - `engine_eager`: the same engine with the decode step not compiled (CUDA graphs of the
   eager step on a GPU), to show what compiling adds;
 - `old`: `policy.generate_batch` (a Python decode loop, a dynamic cache, one device read
@@ -67,7 +64,7 @@ from tritonforge_worker.models import load  # noqa: E402
 from tritonforge_worker.policy import generate_batch  # noqa: E402
 from tritonforge_worker.protocol import ChatTurn, GenerateJob, MicroBatch, TrainBatch, TrainSetupJob  # noqa: E402
 
-ARMS = ("engine", "engine_eager", "engine_frozen", "old", "hf", "hf_static")
+ARMS = ("engine", "engine_eager", "old", "hf", "hf_static")
 
 
 def sync(device: str) -> None:
@@ -98,21 +95,19 @@ def prompts(net: Any, batch: int, length: int) -> List[List[int]]:
 _ENGINES: Dict[Any, Engine] = {}
 
 
-def engine_for(net: Any, device: str, ps: List[List[int]], tokens: int, compiled: bool,
-               frozen: bool = False) -> Engine:
+def engine_for(net: Any, device: str, ps: List[List[int]], tokens: int, compiled: bool) -> Engine:
     # One engine per model, batch size and arm, so the timed run replays the graphs the
     # warm-up captured.
-    key = (id(net), len(ps), compiled, frozen)
+    key = (id(net), len(ps), compiled)
     if key not in _ENGINES:
         _ENGINES.clear()
         _ENGINES[key] = Engine(net, device, max_slots=len(ps), max_len=len(ps[0]) + tokens,
-                               compile=compiled and device.startswith("cuda"), freeze=frozen)
+                               compile=compiled and device.startswith("cuda"))
     return _ENGINES[key]
 
 
-def run_engine(net: Any, device: str, ps: List[List[int]], tokens: int, compiled: bool = True,
-               frozen: bool = False) -> int:
-    eng = engine_for(net, device, ps, tokens, compiled, frozen)
+def run_engine(net: Any, device: str, ps: List[List[int]], tokens: int, compiled: bool = True) -> int:
+    eng = engine_for(net, device, ps, tokens, compiled)
     eng.forget_prefixes()  # so the timed run prefills in full
     out = eng.run([Request(key=i, prompt=p, max_tokens=tokens) for i, p in enumerate(ps)])
     LAST[:] = out
@@ -168,7 +163,6 @@ def run_hf(net: Any, device: str, ps: List[List[int]], tokens: int, static: bool
 
 def arm_fn(arm: str) -> Callable[[Any, str, List[List[int]], int], int]:
     return {"engine": run_engine, "engine_eager": lambda n, d, p, t: run_engine(n, d, p, t, False),
-            "engine_frozen": lambda n, d, p, t: run_engine(n, d, p, t, True, True),
             "old": run_old,
             "hf": lambda n, d, p, t: run_hf(n, d, p, t, False),
             "hf_static": lambda n, d, p, t: run_hf(n, d, p, t, True)}[arm]

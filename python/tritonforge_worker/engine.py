@@ -296,8 +296,7 @@ class Engine:
 
     def __init__(self, net: Any, device: str, max_slots: int = 16, max_len: int = 4096,
                  sync_every: Optional[int] = None, graphs: Optional[bool] = None,
-                 min_prefix: int = 16, prefill_tokens: int = 8192, compile: Optional[bool] = None,
-                 freeze: bool = False) -> None:
+                 min_prefix: int = 16, prefill_tokens: int = 8192, compile: Optional[bool] = None) -> None:
         import torch
 
         self.net, self.device = net, device
@@ -306,7 +305,6 @@ class Engine:
         self.sync_every = sync_every if sync_every is not None else (8 if cuda else 1)
         self.use_graphs = cuda if graphs is None else graphs and cuda
         self.compiled = cuda if compile is None else compile
-        self.frozen = False
         self._forward = self._logits
         if self.compiled:
             import torch._dynamo
@@ -323,12 +321,6 @@ class Engine:
             # SmolLM2's worst log-prob moved 0.94 from a full forward's (0.16 eager, 0.34
             # with this; the 99th percentile is 0.1 in all three, on the CPU in bf16).
             opts = {k: True for k in ("emulate_precision_casts",) if hasattr(torch._inductor.config, k)}
-            # `freeze`: the weights are constants of the compiled step, so inductor may
-            # concatenate the projections that share an input (q, k, v; gate, up) into one
-            # matmul each. Only for weights that never change: `weights_changed` drops it.
-            self.frozen = freeze
-            if freeze:
-                opts["freezing"] = True
             self._forward = torch.compile(self._logits, dynamic=True, options=opts)
         self.min_prefix = min_prefix
         self.prefill_tokens = max(prefill_tokens, 1)
@@ -387,12 +379,9 @@ class Engine:
 
     def weights_changed(self) -> None:
         """The parameters changed (an optimizer step): remembered prefixes are stale.
-        Captured graphs read the parameters in place and stay valid; a frozen compiled
-        step holds the old weights as constants, so it gives way to the eager step."""
+        Captured graphs (and the compiled step, which takes the parameters as inputs, not
+        constants) read them in place and stay valid."""
         self.forget_prefixes()
-        if self.frozen:
-            self._forward, self.compiled, self.frozen = self._logits, False, False
-            self.graphs.clear()
 
     def forget_prefixes(self) -> None:
         """Never reuse what the free slots hold (the next prompts prefill in full)."""
