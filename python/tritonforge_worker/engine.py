@@ -666,10 +666,10 @@ class Engine:
                 self.graphs[key] = graph
                 self.stats["graphs"] += 1
             except Exception as exc:  # noqa: BLE001 - fall back, never fail the request
-                what = "compiled" if self._forward != self._logits else "eager"
-                sys.stderr.write(f"engine: CUDA graph of the {what} decode step failed "
-                                 f"({type(exc).__name__}: {exc}); falling back\n")
-                if self._forward != self._logits:
+                compiled = self._forward != self._logits
+                sys.stderr.write(f"engine: CUDA graph of the {'compiled' if compiled else 'eager'} decode step "
+                                 f"failed ({type(exc).__name__}: {exc}); falling back\n")
+                if compiled:
                     self._forward, self.compiled = self._logits, False
                     self.graphs.clear()
                     continue

@@ -151,10 +151,7 @@ def serve_policy(argv: List[str]) -> int:
     # engine's batched prefill was not faster at eight).
     engine_default = "1" if device.startswith("cuda") or train else "0"
     if os.environ.get("TRITONFORGE_POLICY_ENGINE", engine_default) != "0":
-        gen = _Generator(model, tok, net, device, limit, Usage(device))
-        if gen.compile is None:
-            gen.compile = train and device.startswith("cuda")
-        return _serve_engine(inbox, gen)
+        return _serve_engine(inbox, _Generator(model, tok, net, device, limit, Usage(device), train))
     while True:
         jobs: List[Any] = []
         stop = False
@@ -210,14 +207,15 @@ class _Generator:
     """The engine as the worker uses it: requests by message id, the model it generates
     from (the loaded one, or the trainer's once training is set up), its tokenizer."""
 
-    def __init__(self, model: str, tok: Any, net: Any, device: str, slots: int, usage: Usage) -> None:
+    def __init__(self, model: str, tok: Any, net: Any, device: str, slots: int, usage: Usage,
+                 train: bool) -> None:
         self.model, self.tok, self.net, self.device, self.slots = model, tok, net, device, slots
         self.usage = usage
         self.max_len = int(os.environ.get("TRITONFORGE_POLICY_MAX_LEN", "4096"))
         sync = os.environ.get("TRITONFORGE_POLICY_SYNC")
         self.sync = int(sync) if sync else None
-        compile_env = os.environ.get("TRITONFORGE_POLICY_COMPILE")
-        self.compile = None if not compile_env else compile_env != "0"
+        compile_default = "1" if train and device.startswith("cuda") else "0"
+        self.compile = os.environ.get("TRITONFORGE_POLICY_COMPILE", compile_default) != "0"
         self.engine: Any = None
         self.ids: dict = {}
         # Colocated: the trainer's model, and the generation copy made from it.
