@@ -9,6 +9,10 @@ tokens (end-of-sequence ignored, so every row runs to its budget), greedy, by ea
   CUDA graphs);
 - `engine_eager`: the same engine with the decode step not compiled (CUDA graphs of the
   eager step on a GPU), to show what compiling adds;
+- `engine_separate`: the compiled engine with q/k/v and gate/up as separate matmuls, as
+  transformers has them (the engine arms above join each group into one matmul:
+  `tritonforge_worker/joined.py`), to show what joining adds. Engine arms run on a copy
+  of the model, so the other arms keep transformers' own forward;
 - `old`: `policy.generate_batch` (a Python decode loop, a dynamic cache, one device read
   per token);
 - `hf`: transformers' `generate` with its default (dynamic) cache;
@@ -32,7 +36,7 @@ randomly initialised: configs/models/qwen3-0.6b).
 
 usage: PYTHONPATH=python python3 scripts/bench_rollouts.py [--device cuda]
        [--models smollm2,configs/models/qwen3-0.6b] [--batches 1,16,64,256]
-       [--prompt-tokens 200] [--tokens 512] [--arms engine,engine_eager,old,hf,hf_static]
+       [--prompt-tokens 200] [--tokens 512] [--arms engine,engine_eager,engine_separate,old,hf,hf_static]
        [--profile B] [--engine-repeats N] [--quick]
 --engine-repeats N: time the engine arms N times and report the median (the other arms
 are timed once). The engine arms also report their log-probs against a full forward
@@ -64,7 +68,7 @@ from tritonforge_worker.models import load  # noqa: E402
 from tritonforge_worker.policy import generate_batch  # noqa: E402
 from tritonforge_worker.protocol import ChatTurn, GenerateJob, MicroBatch, TrainBatch, TrainSetupJob  # noqa: E402
 
-ARMS = ("engine", "engine_eager", "old", "hf", "hf_static")
+ARMS = ("engine", "engine_eager", "engine_separate", "old", "hf", "hf_static")
 
 
 def sync(device: str) -> None:
@@ -93,21 +97,36 @@ def prompts(net: Any, batch: int, length: int) -> List[List[int]]:
 
 
 _ENGINES: Dict[Any, Engine] = {}
+_COPIES: Dict[Any, Any] = {}
 
 
-def engine_for(net: Any, device: str, ps: List[List[int]], tokens: int, compiled: bool) -> Engine:
+def engine_net(net: Any, join: bool) -> Any:
+    """The model an engine arm runs: a frozen copy of `net`, whose projections the engine
+    joins when `join` (in place), so the other arms keep transformers' own forward."""
+    key = (id(net), join)
+    if key not in _COPIES:
+        import copy
+
+        if len(_COPIES) >= 2:
+            _COPIES.clear()
+        _COPIES[key] = copy.deepcopy(net).requires_grad_(False).eval()
+    return _COPIES[key]
+
+
+def engine_for(net: Any, device: str, ps: List[List[int]], tokens: int, compiled: bool, join: bool = True) -> Engine:
     # One engine per model, batch size and arm, so the timed run replays the graphs the
     # warm-up captured.
-    key = (id(net), len(ps), compiled)
+    key = (id(net), len(ps), compiled, join)
     if key not in _ENGINES:
         _ENGINES.clear()
-        _ENGINES[key] = Engine(net, device, max_slots=len(ps), max_len=len(ps[0]) + tokens,
-                               compile=compiled and device.startswith("cuda"))
+        _ENGINES[key] = Engine(engine_net(net, join), device, max_slots=len(ps), max_len=len(ps[0]) + tokens,
+                               compile=compiled and device.startswith("cuda"), join=join)
     return _ENGINES[key]
 
 
-def run_engine(net: Any, device: str, ps: List[List[int]], tokens: int, compiled: bool = True) -> int:
-    eng = engine_for(net, device, ps, tokens, compiled)
+def run_engine(net: Any, device: str, ps: List[List[int]], tokens: int, compiled: bool = True,
+               join: bool = True) -> int:
+    eng = engine_for(net, device, ps, tokens, compiled, join)
     eng.forget_prefixes()  # so the timed run prefills in full
     out = eng.run([Request(key=i, prompt=p, max_tokens=tokens) for i, p in enumerate(ps)])
     LAST[:] = out
@@ -163,6 +182,7 @@ def run_hf(net: Any, device: str, ps: List[List[int]], tokens: int, static: bool
 
 def arm_fn(arm: str) -> Callable[[Any, str, List[List[int]], int], int]:
     return {"engine": run_engine, "engine_eager": lambda n, d, p, t: run_engine(n, d, p, t, False),
+            "engine_separate": lambda n, d, p, t: run_engine(n, d, p, t, True, False),
             "old": run_old,
             "hf": lambda n, d, p, t: run_hf(n, d, p, t, False),
             "hf_static": lambda n, d, p, t: run_hf(n, d, p, t, True)}[arm]
@@ -192,6 +212,7 @@ def measure(arm: str, net: Any, device: str, batch: int, prompt_len: int, tokens
             eng = next(iter(_ENGINES.values()), None)
             if eng is not None:
                 row["engine_stats"] = dict(eng.stats)
+                row["joined_modules"] = eng.joined
             t = time.perf_counter()
             fn(net, device, ps, 1)
             sync(device)
@@ -247,9 +268,9 @@ def profile_engine(net: Any, device: str, batch: int, prompt_len: int) -> Dict[s
 
     ps = prompts(net, batch, prompt_len)
     out: Dict[str, Any] = {"batch": batch}
-    for compiled in (False, True):
-        eng = Engine(net, device, max_slots=batch, max_len=prompt_len + 64, graphs=False,
-                     compile=compiled and device.startswith("cuda"))
+    for arm, compiled, join in (("eager", False, True), ("compiled", True, True), ("compiled_separate", True, False)):
+        eng = Engine(engine_net(net, join), device, max_slots=batch, max_len=prompt_len + 64, graphs=False,
+                     compile=compiled and device.startswith("cuda"), join=join)
         for i, p in enumerate(ps):
             eng.submit(Request(key=i, prompt=p, max_tokens=40))
         for _ in range(8):
@@ -264,7 +285,7 @@ def profile_engine(net: Any, device: str, batch: int, prompt_len: int) -> Dict[s
         launches = sum(e.count for e in events) / 16
         device_us = sum(e.self_device_time_total for e in events) / 16
         top = sorted(events, key=lambda e: -e.self_device_time_total)[:10]
-        out["compiled" if compiled else "eager"] = {
+        out[arm] = {"joined_modules": eng.joined,
             "kernels_per_step": round(launches, 1), "device_us_per_step": round(device_us, 1),
             "top": [{"name": e.key[:90], "per_step": round(e.count / 16, 1),
                      "us_per_step": round(e.self_device_time_total / 16, 1)} for e in top]}

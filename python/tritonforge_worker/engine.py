@@ -296,8 +296,11 @@ class Engine:
 
     def __init__(self, net: Any, device: str, max_slots: int = 16, max_len: int = 4096,
                  sync_every: Optional[int] = None, graphs: Optional[bool] = None,
-                 min_prefix: int = 16, prefill_tokens: int = 8192, compile: Optional[bool] = None) -> None:
+                 min_prefix: int = 16, prefill_tokens: int = 8192, compile: Optional[bool] = None,
+                 join: Optional[bool] = None) -> None:
         import torch
+
+        from .joined import join_projections
 
         self.net, self.device = net, device
         self.max_slots, self.max_len = max_slots, max_len
@@ -305,6 +308,9 @@ class Engine:
         self.sync_every = sync_every if sync_every is not None else (8 if cuda else 1)
         self.use_graphs = cuda if graphs is None else graphs and cuda
         self.compiled = cuda if compile is None else compile
+        # q/k/v and gate/up as one matmul each (joined.py): fewer launches a step. Frozen
+        # models only; on the CPU off by default, so its tokens stay what they were.
+        self.joined = join_projections(net) if (cuda if join is None else join) else 0
         self._forward = self._logits
         if self.compiled:
             import torch._dynamo

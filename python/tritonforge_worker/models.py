@@ -100,7 +100,8 @@ def load(model: str, device: str, dtype: str = "float32") -> Tuple[Any, Any]:
     net = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
                                                attn_implementation=decode_attention(), **kw)
     net = merge_adapters(net, adapters)
-    net.to(device).eval()
+    # Generation only: no gradients, and frozen projections are what the engine joins.
+    net.to(device).eval().requires_grad_(False)
     return tok, net
 
 

@@ -64,6 +64,7 @@ const WORKER_FILES: &[(&str, &str)] = &[
     ("trainer.py", include_str!("../../../python/tritonforge_worker/trainer.py")),
     ("rl.py", include_str!("../../../python/tritonforge_worker/rl.py")),
     ("gencopy.py", include_str!("../../../python/tritonforge_worker/gencopy.py")),
+    ("joined.py", include_str!("../../../python/tritonforge_worker/joined.py")),
     ("usage.py", include_str!("../../../python/tritonforge_worker/usage.py")),
     ("__init__.py", include_str!("../../../python/tritonforge_worker/__init__.py")),
     ("__main__.py", include_str!("../../../python/tritonforge_worker/__main__.py")),
