@@ -42,7 +42,7 @@ usage: PYTHONPATH=python python3 scripts/bench_rollouts.py [--device cuda]
 are timed once). The engine arms also report their log-probs against a full forward
 (`logprob_max_err`, `greedy_agree`), in the model's dtype.
 --profile B: also the engine's decode step at batch B under torch.profiler (the kernels
-one step launches, and the ten that take the most device time).
+one step launches, and the 25 that take the most device time).
 --quick: the tiny test model on the CPU, batches 1 and 4, 32 + 16 tokens (checks the
 script itself). Prints one JSON object.
 """
@@ -263,7 +263,7 @@ def step_bytes(net: Any, batch: int, mean_len: float) -> float:
 
 def profile_engine(net: Any, device: str, batch: int, prompt_len: int) -> Dict[str, Any]:
     """The kernels of the engine's decode step at `batch` (graphs off, so each kernel is
-    seen), and the ten with the most device time over 16 steps."""
+    seen), and the 25 with the most device time over 16 steps."""
     from torch.profiler import ProfilerActivity, profile
 
     ps = prompts(net, batch, prompt_len)
@@ -284,7 +284,7 @@ def profile_engine(net: Any, device: str, batch: int, prompt_len: int) -> Dict[s
         events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"] if device.startswith("cuda") else []
         launches = sum(e.count for e in events) / 16
         device_us = sum(e.self_device_time_total for e in events) / 16
-        top = sorted(events, key=lambda e: -e.self_device_time_total)[:10]
+        top = sorted(events, key=lambda e: -e.self_device_time_total)[:25]
         out[arm] = {"joined_modules": eng.joined,
             "kernels_per_step": round(launches, 1), "device_us_per_step": round(device_us, 1),
             "top": [{"name": e.key[:90], "per_step": round(e.count / 16, 1),
