@@ -38,8 +38,8 @@ usage: PYTHONPATH=python python3 scripts/bench_rollouts.py [--device cuda]
        [--models smollm2,configs/models/qwen3-0.6b] [--batches 1,16,64,256]
        [--prompt-tokens 200] [--tokens 512] [--arms engine,engine_eager,engine_separate,old,hf,hf_static]
        [--profile B] [--engine-repeats N] [--quick]
---engine-repeats N: time the engine arms N times and report the median (the other arms
-are timed once). The engine arms also report their log-probs against a full forward
+--engine-repeats N: time the engine arms and `hf_static` N times and report the median
+(the slow arms are timed once). The engine arms also report their log-probs against a full forward
 (`logprob_max_err`, `greedy_agree`), in the model's dtype.
 --profile B: also the engine's decode step at batch B under torch.profiler (the kernels
 one step launches, and the 25 that take the most device time).
@@ -197,7 +197,7 @@ def measure(arm: str, net: Any, device: str, batch: int, prompt_len: int, tokens
         sync(device)
         warm = time.perf_counter() - t
         times = []
-        for _ in range(ENGINE_REPEATS[0] if arm.startswith("engine") else 1):
+        for _ in range(ENGINE_REPEATS[0] if arm.startswith("engine") or arm == "hf_static" else 1):
             t = time.perf_counter()
             n = fn(net, device, ps, tokens)
             sync(device)
