@@ -266,9 +266,24 @@ pub struct ScheduleCfg {
     pub heldout_every: u64,
     /// Samples per heldout problem (pass@1 is their mean).
     pub heldout_samples: u32,
+    /// Completion cap of heldout turns (0: `rollout.max_tokens`). Rollouts may be kept
+    /// short for speed while heldout is measured at `run`'s cap: a level-2 answer needs
+    /// 400 to 1,300 tokens, so a 512-token cap scores level 2 at 0% whatever the model.
+    pub heldout_max_tokens: u32,
     /// Stop after this many steps in this invocation (0: no limit): a run longer than
     /// one sitting checkpoints and resumes.
     pub max_steps_now: u64,
+}
+
+impl ScheduleCfg {
+    /// The completion cap of heldout turns.
+    pub fn heldout_tokens(&self, rollout: &RolloutCfg) -> u32 {
+        if self.heldout_max_tokens == 0 {
+            rollout.max_tokens
+        } else {
+            self.heldout_max_tokens
+        }
+    }
 }
 
 impl Default for ScheduleCfg {
@@ -279,6 +294,7 @@ impl Default for ScheduleCfg {
             save_every: 5,
             heldout_every: 0,
             heldout_samples: 1,
+            heldout_max_tokens: 0,
             max_steps_now: 0,
         }
     }
@@ -512,6 +528,17 @@ mod tests {
         assert_eq!(c.data.train[0].split, "train");
         assert_eq!(c.generation, GenerationCfg::Colocated);
         assert_eq!(c.learner, LearnerCfg { procs: 1, torchrun: Vec::new() });
+        assert_eq!(c.schedule.heldout_tokens(&c.rollout), c.rollout.max_tokens);
+    }
+
+    /// Heldout turns may take a longer cap than rollouts (level 2 needs `run`'s 1,024).
+    #[test]
+    fn heldout_takes_its_own_completion_cap() {
+        let text =
+            format!("{MIN}[rollout]\nmax_tokens = 512\n[schedule]\nheldout_max_tokens = 1024\n");
+        let c: RlConfig = toml::from_str(&text).unwrap();
+        c.check().unwrap();
+        assert_eq!((c.rollout.max_tokens, c.schedule.heldout_tokens(&c.rollout)), (512, 1024));
     }
 
     /// A learner on several ranks only trains: it needs external engines, full weights

@@ -567,7 +567,7 @@ async fn heldout(
                     sampling: Sampling {
                         temperature: if samples > 1 { cfg.rollout.temperature } else { 0.0 },
                         top_p: cfg.rollout.top_p,
-                        max_tokens: cfg.rollout.max_tokens,
+                        max_tokens: cfg.schedule.heldout_tokens(&cfg.rollout),
                         seed: Some(seed_of(cfg.optim.seed ^ 0xe7a1, step, task, sample)),
                     },
                 });
