@@ -399,6 +399,7 @@ def main() -> int:
                 sys.stderr.write(json.dumps({"model": name, **r}) + "\n")
         summary["models"].append(entry)
         _ENGINES.clear()
+        _COPIES.clear()  # keyed by id(net): the next model may get this one's id
         del net
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()

@@ -12,6 +12,10 @@ and shapes, and writing new weights into the parameters in place (the generation
 refresh) writes the stacked weight too: captured graphs and compiled steps, which read
 the buffer, see the new weights without being rebuilt.
 
+Join last: `.to()`, `.half()` or a deep copy after joining give the projections parameters
+of their own, no longer views of the stacked weight (the engine joins the model it is
+given, after loading; the benchmark copies before).
+
 Only plain `nn.Linear` projections of frozen modules are joined (a trained model's
 parameters must stay the optimizer's, and a LoRA layer is not a plain linear), and only in
 attention and MLP classes whose forward is known (the Llama family): anything else keeps
@@ -70,7 +74,7 @@ def _stack(module: Any, names: Tuple[str, ...]) -> List[int]:
         if bias is not None:
             p.bias = nn.Parameter(bias[start:start + n], requires_grad=False)
         start += n
-    module.joined_sizes = sizes
+    module.joined_sizes = tuple(sizes)
     return sizes
 
 
@@ -87,14 +91,13 @@ def _attention_forward(self: Any, hidden_states: Any, position_embeddings: Any =
     key = k.reshape(hidden_shape).transpose(1, 2)
     value = v.reshape(hidden_shape).transpose(1, 2)
     cos, sin = position_embeddings
-    query, key = self.joined_code.apply_rotary_pos_emb(query, key, cos, sin)
+    rotary, registry, eager = self.joined_code
+    query, key = rotary(query, key, cos, sin)
     if past_key_values is not None:
         key, value = past_key_values.update(key, value, self.layer_idx)
-    code = self.joined_code
-    attend = code.ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
-                                                        code.eager_attention_forward)
+    attend = registry.get_interface(self.config._attn_implementation, eager)
     if self.joined_window:
-        kwargs["sliding_window"] = getattr(self.config, "sliding_window", None)
+        kwargs.setdefault("sliding_window", getattr(self.config, "sliding_window", None))
     out, weights = attend(self, query, key, value, attention_mask,
                           dropout=0.0 if not self.training else self.attention_dropout,
                           scaling=self.scaling, **kwargs)
@@ -127,9 +130,11 @@ def join_projections(net: Any) -> int:
             continue
         if kind in ATTENTION and _joinable(module, Q_K_V) and _has_code(module):
             _stack(module, Q_K_V)
-            # The model's own module: its rotary embedding, attention registry and eager
-            # attention, whichever transformers version it is.
-            module.joined_code = sys.modules[type(module).__module__]
+            # The model's own functions (rotary embedding, attention registry, eager
+            # attention), whichever transformers version it is; kept as functions, not the
+            # module object, so that a joined model can still be copied.
+            code = sys.modules[type(module).__module__]
+            module.joined_code = (code.apply_rotary_pos_emb, code.ALL_ATTENTION_FUNCTIONS, code.eager_attention_forward)
             module.joined_window = ATTENTION[kind]
             module.forward = MethodType(_attention_forward, module)
             joined += 1

@@ -262,8 +262,11 @@ class _Generator:
     def _engine(self) -> Any:
         if self.engine is None:
             limit = int(getattr(self.net.config, "max_position_embeddings", 0) or self.max_len)
+            # The trainer's own model is never joined (joined.py): its frozen modules'
+            # forwards would change under training too.
+            join = False if self.net is self.trained else None
             self.engine = Engine(self.net, self.device, max_slots=self.slots, max_len=min(self.max_len, limit),
-                                 sync_every=self.sync, compile=self.compile)
+                                 sync_every=self.sync, compile=self.compile, join=join)
         return self.engine
 
     def submit(self, msg: Any) -> None:

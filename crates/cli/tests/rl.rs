@@ -314,7 +314,7 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     with_weights(&model);
     let out = dir.path().join("out");
     let cfg = dir.path().join("rl.toml");
-    std::fs::write(&cfg, suite_config(&out, &model, "")).unwrap();
+    std::fs::write(&cfg, suite_config(&out, &model, "heldout_max_tokens = 12")).unwrap();
     let o =
         run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg));
     let err = text(&o.stderr);
@@ -326,6 +326,7 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     let held = &events[1]["heldout"];
     assert_eq!((held["set"].as_str(), held["step"].as_u64()), (Some("l2-heldout"), Some(0)));
     assert_eq!(held["problems"], 20);
+    assert_eq!(held["max_tokens"], 12, "heldout at its own cap, rollouts at 8: {held}");
     for e in events.iter().filter(|e| e["event"] == "step") {
         let m = &e["metrics"];
         assert_eq!(m["updates"], 0, "no signal, no update: {m}");

@@ -124,6 +124,10 @@ pub struct HeldoutMetrics {
     pub set: String,
     pub problems: usize,
     pub samples: u32,
+    /// The completion cap its turns had (`schedule.heldout_max_tokens`): figures taken at
+    /// different caps are not comparable (0 in files written before it was recorded).
+    #[serde(default)]
+    pub max_tokens: u32,
     /// Correct at the first turn.
     pub pass_at_1: f64,
     /// Correct by the last turn.

@@ -588,6 +588,7 @@ async fn heldout(
             set: name.clone(),
             problems: keys.len(),
             samples,
+            max_tokens: cfg.schedule.heldout_tokens(&cfg.rollout),
             pass_at_1: first as f64 / n,
             solved: solved as f64 / n,
             compile_rate: compile_rate(&turns),
