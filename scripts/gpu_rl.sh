@@ -55,6 +55,12 @@ case "$PHASE" in
     echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/train.err"
     cp "$S/events.jsonl" "$S/train.err" "$S/rl-now.toml" "$OUT/" 2>/dev/null
     cp "$S/out/metrics.jsonl" "$S/out/heldout.jsonl" "$OUT/" 2>/dev/null
-    cat "$S/out/LATEST" 2>/dev/null; tail -n 8 "$S/train.err"
+    # The latest adapter in bf16 (an fp32 one is over the 16 MiB a file from $OUT may be).
+    latest=$(cat "$S/out/LATEST" 2>/dev/null)
+    if [ -n "$latest" ] && [ -d "$S/out/checkpoints/$latest/adapter" ]; then
+      PYTHONPATH="/tmp/pydeps" python3 scripts/export_adapter.py "$S/out/checkpoints/$latest/adapter" \
+        "$OUT/adapter-$latest" --keep-base >> "$S/train.err" 2>&1
+    fi
+    echo "$latest"; tail -n 8 "$S/train.err"
     ;;
 esac
