@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 from types import MethodType
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 # The classes whose forwards `_attention_forward` and `_mlp_forward` reproduce; the value
 # says whether the attention passes the config's sliding window (Mistral does).
@@ -55,9 +55,9 @@ def _joinable(module: Any, names: Tuple[str, ...]) -> bool:
     )
 
 
-def _stack(module: Any, names: Tuple[str, ...]) -> List[int]:
+def _stack(module: Any, names: Tuple[str, ...]) -> None:
     """Stack the projections' weights into `joined_weight` (and `joined_bias`) and make each
-    projection's parameters views of them; the output sizes, in order."""
+    projection's parameters views of them; `joined_sizes` holds the output sizes, in order."""
     import torch
     import torch.nn as nn
 
@@ -75,7 +75,6 @@ def _stack(module: Any, names: Tuple[str, ...]) -> List[int]:
             p.bias = nn.Parameter(bias[start:start + n], requires_grad=False)
         start += n
     module.joined_sizes = tuple(sizes)
-    return sizes
 
 
 def _attention_forward(self: Any, hidden_states: Any, position_embeddings: Any = None,
@@ -113,10 +112,16 @@ def _mlp_forward(self: Any, x: Any) -> Any:
     return self.down_proj(self.act_fn(gate) * up)
 
 
-def _has_code(module: Any) -> bool:
+def _attention_code(module: Any) -> Optional[Tuple[Any, Any, Any]]:
+    """The model's own rotary embedding, attention registry and eager attention, whichever
+    transformers version it is (None when its module lacks one). Functions, not the module
+    object, so that a joined model can still be copied."""
     code = sys.modules.get(type(module).__module__)
-    return hasattr(module, "head_dim") and all(
-        hasattr(code, n) for n in ("apply_rotary_pos_emb", "ALL_ATTENTION_FUNCTIONS", "eager_attention_forward"))
+    names = ("apply_rotary_pos_emb", "ALL_ATTENTION_FUNCTIONS", "eager_attention_forward")
+    if not hasattr(module, "head_dim") or not all(hasattr(code, n) for n in names):
+        return None
+    rotary, registry, eager = (getattr(code, n) for n in names)
+    return rotary, registry, eager
 
 
 def join_projections(net: Any) -> int:
@@ -128,13 +133,10 @@ def join_projections(net: Any) -> int:
         if getattr(module, "joined_sizes", None) is not None:  # joined before
             joined += 1
             continue
-        if kind in ATTENTION and _joinable(module, Q_K_V) and _has_code(module):
+        code = _attention_code(module) if kind in ATTENTION else None
+        if code is not None and _joinable(module, Q_K_V):
             _stack(module, Q_K_V)
-            # The model's own functions (rotary embedding, attention registry, eager
-            # attention), whichever transformers version it is; kept as functions, not the
-            # module object, so that a joined model can still be copied.
-            code = sys.modules[type(module).__module__]
-            module.joined_code = (code.apply_rotary_pos_emb, code.ALL_ATTENTION_FUNCTIONS, code.eager_attention_forward)
+            module.joined_code = code
             module.joined_window = ATTENTION[kind]
             module.forward = MethodType(_attention_forward, module)
             joined += 1

@@ -553,6 +553,7 @@ async fn heldout(
 ) -> Result<Vec<HeldoutMetrics>, RlError> {
     let mut out = Vec::new();
     let samples = cfg.schedule.heldout_samples.max(1);
+    let max_tokens = cfg.schedule.heldout_tokens(&cfg.rollout);
     for (name, env) in &parts.heldout {
         let started = Instant::now();
         let keys = env.keys();
@@ -567,7 +568,7 @@ async fn heldout(
                     sampling: Sampling {
                         temperature: if samples > 1 { cfg.rollout.temperature } else { 0.0 },
                         top_p: cfg.rollout.top_p,
-                        max_tokens: cfg.schedule.heldout_tokens(&cfg.rollout),
+                        max_tokens,
                         seed: Some(seed_of(cfg.optim.seed ^ 0xe7a1, step, task, sample)),
                     },
                 });
@@ -588,7 +589,7 @@ async fn heldout(
             set: name.clone(),
             problems: keys.len(),
             samples,
-            max_tokens: cfg.schedule.heldout_tokens(&cfg.rollout),
+            max_tokens,
             pass_at_1: first as f64 / n,
             solved: solved as f64 / n,
             compile_rate: compile_rate(&turns),
