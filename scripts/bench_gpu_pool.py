@@ -6,7 +6,7 @@ summary under OUT. Phases (any subset, in order):
 
   smoke       doctor; a few evaluations with --profile and --compile-baseline
   redteam     tests/redteam/ and scripts/gpu_redteam/ with the guard on, with every
-              static rule off (runtime layers alone), and the GPU cheats with --no-guard
+              static rule off (runtime layers alone), and with --no-guard
   faults      a batch mixing illegal memory access, device-side assert, out-of-memory,
               GPU hang, CPU hang and segfault with honest candidates; the honest ones'
               verdicts and speedups are compared with a clean batch of the same
@@ -102,7 +102,7 @@ class Work:
         (self.candidates / f"{name}.py").write_text(candidate_source)
         m = self.meta.get(key, {})
         lines = [f'[problems."level/{name}"]']
-        for k in ("atol", "rtol"):
+        for k in ("level", "atol", "rtol"):  # the level picks the guard and runtime policy
             if k in m:
                 lines.append(f"{k} = {m[k]!r}")
         for vname, over in m.get("variants", {}).items():
@@ -301,11 +301,12 @@ def phase_redteam(args: argparse.Namespace, summary: dict) -> None:
                          ("redteam_no_guard", ["--no-guard"])):
         w = Work(Path(tempfile.mkdtemp()), label)
         names: Dict[str, str] = {}
-        if label != "redteam_no_guard":
-            for kind in ("hostile", "honest"):
-                for f in sorted((redteam / kind).glob("*.py")):
-                    w.add(_header(f, "problem") or "", f"{kind}__{f.stem}", f.read_text())
-                    names[f"{kind}__{f.stem}"] = "static-only" if _header(f, "static-only") else kind
+        # Every arm runs the whole corpus: with --no-guard the runtime layers (the ATen
+        # record included) are all that stand between a hostile file and `correct`.
+        for kind in ("hostile", "honest"):
+            for f in sorted((redteam / kind).glob("*.py")):
+                w.add(_header(f, "problem") or "", f"{kind}__{f.stem}", f.read_text())
+                names[f"{kind}__{f.stem}"] = "static-only" if _header(f, "static-only") else kind
         for f in gpu:
             w.add("level1/relu", f"gpu__{f.stem}", f.read_text())
             names[f"gpu__{f.stem}"] = "hostile"

@@ -13,7 +13,7 @@ table (problem, status, message) and exits 1 unless every pair is `correct` (2 f
 arguments, a mapping that does not parse, or a KernelBench file that is missing).
 
 usage: python3 scripts/kernelbench_check.py KB_CHECKOUT MAPPING [--binary tritonforge]
-       [--python PY] [--state-dir DIR] [--out DIR]
+       [--python PY] [--state-dir DIR] [--out DIR] [--only TEXT ...]
 """
 
 from __future__ import annotations
@@ -119,12 +119,20 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--python", help="interpreter for the workers (tritonforge --python)")
     ap.add_argument("--state-dir", help="tritonforge --state-dir")
     ap.add_argument("--out", type=Path, help="where the problems/candidates pair goes [a temporary directory]")
+    ap.add_argument("--only", action="append", default=[], metavar="TEXT",
+                    help="only the pairs whose KernelBench path contains TEXT (repeatable): "
+                         "finish a check a device command cut short")
     args = ap.parse_args(argv)
     try:
         pairs = load_mapping(args.mapping)
     except (OSError, ValueError, tomllib.TOMLDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.only:
+        pairs = {k: v for k, v in pairs.items() if any(t in k for t in args.only)}
+        if not pairs:
+            print(f"error: no pair of {args.mapping} matches --only {' '.join(args.only)}", file=sys.stderr)
+            return 2
     if not (args.checkout / "KernelBench").is_dir():
         print(f"error: {args.checkout} holds no KernelBench/ directory", file=sys.stderr)
         return 2

@@ -18,8 +18,9 @@ given, after loading; the benchmark copies before).
 
 Only plain `nn.Linear` projections of frozen modules are joined (a trained model's
 parameters must stay the optimizer's, and a LoRA layer is not a plain linear), and only in
-attention and MLP classes whose forward is known (the Llama family): anything else keeps
-transformers' own forward.
+attention and MLP classes whose forward is known (Llama, Mistral, Qwen2 and Qwen3, whose
+attention normalises each head of q and k before the rotary embedding): anything else
+keeps transformers' own forward.
 """
 
 from __future__ import annotations
@@ -29,9 +30,16 @@ from types import MethodType
 from typing import Any, List, Optional, Tuple
 
 # The classes whose forwards `_attention_forward` and `_mlp_forward` reproduce; the value
-# says whether the attention passes the config's sliding window (Mistral does).
-ATTENTION = {"LlamaAttention": False, "MistralAttention": True}
-MLP = {"LlamaMLP", "MistralMLP", "Qwen2MLP"}
+# says where the attention's sliding window comes from ("" none, "config" the config's,
+# "module" the module's own `sliding_window`, set per layer) and whether q and k are
+# normalised per head (`q_norm`, `k_norm`) before the rotary embedding.
+ATTENTION = {
+    "LlamaAttention": ("", False),
+    "MistralAttention": ("config", False),
+    "Qwen2Attention": ("module", False),
+    "Qwen3Attention": ("module", True),
+}
+MLP = {"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP"}
 Q_K_V = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
 
@@ -79,15 +87,19 @@ def _stack(module: Any, names: Tuple[str, ...]) -> None:
 
 def _attention_forward(self: Any, hidden_states: Any, position_embeddings: Any = None,
                        attention_mask: Any = None, past_key_values: Any = None, **kwargs: Any) -> Tuple[Any, Any]:
-    """transformers' Llama attention forward with the three projections as one matmul."""
+    """transformers' Llama-family attention forward with the three projections as one matmul."""
     import torch.nn.functional as F
 
     input_shape = hidden_states.shape[:-1]
     hidden_shape = (*input_shape, -1, self.head_dim)
     qkv = F.linear(hidden_states, self.joined_weight, self.joined_bias)
     q, k, v = qkv.split(self.joined_sizes, dim=-1)
-    query = q.reshape(hidden_shape).transpose(1, 2)
-    key = k.reshape(hidden_shape).transpose(1, 2)
+    window, qk_norm = self.joined_window
+    q, k = q.reshape(hidden_shape), k.reshape(hidden_shape)
+    if qk_norm:
+        q, k = self.q_norm(q), self.k_norm(k)
+    query = q.transpose(1, 2)
+    key = k.transpose(1, 2)
     value = v.reshape(hidden_shape).transpose(1, 2)
     cos, sin = position_embeddings
     rotary, registry, eager = self.joined_code
@@ -95,8 +107,10 @@ def _attention_forward(self: Any, hidden_states: Any, position_embeddings: Any =
     if past_key_values is not None:
         key, value = past_key_values.update(key, value, self.layer_idx)
     attend = registry.get_interface(self.config._attn_implementation, eager)
-    if self.joined_window:
+    if window == "config":
         kwargs.setdefault("sliding_window", getattr(self.config, "sliding_window", None))
+    elif window == "module":
+        kwargs.setdefault("sliding_window", self.sliding_window)
     out, weights = attend(self, query, key, value, attention_mask,
                           dropout=0.0 if not self.training else self.attention_dropout,
                           scaling=self.scaling, **kwargs)
@@ -134,10 +148,13 @@ def join_projections(net: Any) -> int:
             joined += 1
             continue
         code = _attention_code(module) if kind in ATTENTION else None
-        if code is not None and _joinable(module, Q_K_V):
+        window, qk_norm = ATTENTION.get(kind, ("", False))
+        known = (window != "module" or hasattr(module, "sliding_window")) and (
+            not qk_norm or (hasattr(module, "q_norm") and hasattr(module, "k_norm")))
+        if code is not None and known and _joinable(module, Q_K_V):
             _stack(module, Q_K_V)
             module.joined_code = code
-            module.joined_window = ATTENTION[kind]
+            module.joined_window = (window, qk_norm)
             module.forward = MethodType(_attention_forward, module)
             joined += 1
         elif kind in MLP and _joinable(module, GATE_UP) and hasattr(module, "act_fn"):

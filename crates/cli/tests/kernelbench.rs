@@ -109,3 +109,96 @@ fn the_kernelbench_check_runs_the_pairs_and_fails_unless_all_are_correct() {
     assert_eq!(out.status.code(), Some(2));
     assert!(row(&text(&out.stdout), "level1/23_Softmax.py").contains("missing"));
 }
+
+/// A level-2 problem in KernelBench's style: a linear layer (bias or a separate bias
+/// parameter drawn after it), then an elementwise tail, constructor arguments as its
+/// module-level constants.
+fn kb_gemm_problem(init: &str, args: &str, tail: &str, values: &str) -> String {
+    format!(
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self, {args}):\n        super(Model, self).__init__()\n{init}\n\n    def forward(self, x):\n        x = self.gemm(x)\n{tail}\n        return x\n\nbatch_size = 9\nin_features = 100\nout_features = 70\n{values}\n\ndef get_inputs():\n    return [torch.rand(batch_size, in_features)]\n\ndef get_init_inputs():\n    return [in_features, out_features, {}]\n",
+        values.lines().map(|l| l.split(" = ").next().unwrap_or("")).collect::<Vec<_>>().join(", ")
+    )
+}
+
+#[test]
+fn the_level2_answers_take_kernelbench_signatures_and_only_picks_pairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let kb = checkout(dir.path());
+    let level2 = kb.join("KernelBench/level2");
+    std::fs::create_dir_all(&level2).unwrap();
+    std::fs::write(
+        level2.join("76_Gemm_Add_ReLU.py"),
+        kb_gemm_problem(
+            "        self.gemm = nn.Linear(in_features, out_features, bias=False)\n        self.bias = nn.Parameter(torch.randn(bias_shape))",
+            "in_features, out_features, bias_shape",
+            "        x = torch.relu(x + self.bias)",
+            "bias_shape = (out_features,)",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        level2.join("12_Gemm_Multiply_LeakyReLU.py"),
+        kb_gemm_problem(
+            "        self.gemm = nn.Linear(in_features, out_features)\n        self.multiplier = multiplier\n        self.leaky_relu = nn.LeakyReLU(negative_slope)",
+            "in_features, out_features, multiplier, negative_slope",
+            "        x = self.leaky_relu(x * self.multiplier)",
+            "multiplier = 2.0\nnegative_slope = 0.1",
+        ),
+    )
+    .unwrap();
+    let ours = |name: &str| format!("scripts/kernelbench/level2/{name}.py");
+    let map = dir.path().join("level2.toml");
+    std::fs::write(
+        &map,
+        format!(
+            "[pairs]\n\"level1/19_ReLU.py\" = \"bench/solutions/level1/relu.py\"\n\"level2/76_Gemm_Add_ReLU.py\" = \"{}\"\n\"level2/12_Gemm_Multiply_LeakyReLU.py\" = \"{}\"\n",
+            ours("gemm_add_relu"),
+            ours("gemm_multiply_leaky_relu")
+        ),
+    )
+    .unwrap();
+    let only = |map: &Path| {
+        let mut cmd = Command::new(venv().join("bin/python"));
+        cmd.current_dir(repo())
+            .arg(repo().join("scripts/kernelbench_check.py"))
+            .arg(&kb)
+            .arg(map)
+            .args(["--only", "level2/", "--binary", env!("CARGO_BIN_EXE_tritonforge")])
+            .arg("--python")
+            .arg(venv().join("bin/python"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--out")
+            .arg(dir.path().join("out2"))
+            .env_remove("TRITONFORGE_DEVICE_MEMORY_BYTES")
+            .stdin(Stdio::null());
+        cmd.output().expect("run the script")
+    };
+    let out = only(&map);
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}\n{}", text(&out.stderr));
+    assert!(row(&table, "level2/76_Gemm_Add_ReLU.py").contains(" correct "), "{table}");
+    assert!(row(&table, "level2/12_Gemm_Multiply_LeakyReLU.py").contains(" correct "), "{table}");
+    assert!(!table.contains("level1/19_ReLU.py"), "--only level2/ ran a level-1 pair: {table}");
+
+    // Control: the answers swapped do not take each other's signature.
+    std::fs::write(
+        &map,
+        format!(
+            "[pairs]\n\"level2/76_Gemm_Add_ReLU.py\" = \"{}\"\n\"level2/12_Gemm_Multiply_LeakyReLU.py\" = \"{}\"\n",
+            ours("gemm_multiply_leaky_relu"),
+            ours("gemm_add_relu")
+        ),
+    )
+    .unwrap();
+    let out = only(&map);
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{table}\n{}", text(&out.stderr));
+    assert!(!row(&table, "level2/76_Gemm_Add_ReLU.py").contains(" correct "), "{table}");
+    assert!(!row(&table, "level2/12_Gemm_Multiply_LeakyReLU.py").contains(" correct "), "{table}");
+
+    // --only that matches nothing is bad input.
+    std::fs::write(&map, "[pairs]\n\"level1/19_ReLU.py\" = \"bench/solutions/level1/relu.py\"\n")
+        .unwrap();
+    assert_eq!(only(&map).status.code(), Some(2));
+}
