@@ -197,9 +197,20 @@ def _dtype(device: str, generate_only: bool = False) -> str:
     chosen = os.environ.get("TRITONFORGE_POLICY_DTYPE")
     if chosen:
         return chosen
-    if device.startswith("cuda") or (generate_only and cpu_has_bf16()):
+    if device.startswith("cuda") or (device == "cpu" and generate_only and cpu_has_bf16() and _torch_bf16()):
         return "bfloat16"
     return "float32"
+
+
+def _torch_bf16() -> bool:
+    """Whether this torch build does bf16 matmuls through oneDNN on this CPU (a VM may show
+    the flag without letting the kernels use it)."""
+    try:
+        import torch
+
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (ImportError, AttributeError, RuntimeError):
+        return False
 
 
 def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:

@@ -316,7 +316,11 @@ fn unreachable_endpoints_bad_keys_and_replies_without_code_are_named_and_the_run
 fn the_bundled_model_answers_with_token_ids_and_logprobs_and_the_base_stays_reachable() {
     let root = tempfile::tempdir().unwrap();
     let state = root.path().join("state");
+    // float32 throughout: below, a row batched with another must give the ids it got
+    // alone, and on a CPU with native bf16 (the generate-only default there) rounding
+    // follows the batch.
     let out = run(tf(&state)
+        .env("TRITONFORGE_POLICY_DTYPE", "float32")
         .args(["run", "--problem", "relu", "--turns", "1", "--max-tokens", "12"])
         .args(["--temperature", "0", "--jobs", "1", "--json", "--out"])
         .arg(root.path().join("r")));
@@ -353,6 +357,7 @@ fn the_bundled_model_answers_with_token_ids_and_logprobs_and_the_base_stays_reac
     // Greedy decoding is deterministic, and batching does not change a row: relu played
     // in one batch with another problem gives the ids it got alone.
     let again = run(tf(&state)
+        .env("TRITONFORGE_POLICY_DTYPE", "float32")
         .args([
             "run",
             "--problem",
