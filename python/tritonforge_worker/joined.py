@@ -138,6 +138,12 @@ def _attention_code(module: Any) -> Optional[Tuple[Any, Any, Any]]:
     return rotary, registry, eager
 
 
+def _has_parts(module: Any, window: str, qk_norm: bool) -> bool:
+    """Whether an attention module has what its kind's forward reads besides the projections."""
+    return (window != "module" or hasattr(module, "sliding_window")) and (
+        not qk_norm or (hasattr(module, "q_norm") and hasattr(module, "k_norm")))
+
+
 def join_projections(net: Any) -> int:
     """Join the projections of every known attention and MLP module of a frozen `net`; the
     number of its modules so joined, now or before (0 for a model of no known family)."""
@@ -148,13 +154,10 @@ def join_projections(net: Any) -> int:
             joined += 1
             continue
         code = _attention_code(module) if kind in ATTENTION else None
-        window, qk_norm = ATTENTION.get(kind, ("", False))
-        known = (window != "module" or hasattr(module, "sliding_window")) and (
-            not qk_norm or (hasattr(module, "q_norm") and hasattr(module, "k_norm")))
-        if code is not None and known and _joinable(module, Q_K_V):
+        if code is not None and _has_parts(module, *ATTENTION[kind]) and _joinable(module, Q_K_V):
             _stack(module, Q_K_V)
             module.joined_code = code
-            module.joined_window = (window, qk_norm)
+            module.joined_window = ATTENTION[kind]
             module.forward = MethodType(_attention_forward, module)
             joined += 1
         elif kind in MLP and _joinable(module, GATE_UP) and hasattr(module, "act_fn"):

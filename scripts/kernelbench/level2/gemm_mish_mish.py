@@ -22,11 +22,6 @@ def _tanh(y):
 
 
 @triton.jit
-def _gelu(y):
-    return 0.5 * y * (1.0 + tl.erf(y * 0.7071067811865476))
-
-
-@triton.jit
 def _mish(y):
     softplus = tl.where(y > 20.0, y, tl.log(1.0 + tl.exp(tl.minimum(y, 20.0))))
     return y * _tanh(softplus)

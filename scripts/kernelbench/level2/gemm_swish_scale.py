@@ -17,22 +17,6 @@ def _sigmoid(y):
 
 
 @triton.jit
-def _tanh(y):
-    return 2.0 * _sigmoid(2.0 * y) - 1.0
-
-
-@triton.jit
-def _gelu(y):
-    return 0.5 * y * (1.0 + tl.erf(y * 0.7071067811865476))
-
-
-@triton.jit
-def _mish(y):
-    softplus = tl.where(y > 20.0, y, tl.log(1.0 + tl.exp(tl.minimum(y, 20.0))))
-    return y * _tanh(softplus)
-
-
-@triton.jit
 def linear_epilogue_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, s0, s1,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
