@@ -261,14 +261,68 @@ def step_bytes(net: Any, batch: int, mean_len: float) -> float:
     return weights + cache
 
 
-def profile_engine(net: Any, device: str, batch: int, prompt_len: int) -> Dict[str, Any]:
-    """The kernels of the engine's decode step at `batch` (graphs off, so each kernel is
-    seen), and the 25 with the most device time over 16 steps."""
+def kernel_table(prof: Any, device: str, steps: int, top: int = 25) -> Dict[str, Any]:
+    """Kernels launched per step, device time per step, and the `top` kernels by device time."""
+    events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"] if device.startswith("cuda") else []
+    best = sorted(events, key=lambda e: -e.self_device_time_total)[:top]
+    return {"kernels_per_step": round(sum(e.count for e in events) / steps, 1),
+            "device_us_per_step": round(sum(e.self_device_time_total for e in events) / steps, 1),
+            "top": [{"name": e.key[:90], "per_step": round(e.count / steps, 1),
+                     "us_per_step": round(e.self_device_time_total / steps, 1)} for e in best]}
+
+
+def profile_prefill(net: Any, device: str, batch: int, prompt_len: int) -> Dict[str, Any]:
+    """Where the prefill of `batch` fresh prompts goes: its wall time, the host's Python
+    functions by own time (cProfile), and the device's kernels (torch.profiler)."""
+    import cProfile
+    import io
+    import pstats
+
     from torch.profiler import ProfilerActivity, profile
 
     ps = prompts(net, batch, prompt_len)
-    out: Dict[str, Any] = {"batch": batch}
+    eng = Engine(engine_net(net, True), device, max_slots=batch, max_len=prompt_len + 64, compile=False)
+
+    def once() -> float:
+        eng.forget_prefixes()
+        t = time.perf_counter()
+        eng.run([Request(key=i, prompt=p, max_tokens=1) for i, p in enumerate(ps)])
+        sync(device)
+        return time.perf_counter() - t
+
+    once()
+    before = eng.stats["prefill_forwards"]
+    walls = [once() for _ in range(3)]
+    forwards = (eng.stats["prefill_forwards"] - before) // 3
+    host = cProfile.Profile()
+    host.enable()
+    once()
+    host.disable()
+    text = io.StringIO()
+    pstats.Stats(host, stream=text).sort_stats("tottime").print_stats(20)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=acts) as prof:
+        once()
+    out = {"batch": batch, "wall_s": [round(w, 4) for w in walls],
+           "forwards_per_prefill": forwards, "prefill_tokens_per_forward": eng.prefill_tokens,
+           "host_top": text.getvalue().splitlines()[:40], **kernel_table(prof, device, 1)}
+    del eng
+    return out
+
+
+def profile_engine(net: Any, device: str, batch: int, prompt_len: int,
+                   arms: str = "eager,compiled,compiled_separate") -> Dict[str, Any]:
+    """The kernels of the engine's decode step at `batch` (graphs off, so each kernel is
+    seen), and the 25 with the most device time over 16 steps; and the prefill of `batch`
+    prompts (`profile_prefill`)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ps = prompts(net, batch, prompt_len)
+    out: Dict[str, Any] = {"batch": batch, "prefill": profile_prefill(net, device, batch, prompt_len)}
+    wanted = arms.split(",")
     for arm, compiled, join in (("eager", False, True), ("compiled", True, True), ("compiled_separate", True, False)):
+        if arm not in wanted:
+            continue
         eng = Engine(engine_net(net, join), device, max_slots=batch, max_len=prompt_len + 64, graphs=False,
                      compile=compiled and device.startswith("cuda"), join=join)
         for i, p in enumerate(ps):
@@ -281,14 +335,7 @@ def profile_engine(net: Any, device: str, batch: int, prompt_len: int) -> Dict[s
             for _ in range(16):
                 eng.step()
             sync(device)
-        events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"] if device.startswith("cuda") else []
-        launches = sum(e.count for e in events) / 16
-        device_us = sum(e.self_device_time_total for e in events) / 16
-        top = sorted(events, key=lambda e: -e.self_device_time_total)[:25]
-        out[arm] = {"joined_modules": eng.joined,
-            "kernels_per_step": round(launches, 1), "device_us_per_step": round(device_us, 1),
-            "top": [{"name": e.key[:90], "per_step": round(e.count / 16, 1),
-                     "us_per_step": round(e.self_device_time_total / 16, 1)} for e in top]}
+        out[arm] = {"joined_modules": eng.joined, **kernel_table(prof, device, 16)}
         del eng
     return out
 
@@ -355,7 +402,9 @@ def main() -> int:
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--dtype", default=None, help="float32 or bfloat16 (default: bfloat16 on a GPU)")
     ap.add_argument("--no-refresh", action="store_true")
-    ap.add_argument("--profile", type=int, default=0, help="profile the decode step at this batch")
+    ap.add_argument("--profile", type=int, default=0, help="profile the prefill and decode step at this batch")
+    ap.add_argument("--profile-arms", default="eager,compiled,compiled_separate",
+                    help="which decode steps --profile looks at")
     ap.add_argument("--engine-repeats", type=int, default=1, help="timed runs of the engine arms (median)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
@@ -388,7 +437,8 @@ def main() -> int:
             continue
         if args.profile:
             try:
-                entry["profile"] = profile_engine(net, args.device, args.profile, args.prompt_tokens)
+                entry["profile"] = profile_engine(net, args.device, args.profile, args.prompt_tokens,
+                                                  args.profile_arms)
             except Exception as exc:  # noqa: BLE001
                 entry["profile"] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)[-800:]}
             sys.stderr.write(json.dumps({"model": name, "profile": entry["profile"]}) + "\n")

@@ -46,7 +46,16 @@ def adapter_chain(model: str) -> Tuple[str, List[str]]:
 
 
 def resolve(model: str) -> Tuple[str, str | None]:
-    """(directory or repo path, gguf file name or None)."""
+    """(directory or repo path, gguf file name or None). A GGUF file resolves to its
+    converted copy (`converted`) where one exists or can be made."""
+    path, gguf = _locate(model)
+    if gguf is None:
+        return path, None
+    copy = converted(Path(path) / gguf)
+    return (str(copy), None) if copy is not None else (path, gguf)
+
+
+def _locate(model: str) -> Tuple[str, str | None]:
     if model == "smollm2":
         # Located, not imported: the package's own code needs the `llm` tool.
         import importlib.util
@@ -63,6 +72,82 @@ def resolve(model: str) -> Tuple[str, str | None]:
     if p.suffix == ".gguf":
         return str(p.parent), p.name
     return str(p), None
+
+
+def cache_root() -> Optional[Path]:
+    """Where GGUF files' converted copies live: TRITONFORGE_MODEL_CACHE (`off` for none),
+    else beside the interpreter's environment (the managed venv: made once with it, used by
+    every state directory), else the user's cache; None where none can be written."""
+    import os
+    import sys
+
+    chosen = os.environ.get("TRITONFORGE_MODEL_CACHE")
+    if chosen:
+        return None if chosen.lower() in ("0", "off", "none") else Path(chosen)
+    for root in (Path(sys.prefix) / "share" / "tritonforge-models", Path.home() / ".cache" / "tritonforge" / "models"):
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(root, os.W_OK):
+            return root
+    return None
+
+
+def converted(gguf: Path) -> Optional[Path]:
+    """The GGUF file's model in the Hugging Face layout (float32 safetensors, config,
+    generation config, tokenizer), made on first use and kept under `cache_root`, keyed by
+    the file's path, size and time. transformers parses a GGUF file's metadata (the whole
+    vocabulary, field by field) once for the config, once for the tokenizer and once for
+    the weights: 31 s of a 2-core machine's 3-minute main job went to loading SmolLM2 so,
+    against about 2 s from the copy. The copy holds the weights exactly as dequantized (in
+    float32), so a model loaded from it is the one loaded from the file. None when there is
+    nowhere to keep it (the file is then read as before)."""
+    import hashlib
+    import os
+    import shutil
+    import tempfile
+
+    root = cache_root()
+    if root is None:
+        return None
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    target = root / f"{gguf.stem}-{key}"
+    if (target / "config.json").is_file():
+        return target
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".converting-", dir=root))
+    except OSError:
+        return None
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        kw = {"gguf_file": gguf.name}
+        AutoTokenizer.from_pretrained(str(gguf.parent), **kw).save_pretrained(work)
+        net = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kw)
+        # Loaded, the weights are plain float32 tensors; transformers still marks the
+        # model quantized (and so unsavable) after the file it came from.
+        net.hf_quantizer, net.is_quantized = None, False
+        if hasattr(net.config, "quantization_config"):
+            del net.config.quantization_config
+        net.save_pretrained(work, safe_serialization=True)
+        work.chmod(0o755)
+        try:
+            os.rename(work, target)  # atomic: a reader sees the whole copy or none
+        except OSError:
+            if not (target / "config.json").is_file():  # not another process's copy
+                raise
+    except Exception as exc:  # noqa: BLE001 - the file itself still loads
+        import sys
+
+        sys.stderr.write(f"models: no converted copy of {gguf} ({type(exc).__name__}: {exc}); reading the file\n")
+        return None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
 
 
 def gguf_kwargs(gguf: str | None) -> Dict[str, Any]:

@@ -301,8 +301,10 @@ class _Generator:
             # The trainer's own model is never joined (joined.py): its frozen modules'
             # forwards would change under training too.
             join = False if self.net is self.trained else None
+            spec = os.environ.get("TRITONFORGE_POLICY_SPECULATE")
             self.engine = Engine(self.net, self.device, max_slots=self.slots, max_len=min(self.max_len, limit),
-                                 sync_every=self.sync, compile=self.compile, join=join)
+                                 sync_every=self.sync, compile=self.compile, join=join,
+                                 speculate=int(spec) if spec else None)
         return self.engine
 
     def submit(self, msg: Any) -> None:

