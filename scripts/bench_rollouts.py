@@ -42,7 +42,12 @@ usage: PYTHONPATH=python python3 scripts/bench_rollouts.py [--device cuda]
 (the slow arms are timed once). The engine arms also report their log-probs against a full forward
 (`logprob_max_err`, `greedy_agree`), in the model's dtype.
 --profile B: also the engine's decode step at batch B under torch.profiler (the kernels
-one step launches, and the 25 that take the most device time).
+one step launches, and the 25 that take the most device time), and the prefill of B fresh
+prompts (its wall time, the host's Python functions by own time, the device's kernels);
+--profile-arms picks the decode steps (eager, compiled, compiled_separate). The prefill of
+256 prompts took 0.46 s of the engine's 1.99 s at batch 256 on the H100 (2026-11-25),
+about ten times a 135M model's compute for 51,200 tokens: the next GPU session's first
+question for issue 22's ratio at batch 256 (not yet run on a GPU).
 --quick: the tiny test model on the CPU, batches 1 and 4, 32 + 16 tokens (checks the
 script itself). Prints one JSON object.
 """

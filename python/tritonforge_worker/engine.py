@@ -120,8 +120,8 @@ def sample(logits: Any, temp: Any, top_p: Any, top_k: Any, seed: Any, step: Any,
     skipped otherwise); `drawn`: whether any row samples (no noise is made otherwise).
     Greedy rows (temperature <= 0) take the argmax. `candidates` (eager callers only: it
     reads one flag back): look for each row's top-k/top-p set among its `candidates` most
-    likely tokens, and sort the whole vocabulary only when some row's set may reach past
-    them (`_sample_among`)."""
+    likely tokens, and sort the whole vocabulary only for the rows whose set may reach
+    past them (`_sample_among`)."""
     import torch
 
     logits = logits.float()

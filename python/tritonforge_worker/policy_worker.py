@@ -13,7 +13,9 @@ TRITONFORGE_POLICY_DTYPE (float32 or bfloat16; default bfloat16 on a GPU, and on
 with native bf16 arithmetic for a worker that only generates: half the bytes each decode
 step reads, about twice the tokens/s on 2 cores),
 TRITONFORGE_POLICY_ENGINE=0 / 1 (the earlier batch-at-a-time path, `policy.generate_batch`,
-or the engine; default: the engine on a GPU or with --train, the earlier path otherwise),
+or the engine, the default), TRITONFORGE_POLICY_SPECULATE (the longest prompt-lookup draft
+an eager engine step checks per row, default 16; 0 turns speculation off; steps replayed
+from CUDA graphs never speculate),
 TRITONFORGE_POLICY_COMPILE=0 / 1 (the engine's decode step through torch.compile: half
 the step time on a GPU, for a compile of one to two minutes on the first generation;
 default: on for a training worker on a GPU, whose run is long enough to repay it, off
@@ -148,11 +150,10 @@ def serve_policy(argv: List[str]) -> int:
     # generating (or a step training), and the next batch takes every request that waited
     # (generations are answered by id, in any order; training strictly in order).
     inbox = _reader()
-    # The engine on a GPU and for a colocated (training) worker; on the CPU the
-    # batch-at-a-time path stays the default (as fast there at one request, and the
-    # engine's batched prefill was not faster at eight).
-    engine_default = "1" if device.startswith("cuda") or train else "0"
-    if os.environ.get("TRITONFORGE_POLICY_ENGINE", engine_default) != "0":
+    # The engine everywhere by default. On the CPU it was once level with the
+    # batch-at-a-time path; with prompt-lookup speculation, candidates for top-p and the
+    # grouped attention of a few queries it is the faster one there too (docs/agent.md).
+    if os.environ.get("TRITONFORGE_POLICY_ENGINE", "1") != "0":
         return _serve_engine(inbox, _Generator(model, tok, net, device, limit, Usage(device), train))
     while True:
         jobs: List[Any] = []
