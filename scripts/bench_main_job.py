@@ -17,7 +17,7 @@ answers: compare tokens per wall second beside the wall time. Prints one JSON li
 run, then a markdown table.
 
 usage: python3 scripts/bench_main_job.py [--binary target/release/tritonforge]
-       [--venv .tritonforge/venv] [--out DIR] ARM [ARM ...]
+       [--venv .tritonforge/venv] [--out DIR] [--keep] ARM [ARM ...]
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def store_figures(state: Path) -> Dict[str, Any]:
     return {"turns": turns, "completion_tokens": tokens, "first_episode_done_s": first_done}
 
 
-def run_arm(arm: str, binary: str, venv: str, report: Path) -> Dict[str, Any]:
+def run_arm(arm: str, binary: str, venv: str, report: Path, keep: bool) -> Dict[str, Any]:
     state = Path(tempfile.mkdtemp(prefix=f"mainjob-{arm}-"))
     env = {**os.environ, **ARMS[arm]}
     t = time.perf_counter()
@@ -75,7 +75,10 @@ def run_arm(arm: str, binary: str, venv: str, report: Path) -> Dict[str, Any]:
         row["tokens_per_wall_s"] = round(row["completion_tokens"] / wall, 1)
     except (sqlite3.Error, OSError, TypeError) as exc:
         row["store_error"] = str(exc)
-    shutil.rmtree(state, ignore_errors=True)
+    if keep:
+        row["state"] = str(state)
+    else:
+        shutil.rmtree(state, ignore_errors=True)
     return row
 
 
@@ -84,20 +87,23 @@ def main() -> int:
     ap.add_argument("--binary", default="target/release/tritonforge")
     ap.add_argument("--venv", default=".tritonforge/venv")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--keep", action="store_true", help="keep each run's state directory (its store)")
     ap.add_argument("arms", nargs="+", choices=sorted(ARMS))
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="mainjob-"))
     out.mkdir(parents=True, exist_ok=True)
     rows: List[Dict[str, Any]] = []
     for i, arm in enumerate(args.arms):
-        row = run_arm(arm, args.binary, args.venv, out / f"report-{i}-{arm}")
+        row = run_arm(arm, args.binary, args.venv, out / f"report-{i}-{arm}", args.keep)
         rows.append(row)
         print(json.dumps(row), flush=True)
     print("\n| arm | wall | pass@1 | turns | completion tokens | tokens per wall second | first episode done |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['arm']} | {r['wall_s']} s | {r.get('pass_at_1', '-')} | {r.get('turns', '-')} | "
-              f"{r.get('completion_tokens', '-')} | {r.get('tokens_per_wall_s', '-')} | {r.get('first_episode_done_s', '-')} s |")
+        keys = ("pass_at_1", "turns", "completion_tokens", "tokens_per_wall_s")
+        cells = [r["arm"], f"{r['wall_s']} s", *(str(r.get(k, "-")) for k in keys),
+                 f"{r.get('first_episode_done_s', '-')} s"]
+        print("| " + " | ".join(cells) + " |")
     return 0 if all(r["exit"] == 0 for r in rows) else 1
 
 

@@ -311,7 +311,6 @@ def profile_prefill(net: Any, device: str, batch: int, prompt_len: int) -> Dict[
     out = {"batch": batch, "wall_s": [round(w, 4) for w in walls],
            "forwards_per_prefill": forwards, "prefill_tokens_per_forward": eng.prefill_tokens,
            "host_top": text.getvalue().splitlines()[:40], **kernel_table(prof, device, 1)}
-    del eng
     return out
 
 

@@ -3,7 +3,8 @@
 turn stored in a state directory's store (its prompt and completion token ids) through the
 engine's `Drafts`, as the engine drafts (a row's draft starts at SPAN_START tokens,
 doubles after a draft kept whole, halves after one mostly refused, at most --longest), and
-counts the forwards each completion needs against one per token. The model is not run:
+counts the forwards each completion needs (the prefill's, which draws the first token,
+and each decode step's) against one per token. The model is not run:
 a draft token counts as kept when it is the token the completion has there, which is what
 the engine's check keeps when it draws what the stored run drew.
 
@@ -27,9 +28,10 @@ from tritonforge_worker.engine import SPAN_START, Drafts  # noqa: E402
 
 
 def replay(prompt: List[int], completion: List[int], longest: int, fixed: bool) -> Dict[str, int]:
-    drafts = Drafts(prompt)
+    # The first token comes from the prompt's prefill, undrafted (one forward, as in the engine).
+    drafts = Drafts(prompt + completion[:1])
     span = longest if fixed else min(SPAN_START, longest)
-    i = forwards = drafted = kept = 0
+    i, forwards, drafted, kept = min(len(completion), 1), min(len(completion), 1), 0, 0
     while i < len(completion):
         d = drafts.draft(min(span, len(completion) - i - 1))
         n = 1

@@ -228,7 +228,8 @@ def register_decode_attention() -> bool:
         q = query.reshape(b, kv, g * t, d)
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask.repeat(1, 1, g, 1),
                                              scale=scaling)
-        return out.view(b, h, t, d).transpose(1, 2), None
+        # reshape, not view: a CUDA kernel may hand back a non-contiguous output.
+        return out.reshape(b, h, t, d).transpose(1, 2), None
 
     AttentionInterface.register(DECODE_ATTENTION, attend)
     AttentionMaskInterface.register(DECODE_ATTENTION, sdpa_mask)

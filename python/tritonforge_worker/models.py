@@ -84,7 +84,9 @@ def cache_root() -> Optional[Path]:
     chosen = os.environ.get("TRITONFORGE_MODEL_CACHE")
     if chosen:
         return None if chosen.lower() in ("0", "off", "none") else Path(chosen)
-    for root in (Path(sys.prefix) / "share" / "tritonforge-models", Path.home() / ".cache" / "tritonforge" / "models"):
+    # Inside a virtual environment only: a system Python's prefix is the system's.
+    venv = [Path(sys.prefix) / "share" / "tritonforge-models"] if sys.prefix != sys.base_prefix else []
+    for root in venv + [Path.home() / ".cache" / "tritonforge" / "models"]:
         try:
             root.mkdir(parents=True, exist_ok=True)
         except OSError:
@@ -94,15 +96,17 @@ def cache_root() -> Optional[Path]:
     return None
 
 
-def converted(gguf: Path) -> Optional[Path]:
+def converted(gguf: Path, make: bool = True) -> Optional[Path]:
     """The GGUF file's model in the Hugging Face layout (float32 safetensors, config,
     generation config, tokenizer), made on first use and kept under `cache_root`, keyed by
     the file's path, size and time. transformers parses a GGUF file's metadata (the whole
     vocabulary, field by field) once for the config, once for the tokenizer and once for
     the weights: 31 s of a 2-core machine's 3-minute main job went to loading SmolLM2 so,
     against about 2 s from the copy. The copy holds the weights exactly as dequantized (in
-    float32), so a model loaded from it is the one loaded from the file. None when there is
-    nowhere to keep it (the file is then read as before)."""
+    float32), so a model loaded from it is the one loaded from the file. The key holds
+    transformers' version too (another version may convert otherwise). None when there is
+    nowhere to keep it, or with `make` false when none was made yet (the file is then read
+    as before)."""
     import hashlib
     import os
     import shutil
@@ -111,11 +115,15 @@ def converted(gguf: Path) -> Optional[Path]:
     root = cache_root()
     if root is None:
         return None
+    import transformers
+
     st = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    target = root / f"{gguf.stem}-{key}"
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}".encode())
+    target = root / f"{gguf.stem}-{key.hexdigest()[:16]}"
     if (target / "config.json").is_file():
         return target
+    if not make:
+        return None
     try:
         root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".converting-", dir=root))
@@ -161,10 +169,14 @@ def has_weights(path: Path) -> bool:
 
 
 def load_tokenizer(model: str) -> Any:
-    """MODEL's tokenizer, as transformers makes it (an adapter's is its base's)."""
+    """MODEL's tokenizer, as transformers makes it (an adapter's is its base's). A GGUF
+    model's converted copy is used where it exists, not made for a tokenizer alone."""
     from transformers import AutoTokenizer
 
-    path, gguf = resolve(adapter_chain(model)[0])
+    path, gguf = _locate(adapter_chain(model)[0])
+    copy = converted(Path(path) / gguf, make=False) if gguf else None
+    if copy is not None:
+        path, gguf = str(copy), None
     return AutoTokenizer.from_pretrained(path, **gguf_kwargs(gguf))
 
 

@@ -253,6 +253,11 @@ class _Generator:
         self.sync = int(sync) if sync else None
         compile_default = "1" if train and device.startswith("cuda") else "0"
         self.compile = os.environ.get("TRITONFORGE_POLICY_COMPILE", compile_default) != "0"
+        spec = os.environ.get("TRITONFORGE_POLICY_SPECULATE")
+        try:
+            self.speculate = int(spec) if spec else None
+        except ValueError:
+            raise SystemExit(f"TRITONFORGE_POLICY_SPECULATE={spec!r}: expected a whole number of tokens") from None
         self.engine: Any = None
         self.ids: dict = {}
         # Colocated: the trainer's model, and the generation copy made from it.
@@ -302,10 +307,8 @@ class _Generator:
             # The trainer's own model is never joined (joined.py): its frozen modules'
             # forwards would change under training too.
             join = False if self.net is self.trained else None
-            spec = os.environ.get("TRITONFORGE_POLICY_SPECULATE")
             self.engine = Engine(self.net, self.device, max_slots=self.slots, max_len=min(self.max_len, limit),
-                                 sync_every=self.sync, compile=self.compile, join=join,
-                                 speculate=int(spec) if spec else None)
+                                 sync_every=self.sync, compile=self.compile, join=join, speculate=self.speculate)
         return self.engine
 
     def submit(self, msg: Any) -> None:
