@@ -38,6 +38,11 @@ Built on torch and the model's own transformers code only. The pieces:
   extends the previous turn's slot) or copies a longer shared prefix from any slot (the
   n samples of one prompt, a system prompt); only the rest is prefilled. A weights
   change (`weights_changed`) forgets every remembered prefix.
+- Prompt-lookup speculation on eager steps (the CPU's): each row also feeds the tokens
+  that followed the latest earlier occurrence of its last few tokens (`Drafts`), and keeps
+  the drawn tokens its draft agrees with (`_speculate`); the same tokens as one step at a
+  time, in fewer forwards. Outside CUDA graphs a top-k/top-p draw is made among the 256
+  most likely tokens where that set is known to hold it (`sample`'s `candidates`).
 - On CUDA the decode step (forward, sampling and recording) is captured in a CUDA graph
   per (batch bucket, key-length bucket, filtering or not, sampling or greedy) and
   replayed; on the CPU it runs eagerly. With `compile` (the default on CUDA) the
