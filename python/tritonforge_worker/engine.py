@@ -675,14 +675,7 @@ class Engine:
         ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
         cols_t = torch.tensor(cols, dtype=torch.long, device=dev)
         idx = torch.tensor([slot for slot, _, _ in rows], device=dev)
-        c = self.cache
-        c.rows, c.cols, c.keys, c.view, c.gather = idx.unsqueeze(1), cols_t, keys, None, idx
-        # Padding writes to the scratch column, sees every key (finite, never used) and
-        # sits at position 0.
-        mask = (torch.arange(keys, device=dev).view(1, 1, keys) <= cols_t.unsqueeze(2)).unsqueeze(1)
-        positions = torch.where(cols_t == self.cache.scratch, torch.zeros_like(cols_t), cols_t)
-        logits = self.net(input_ids=ids_t, position_ids=positions, attention_mask=mask, past_key_values=c,
-                          use_cache=True, logits_to_keep=1).logits[:, -1]
+        logits = self._columns(ids_t, cols_t, idx.unsqueeze(1), keys, None, idx, 1)[:, -1]
         self._set_rows([slot for slot, _, _ in rows], [r for _, r, _ in rows])
         self.stats["prefill_forwards"] += 1
         reqs = [r for _, r, _ in rows]
@@ -691,6 +684,22 @@ class Engine:
         tok, lp, slp = sample(logits, self.temp[idx], self.top_p[idx], self.top_k[idx], self.seed[idx],
                               self.gen[idx], filtered, drawn, CANDIDATES)
         self._record(idx, tok, lp, slp, torch.ones(len(rows), dtype=torch.bool, device=dev))
+
+    def _columns(self, ids: Any, cols: Any, rows: Any, keys: int, view: Optional[int], gather: Any,
+                 keep: int) -> Any:
+        """The logits of the last `keep` positions of a forward of `ids`, each written at
+        its column of `cols` in its slot of `rows` (the cache's `update` reads its keys as a
+        view of the first `view` slots, or gathers `gather`). Each query sees the keys up to
+        its own column. Padding writes to the scratch column, sees every key (finite, never
+        used) and sits at position 0."""
+        import torch
+
+        c = self.cache
+        c.rows, c.cols, c.keys, c.view, c.gather = rows, cols, keys, view, gather
+        mask = (torch.arange(keys, device=self.device).view(1, 1, keys) <= cols.unsqueeze(2)).unsqueeze(1)
+        positions = torch.where(cols == c.scratch, torch.zeros_like(cols), cols)
+        return self.net(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=c,
+                        use_cache=True, logits_to_keep=keep).logits
 
     def _set_rows(self, slots: List[int], reqs: List[Request]) -> None:
         """Each row's sampling settings and budget, written in one copy per tensor."""
@@ -793,12 +802,7 @@ class Engine:
         ids_t[:, 0] = self.last_tok[:B]
         cols_t = torch.tensor(cols, dtype=torch.long, device=dev)
         keys = max(p + len(d) + 1 for p, d, a in zip(pos, drafts, active, strict=True) if a)
-        c = self.cache
-        c.rows, c.cols, c.keys, c.view, c.gather = self.arange[:B].unsqueeze(1), cols_t, keys, B, None
-        mask = (torch.arange(keys, device=dev).view(1, 1, keys) <= cols_t.unsqueeze(2)).unsqueeze(1)
-        positions = torch.where(cols_t == scratch, torch.zeros_like(cols_t), cols_t)
-        logits = self.net(input_ids=ids_t, position_ids=positions, attention_mask=mask, past_key_values=c,
-                          use_cache=True, logits_to_keep=W).logits
+        logits = self._columns(ids_t, cols_t, self.arange[:B].unsqueeze(1), keys, B, None, W)
         # Draw at the real positions only (padding's logits are noise, and would only
         # widen the sampling).
         rows = [i for i in range(B) if active[i]]
