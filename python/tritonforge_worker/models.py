@@ -102,7 +102,7 @@ def converted(gguf: Path, make: bool = True) -> Optional[Path]:
     the file's path, size and time. transformers parses a GGUF file's metadata (the whole
     vocabulary, field by field) once for the config, once for the tokenizer and once for
     the weights: 31 s of a 2-core machine's 3-minute main job went to loading SmolLM2 so,
-    against about 2 s from the copy. The copy holds the weights exactly as dequantized (in
+    against 0.33 s from the copy. The copy holds the weights exactly as dequantized (in
     float32), so a model loaded from it is the one loaded from the file. The key holds
     transformers' version too (another version may convert otherwise). None when there is
     nowhere to keep it, or with `make` false when none was made yet (the file is then read
