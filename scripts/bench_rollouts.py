@@ -17,7 +17,11 @@ tokens (end-of-sequence ignored, so every row runs to its budget), greedy, by ea
   per token);
 - `hf`: transformers' `generate` with its default (dynamic) cache;
 - `hf_static`: `generate` with `cache_implementation="static"` (transformers compiles the
-  forward for a static cache on a GPU).
+  forward for a static cache on a GPU). Models load with the engine's attention
+  function (grouped decode attention; on CUDA its Triton decode kernel), so this arm
+  and `hf` use it too;
+- `hf_static_sdpa`: the same on a copy with transformers' own SDPA attention, as a user
+  of transformers runs it.
 
 Each arm runs once untimed (warm-up: kernels, graphs, compilation; its time is reported
 as `warmup_s`), then once timed; tokens/s = all rows' new tokens / wall time. The engine
@@ -36,9 +40,9 @@ randomly initialised: configs/models/qwen3-0.6b).
 
 usage: PYTHONPATH=python python3 scripts/bench_rollouts.py [--device cuda]
        [--models smollm2,configs/models/qwen3-0.6b] [--batches 1,16,64,256]
-       [--prompt-tokens 200] [--tokens 512] [--arms engine,engine_eager,engine_separate,old,hf,hf_static]
+       [--prompt-tokens 200] [--tokens 512] [--arms engine,engine_eager,engine_separate,old,hf,hf_static,hf_static_sdpa]
        [--profile B] [--engine-repeats N] [--quick]
---engine-repeats N: time the engine arms and `hf_static` N times and report the median
+--engine-repeats N: time the engine arms and the `hf_static` arms N times and report the median
 (the slow arms are timed once). The engine arms also report their log-probs against a full forward
 (`logprob_max_err`, `greedy_agree`), in the model's dtype.
 --profile B: also the engine's decode step at batch B under torch.profiler (the kernels
@@ -61,7 +65,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
@@ -73,7 +77,7 @@ from tritonforge_worker.models import load  # noqa: E402
 from tritonforge_worker.policy import generate_batch  # noqa: E402
 from tritonforge_worker.protocol import ChatTurn, GenerateJob, MicroBatch, TrainBatch, TrainSetupJob  # noqa: E402
 
-ARMS = ("engine", "engine_eager", "engine_separate", "old", "hf", "hf_static")
+ARMS = ("engine", "engine_eager", "engine_separate", "old", "hf", "hf_static", "hf_static_sdpa")
 
 
 def sync(device: str) -> None:
@@ -176,6 +180,20 @@ def run_old(net: Any, device: str, ps: List[List[int]], tokens: int) -> int:
     return sum(len(g.token_ids) for g in out)
 
 
+def stock(net: Any) -> Any:
+    """A copy of `net` on transformers' own SDPA attention (the models here load with the
+    engine's, which the plain `hf` arms therefore use too)."""
+    key = (id(net), "sdpa")
+    if key not in _COPIES:
+        import copy
+
+        if len(_COPIES) >= 2:
+            _COPIES.clear()
+        _COPIES[key] = copy.deepcopy(net).eval()
+        _COPIES[key].set_attn_implementation("sdpa")
+    return _COPIES[key]
+
+
 def run_hf(net: Any, device: str, ps: List[List[int]], tokens: int, static: bool) -> int:
     ids = torch.tensor(ps, device=device)
     kw: Dict[str, Any] = {"cache_implementation": "static"} if static else {}
@@ -190,7 +208,8 @@ def arm_fn(arm: str) -> Callable[[Any, str, List[List[int]], int], int]:
             "engine_separate": lambda n, d, p, t: run_engine(n, d, p, t, True, False),
             "old": run_old,
             "hf": lambda n, d, p, t: run_hf(n, d, p, t, False),
-            "hf_static": lambda n, d, p, t: run_hf(n, d, p, t, True)}[arm]
+            "hf_static": lambda n, d, p, t: run_hf(n, d, p, t, True),
+            "hf_static_sdpa": lambda n, d, p, t: run_hf(stock(n), d, p, t, True)}[arm]
 
 
 def measure(arm: str, net: Any, device: str, batch: int, prompt_len: int, tokens: int) -> Dict[str, Any]:
@@ -202,7 +221,7 @@ def measure(arm: str, net: Any, device: str, batch: int, prompt_len: int, tokens
         sync(device)
         warm = time.perf_counter() - t
         times = []
-        for _ in range(ENGINE_REPEATS[0] if arm.startswith("engine") or arm == "hf_static" else 1):
+        for _ in range(ENGINE_REPEATS[0] if arm.startswith(("engine", "hf_static")) else 1):
             t = time.perf_counter()
             n = fn(net, device, ps, tokens)
             sync(device)
@@ -276,9 +295,11 @@ def kernel_table(prof: Any, device: str, steps: int, top: int = 25) -> Dict[str,
                      "us_per_step": round(e.self_device_time_total / steps, 1)} for e in best]}
 
 
-def profile_prefill(net: Any, device: str, batch: int, prompt_len: int) -> Dict[str, Any]:
+def profile_prefill(net: Any, device: str, batch: int, prompt_len: int,
+                    sweep: Optional[List[int]] = None) -> Dict[str, Any]:
     """Where the prefill of `batch` fresh prompts goes: its wall time, the host's Python
-    functions by own time (cProfile), and the device's kernels (torch.profiler)."""
+    functions by own time (cProfile), and the device's kernels (torch.profiler); with
+    `sweep`, the wall time (median of 3) at each of those padded tokens per forward."""
     import cProfile
     import io
     import pstats
@@ -311,18 +332,31 @@ def profile_prefill(net: Any, device: str, batch: int, prompt_len: int) -> Dict[
     out = {"batch": batch, "wall_s": [round(w, 4) for w in walls],
            "forwards_per_prefill": forwards, "prefill_tokens_per_forward": eng.prefill_tokens,
            "host_top": text.getvalue().splitlines()[:40], **kernel_table(prof, device, 1)}
+    if sweep:
+        default = eng.prefill_tokens
+        rows = []
+        for n in sweep:
+            eng.prefill_tokens = n
+            once()
+            before = eng.stats["prefill_forwards"]
+            walls = sorted(once() for _ in range(3))
+            rows.append({"prefill_tokens": n, "wall_s": round(walls[1], 4),
+                         "forwards": (eng.stats["prefill_forwards"] - before) // 3})
+        eng.prefill_tokens = default
+        out["sweep"] = rows
     return out
 
 
 def profile_engine(net: Any, device: str, batch: int, prompt_len: int,
-                   arms: str = "eager,compiled,compiled_separate") -> Dict[str, Any]:
+                   arms: str = "eager,compiled,compiled_separate",
+                   sweep: Optional[List[int]] = None) -> Dict[str, Any]:
     """The kernels of the engine's decode step at `batch` (graphs off, so each kernel is
     seen), and the 25 with the most device time over 16 steps; and the prefill of `batch`
     prompts (`profile_prefill`)."""
     from torch.profiler import ProfilerActivity, profile
 
     ps = prompts(net, batch, prompt_len)
-    out: Dict[str, Any] = {"batch": batch, "prefill": profile_prefill(net, device, batch, prompt_len)}
+    out: Dict[str, Any] = {"batch": batch, "prefill": profile_prefill(net, device, batch, prompt_len, sweep)}
     wanted = arms.split(",")
     for arm, compiled, join in (("eager", False, True), ("compiled", True, True), ("compiled_separate", True, False)):
         if arm not in wanted:
@@ -409,6 +443,8 @@ def main() -> int:
     ap.add_argument("--profile", type=int, default=0, help="profile the prefill and decode step at this batch")
     ap.add_argument("--profile-arms", default="eager,compiled,compiled_separate",
                     help="which decode steps --profile looks at")
+    ap.add_argument("--prefill-sweep", default="",
+                    help="with --profile: prefill wall time at each of these padded tokens per forward")
     ap.add_argument("--engine-repeats", type=int, default=1, help="timed runs of the engine arms (median)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
@@ -442,7 +478,8 @@ def main() -> int:
         if args.profile:
             try:
                 entry["profile"] = profile_engine(net, args.device, args.profile, args.prompt_tokens,
-                                                  args.profile_arms)
+                                                  args.profile_arms,
+                                                  [int(n) for n in args.prefill_sweep.split(",") if n])
             except Exception as exc:  # noqa: BLE001
                 entry["profile"] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)[-800:]}
             sys.stderr.write(json.dumps({"model": name, "profile": entry["profile"]}) + "\n")
