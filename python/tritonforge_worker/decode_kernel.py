@@ -1,13 +1,13 @@
-"""The engine's decode attention on CUDA: one Triton kernel, split over the keys.
+"""The engine's decode attention on CUDA: one Triton kernel.
 
 Why: at batch 256 the decode step's attention (cuDNN's SDPA with the engine's boolean mask)
-took about half of the step on an H100, several times what reading the keys and values
-costs. Its tiles are sized for long query blocks, and a decode step has one query per row.
-Here each program takes one row, one key/value head (all the query heads that share it:
-grouped-query attention reads each key once) and one span of `SPLIT` keys, and keeps a
-running softmax over blocks of `BLOCK_N` keys. The keys a row's mask refuses are never
-loaded, so a row pays for its own length, not its batch's longest. The spans are merged in
-a few tensor ops (`attend`), which torch.compile fuses.
+took about half of an H100's decode step, several times what reading the keys and values
+costs: its tiles are sized for long query blocks, and a decode step has one query per row.
+Here each program takes one row and one key/value head with all the query heads that share
+it (grouped-query attention reads each key once), and keeps a running softmax over blocks
+of `BLOCK_N` keys. The keys a row's mask refuses are never loaded, so a row pays for its
+own length, not its batch's longest. Below `MIN_ROWS` rows there are too few programs to
+fill the GPU, and SDPA stays.
 
 The mask is the engine's `[rows, 1, 1, keys]` boolean mask, read as it is: padding rows,
 rows of any length and the scratch column need no special case here.
@@ -18,9 +18,11 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-# Keys per program and per inner block.
-SPLIT = 256
+# Keys per inner block.
 BLOCK_N = 64
+# Rows below which a decode step keeps SDPA: a program per row and key/value head leaves
+# most of the GPU idle at a few rows, where SDPA splits the keys.
+MIN_ROWS = 32
 # The query heads of one key/value head, padded up to a dot product's smallest tile.
 MIN_GROUP = 16
 
@@ -38,23 +40,20 @@ def _kernel() -> Any:
     import triton.language as tl
 
     @triton.jit
-    def decode_split(Q, K, V, M, Acc, L, Mx,  # type: ignore[no-untyped-def]
-                     sqb, sqh, skb, skh, skn, svb, svh, svn, smb, smn,
-                     sab, sah, sas, sag, slb, slh, sls,
-                     keys, scale,
-                     G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr,
-                     BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
+    def decode_rows(Q, K, V, M, Out,  # type: ignore[no-untyped-def]
+                    sqb, sqh, skb, skh, skn, svb, svh, svn, smb, smn, sob, soh,
+                    keys, scale,
+                    G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
         b = tl.program_id(0)
         h = tl.program_id(1)
-        s = tl.program_id(2)
         g = tl.arange(0, BLOCK_G)
         d = tl.arange(0, D)
         q = tl.load(Q + b * sqb + (h * G + g)[:, None] * sqh + d[None, :], mask=(g < G)[:, None], other=0.0)
         m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_G], tl.float32)
         acc = tl.zeros([BLOCK_G, D], tl.float32)
-        for start in range(0, SPLIT, BLOCK_N):
-            n = s * SPLIT + start + tl.arange(0, BLOCK_N)
+        for start in range(0, keys, BLOCK_N):
+            n = start + tl.arange(0, BLOCK_N)
             seen = tl.load(M + b * smb + n * smn, mask=n < keys, other=0) != 0
             k = tl.load(K + b * skb + h * skh + n[:, None] * skn + d[None, :], mask=seen[:, None], other=0.0)
             qk = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
@@ -67,19 +66,19 @@ def _kernel() -> Any:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
             l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
-        rows = (g < G)[:, None]
-        tl.store(Acc + b * sab + h * sah + s * sas + g[:, None] * sag + d[None, :], acc, mask=rows)
-        tl.store(L + b * slb + h * slh + s * sls + g, l_i, mask=g < G)
-        tl.store(Mx + b * slb + h * slh + s * sls + g, m_i, mask=g < G)
+        out = acc / l_i[:, None]
+        tl.store(Out + b * sob + (h * G + g)[:, None] * soh + d[None, :], out.to(Out.dtype.element_ty),
+                 mask=(g < G)[:, None])
 
-    _KERNEL = decode_split
+    _KERNEL = decode_rows
     return _KERNEL
 
 
 def enabled() -> bool:
     """Whether decode steps may take the kernel: a CUDA device is there, triton imports,
     and `TRITONFORGE_POLICY_DECODE_KERNEL=0` does not keep SDPA for every decode step.
-    Builds the kernel when they may."""
+    Builds the kernel and its operator when they may: before torch.compile traces
+    `attend`, which cannot trace their making."""
     if os.environ.get("TRITONFORGE_POLICY_DECODE_KERNEL", "1") == "0":
         return False
     try:
@@ -88,6 +87,7 @@ def enabled() -> bool:
         if not torch.cuda.is_available():
             return False
         _kernel()
+        _op()
     except ImportError:
         return False
     return True
@@ -104,9 +104,55 @@ def usable(query: Any, key: Any, value: Any, mask: Optional[Any]) -> bool:
         return False
     b, h, t, d = query.shape
     kv = key.shape[1]
-    return (t == 1 and h % kv == 0 and d in (16, 32, 64, 128, 256) and h // kv <= 64
+    return (t == 1 and b >= MIN_ROWS and h % kv == 0 and d in (16, 32, 64, 128, 256) and h // kv <= 64
             and query.dtype in (torch.bfloat16, torch.float16) and key.dtype == query.dtype
             and query.is_cuda and key.stride(-1) == 1 and value.stride(-1) == 1 and query.stride(-1) == 1)
+
+
+def _launch(query: Any, key: Any, value: Any, mask: Any, scale: float) -> Any:
+    """Run the kernel: `query [b, h, 1, d]`, `key`/`value [b, kv, keys, d]` (any strides but
+    the last), `mask [b, keys]` as bytes (nonzero: seen); returns `[b, 1, h, d]`."""
+    import torch
+
+    b, h, _, d = query.shape
+    kv, keys = key.shape[1], key.shape[2]
+    g = h // kv
+    out = torch.empty((b, 1, h, d), dtype=query.dtype, device=query.device)
+    q = query[:, :, 0, :]
+    _kernel()[(b, kv)](
+        q, key, value, mask, out,
+        q.stride(0), q.stride(1), key.stride(0), key.stride(1), key.stride(2),
+        value.stride(0), value.stride(1), value.stride(2), mask.stride(0), mask.stride(1),
+        out.stride(0), out.stride(2), keys, scale,
+        G=g, BLOCK_G=max(MIN_GROUP, 1 << (g - 1).bit_length()), D=d, BLOCK_N=BLOCK_N)
+    return out
+
+
+_OP: Any = None
+
+
+def _op() -> Any:
+    """`_launch` as a custom operator (`tritonforge::decode_attention`): torch.compile
+    treats it as one opaque call with a known output shape, and a CUDA graph captures its
+    launch. (Traced as a user-defined Triton kernel instead, inductor 2.11 failed on it.)"""
+    global _OP
+    if _OP is None:
+        import torch
+
+        @torch.library.custom_op("tritonforge::decode_attention", mutates_args=(),
+                                 schema="(Tensor query, Tensor key, Tensor value, Tensor mask, float scale) -> Tensor")
+        def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                             scale: float) -> torch.Tensor:
+            return _launch(query, key, value, mask, scale)
+
+        @decode_attention.register_fake
+        def _(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+              scale: float) -> torch.Tensor:
+            b, h, _, d = query.shape
+            return query.new_empty((b, 1, h, d))
+
+        _OP = decode_attention
+    return _OP
 
 
 def attend(query: Any, key: Any, value: Any, mask: Any, scale: Optional[float]) -> Any:
@@ -115,29 +161,6 @@ def attend(query: Any, key: Any, value: Any, mask: Any, scale: Optional[float]) 
     in the query's dtype, as transformers' attention functions do."""
     import torch
 
-    b, h, _, d = query.shape
-    kv, keys = key.shape[1], key.shape[2]
-    # Head counts and size are the model's (fixed): plain ints for the kernel's constants.
-    h, kv, d = int(h), int(kv), int(d)
-    g = h // kv
-    splits = (keys + SPLIT - 1) // SPLIT
-    dev = query.device
-    acc = torch.empty((b, kv, splits, g, d), dtype=torch.float32, device=dev)
-    lse = torch.empty((b, kv, splits, g), dtype=torch.float32, device=dev)
-    mx = torch.empty((b, kv, splits, g), dtype=torch.float32, device=dev)
-    m = mask[:, 0, 0, :].to(torch.uint8)  # a copy of rows x keys bytes; inductor lowers no bool view
-    q = query[:, :, 0, :]
-    block_g = max(MIN_GROUP, 1 << (g - 1).bit_length())
-    _kernel()[(b, kv, splits)](
-        q, key, value, m, acc, lse, mx,
-        q.stride(0), q.stride(1), key.stride(0), key.stride(1), key.stride(2),
-        value.stride(0), value.stride(1), value.stride(2), m.stride(0), m.stride(1),
-        acc.stride(0), acc.stride(1), acc.stride(2), acc.stride(3), lse.stride(0), lse.stride(1), lse.stride(2),
-        keys, float(scale if scale is not None else d ** -0.5),
-        G=g, BLOCK_G=block_g, D=d, BLOCK_N=BLOCK_N, SPLIT=SPLIT)
-    # Merge the spans: each weighs exp(its max - the overall max). A span whose keys
-    # were all refused has max -inf and weight 0.
-    top = mx.amax(dim=2, keepdim=True)
-    w = torch.exp(mx - top.masked_fill(top == float("-inf"), 0.0))
-    out = (acc * w.unsqueeze(-1)).sum(2) / (lse * w).sum(2).unsqueeze(-1)
-    return out.reshape(b, 1, h, d).to(query.dtype)
+    d = int(query.shape[-1])
+    m = mask[:, 0, 0, :].to(torch.uint8)  # rows x keys bytes; inductor lowers no bool view
+    return _op()(query, key, value, m, float(scale if scale is not None else d ** -0.5))
