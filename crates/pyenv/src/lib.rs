@@ -65,6 +65,7 @@ const WORKER_FILES: &[(&str, &str)] = &[
     ("rl.py", include_str!("../../../python/tritonforge_worker/rl.py")),
     ("gencopy.py", include_str!("../../../python/tritonforge_worker/gencopy.py")),
     ("joined.py", include_str!("../../../python/tritonforge_worker/joined.py")),
+    ("decode_kernel.py", include_str!("../../../python/tritonforge_worker/decode_kernel.py")),
     ("usage.py", include_str!("../../../python/tritonforge_worker/usage.py")),
     ("__init__.py", include_str!("../../../python/tritonforge_worker/__init__.py")),
     ("__main__.py", include_str!("../../../python/tritonforge_worker/__main__.py")),
@@ -472,6 +473,21 @@ mod tests {
             let on_disk = fs::read_to_string(a.join("tritonforge_worker").join(name)).unwrap();
             assert_eq!(&on_disk, text);
         }
+    }
+
+    /// A module left out of `WORKER_FILES` is missing from every installed worker, and
+    /// an optional import of it fails quietly (the decode kernel nearly shipped so).
+    #[test]
+    fn every_worker_module_is_embedded() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/tritonforge_worker");
+        let mut missing = Vec::new();
+        for entry in fs::read_dir(&src).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            if name.ends_with(".py") && !WORKER_FILES.iter().any(|(n, _)| *n == name) {
+                missing.push(name);
+            }
+        }
+        assert!(missing.is_empty(), "not in WORKER_FILES: {missing:?}");
     }
 
     #[test]
