@@ -308,6 +308,74 @@ fn a_solved_episode_becomes_its_failed_attempt_feedback_and_fix() {
     assert_eq!(rows[0]["meta"]["turns_to_fix"], 2);
 }
 
+/// With `repair`, an unsolved episode of a train problem becomes the policy's own first
+/// attempt and feedback, then the suite's reference solution; a heldout problem, an
+/// episode without a second turn and a problem the set lacks give no row, each named.
+#[test]
+fn an_unsolved_episode_is_repaired_with_the_reference_solution() {
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    let store_path = root.path().join("eps.sqlite");
+    let relu = repo().join("bench/level1/relu.py");
+    let sigmoid = repo().join("bench/level1/sigmoid.py");
+    let right = std::fs::read_to_string(repo().join("bench/solutions/level1/relu.py")).unwrap();
+    let wrong = right.replace("tl.maximum(x, 0.0)", "x");
+    let outside = root.path().join("elsewhere.py");
+    std::fs::copy(&relu, &outside).unwrap();
+    let first = [("system", "SYS"), ("user", "TASK")];
+    let second = [
+        ("system", "SYS"),
+        ("user", "TASK"),
+        ("assistant", "ATTEMPT"),
+        ("user", "FEEDBACK: wrong"),
+    ];
+    let episode = |id: &str, path: &Path, two: bool| {
+        let mut turns =
+            vec![turn(0, &first, &format!("```python\n{wrong}```"), &wrong, "incorrect")];
+        if two {
+            turns.push(turn(1, &second, &format!("```python\n{wrong}```"), &wrong, "incorrect"));
+        }
+        json!({"id": id, "run": "r", "problem": "p", "problem_path": path, "sample": 0,
+               "backend": "mock", "error": null, "turns": turns})
+    };
+    let eps = [
+        episode("r/relu/0", &relu, true),
+        episode("r/relu/1", &relu, false),
+        episode("r/sigmoid/0", &sigmoid, true),
+        episode("r/other/0", &outside, true),
+    ];
+    let store = tritonforge_store::Store::open(&store_path).unwrap();
+    for (i, ep) in eps.iter().enumerate() {
+        store.put_episode(ep["id"].as_str().unwrap(), "r", "p", i as u32, &ep.to_string()).unwrap();
+    }
+    drop(store);
+    let cfg = root.path().join("eps.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[input]]\nkind = \"episodes\"\nstore = {store_path:?}\nrepair = {:?}\n\n[output]\ndir = {:?}\nvalidation = 0.0\n\n[thinking]\nmode = \"none\"\n\n[decontaminate]\nsuite = {:?}\n",
+            repo().join("bench"),
+            root.path().join("out"),
+            repo().join("bench")
+        ),
+    )
+    .unwrap();
+    let report = build(&state, &cfg);
+    let dropped = &stage(&report, "ingest")["dropped"];
+    assert_eq!(dropped["repair_no_feedback"], 1, "{report}");
+    assert_eq!(dropped["repair_heldout"], 1, "{report}");
+    assert_eq!(dropped["repair_no_solution"], 1, "{report}");
+    let rows = jsonl(&root.path().join("out/train.jsonl"));
+    assert_eq!(rows.len(), 1, "{report}");
+    assert_eq!(rows[0]["meta"]["repair"], true);
+    let m = rows[0]["messages"].as_array().unwrap();
+    let roles: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user", "assistant"]);
+    assert_eq!(m[3]["content"], "FEEDBACK: wrong");
+    let fix = m[4]["content"].as_str().unwrap();
+    assert!(fix.contains("tl.maximum(x, 0.0)") && fix.starts_with("```python"), "{fix}");
+}
+
 /// A tiny elementwise problem and a Triton answer computing `body` from `x`.
 fn pair(name: &str, torch_expr: &str, body: &str) -> (String, String) {
     let problem = format!(

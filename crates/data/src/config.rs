@@ -50,6 +50,12 @@ pub enum Input {
         store: PathBuf,
         /// One run; every run when absent.
         run: Option<String>,
+        /// A suite or a `bench synth` set. An unsolved episode of one of its `train`
+        /// problems becomes a repair row: the policy's own first attempt and the
+        /// evaluator's feedback on it (as the policy saw them), then the problem's
+        /// reference solution. So the fix-after-feedback rows teach the model's real
+        /// mistakes, not planted ones. Absent: unsolved episodes are dropped.
+        repair: Option<PathBuf>,
     },
 }
 
@@ -339,7 +345,12 @@ impl Config {
                 Input::Kernelbook { path } | Input::Suite { path } | Input::Synthetic { path } => {
                     fix(path)
                 }
-                Input::Episodes { store, .. } => fix(store),
+                Input::Episodes { store, repair, .. } => {
+                    fix(store);
+                    if let Some(r) = repair {
+                        fix(r);
+                    }
+                }
             }
         }
         fix(&mut cfg.output.dir);

@@ -1,8 +1,8 @@
 //! Reading rows: KernelBook-shaped JSONL and parquet, the suite's train pairs, and
 //! episodes from a store. A bad row is counted with its reason and its place, never fatal.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 use tritonforge_episode::{ChatMessage, Episode, Prompts, Target};
@@ -211,10 +211,46 @@ pub fn fenced(code: &str) -> String {
     format!("```python\n{}\n```", code.trim_end())
 }
 
+/// Reference solutions of a suite's (or synthetic set's) problems by the problem file's
+/// canonical path: `train` problems with a solution, and the heldout ones (which never
+/// give a row).
+struct Repairs {
+    train: BTreeMap<PathBuf, PathBuf>,
+    heldout: BTreeSet<PathBuf>,
+}
+
+impl Repairs {
+    fn load(root: &Path) -> Result<Repairs, DataError> {
+        let suite = tritonforge_suite::Suite::load(root)
+            .map_err(|e| DataError::Input { path: root.to_path_buf(), reason: e.to_string() })?;
+        let mut out = Repairs { train: BTreeMap::new(), heldout: BTreeSet::new() };
+        for e in &suite.entries {
+            let Ok(path) = e.problem_path.canonicalize() else { continue };
+            match (e.meta.split.as_deref(), &e.solution_path) {
+                (Some("train"), Some(sol)) => {
+                    out.train.insert(path, sol.clone());
+                }
+                (Some("train"), None) => {}
+                _ => {
+                    out.heldout.insert(path);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Episodes that became correct. Solved on the first turn: a plain pair. Solved later:
 /// the conversation up to the fixing turn (failed attempts and their feedback included)
-/// plus the fix.
-pub fn episodes(store: &Path, run: Option<&str>) -> Result<(Vec<Row>, Vec<Bad>), DataError> {
+/// plus the fix. With `repair` (a suite or synthetic set), an unsolved episode of one of
+/// its train problems gives the conversation of its second turn (the first attempt and
+/// its feedback) with the reference solution as the fix.
+pub fn episodes(
+    store: &Path,
+    run: Option<&str>,
+    repair: Option<&Path>,
+) -> Result<(Vec<Row>, Vec<Bad>), DataError> {
+    let repairs = repair.map(Repairs::load).transpose()?;
     let err = |e: tritonforge_store::StoreError| DataError::Input {
         path: store.to_path_buf(),
         reason: e.to_string(),
@@ -245,7 +281,13 @@ pub fn episodes(store: &Path, run: Option<&str>) -> Result<(Vec<Row>, Vec<Bad>),
         };
         let place = format!("episode:{}", ep.id);
         let Some(k) = ep.turns.iter().position(|t| t.outcome.is_correct()) else {
-            bad.push(Bad::new("ingest", "episode_unsolved", &place));
+            match &repairs {
+                None => bad.push(Bad::new("ingest", "episode_unsolved", &place)),
+                Some(r) => match repair_row(r, &run, &ep, &place) {
+                    Ok(row) => rows.push(row),
+                    Err(reason) => bad.push(Bad::new("ingest", reason, &place)),
+                },
+            }
             continue;
         };
         let turn = &ep.turns[k];
@@ -281,6 +323,37 @@ pub fn episodes(store: &Path, run: Option<&str>) -> Result<(Vec<Row>, Vec<Bad>),
         });
     }
     Ok((rows, bad))
+}
+
+/// The repair row of an unsolved episode, or why there is none.
+fn repair_row(r: &Repairs, run: &str, ep: &Episode, place: &str) -> Result<Row, &'static str> {
+    let path =
+        Path::new(&ep.problem_path).canonicalize().map_err(|_| "episode_problem_unreadable")?;
+    if r.heldout.contains(&path) {
+        return Err("repair_heldout");
+    }
+    let sol = r.train.get(&path).ok_or("repair_no_solution")?;
+    // The second turn's messages end with the evaluator's feedback on the first attempt.
+    let turn = ep.turns.get(1).ok_or("repair_no_feedback")?;
+    let problem = std::fs::read_to_string(&path).map_err(|_| "episode_problem_unreadable")?;
+    let answer = std::fs::read_to_string(sol).map_err(|_| "repair_solution_unreadable")?;
+    let mut meta = Map::new();
+    meta.insert("run".into(), Value::from(run));
+    meta.insert("problem".into(), Value::from(ep.problem.clone()));
+    meta.insert("repair".into(), Value::from(true));
+    meta.insert("first_outcome".into(), Value::from(ep.turns[0].outcome.as_str()));
+    Ok(Row {
+        id: format!("{}#repair", ep.id),
+        origin: place.to_string(),
+        problem,
+        final_reply: Some(fenced(&answer)),
+        answer,
+        entry_point: "Model".into(),
+        history: turn.messages.clone(),
+        meta,
+        verified: true,
+        ..Row::default()
+    })
 }
 
 /// Messages of a conversation, checked: roles known, contents strings.

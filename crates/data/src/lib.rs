@@ -336,7 +336,9 @@ pub fn build(
             Input::Kernelbook { path } => ingest::kernelbook(path, &cfg.thinking.field)?,
             Input::Suite { path } => ingest::suite(path)?,
             Input::Synthetic { path } => ingest::synthetic(path, &prompts, &target)?,
-            Input::Episodes { store, run } => ingest::episodes(store, run.as_deref())?,
+            Input::Episodes { store, run, repair } => {
+                ingest::episodes(store, run.as_deref(), repair.as_deref())?
+            }
         };
         rows.extend(r);
         ingest_bad.extend(b);
