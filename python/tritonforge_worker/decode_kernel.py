@@ -75,16 +75,17 @@ def _kernel() -> Any:
 
 
 def enabled() -> bool:
-    """Whether decode steps may take the kernel: a CUDA device is there, triton imports,
-    and `TRITONFORGE_POLICY_DECODE_KERNEL=0` does not keep SDPA for every decode step.
-    Builds the kernel and its operator when they may: before torch.compile traces
-    `attend`, which cannot trace their making."""
+    """Whether decode steps may take the kernel: a CUDA device of compute capability 8 or
+    later is there, triton imports, and `TRITONFORGE_POLICY_DECODE_KERNEL=0` does not keep
+    SDPA for every decode step. Builds the kernel and its operator when they may: before
+    torch.compile traces `attend`, which cannot trace their making."""
     if os.environ.get("TRITONFORGE_POLICY_DECODE_KERNEL", "1") == "0":
         return False
     try:
         import torch
 
-        if not torch.cuda.is_available():
+        # Triton's bfloat16 dot products need Ampere or later.
+        if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 8:
             return False
         _kernel()
         _op()
