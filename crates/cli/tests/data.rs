@@ -309,8 +309,10 @@ fn a_solved_episode_becomes_its_failed_attempt_feedback_and_fix() {
 }
 
 /// With `repair`, an unsolved episode of a train problem becomes the policy's own first
-/// attempt and feedback, then the suite's reference solution; a heldout problem, an
-/// episode without a second turn and a problem the set lacks give no row, each named.
+/// attempt and feedback, then the suite's reference solution. Rows after different
+/// attempts are all kept, beside the suite's own pair for that problem. A heldout problem
+/// (solved or not), an episode without a second turn, a problem the set lacks and a
+/// problem whose file changed since it was played give no row, each named with its file.
 #[test]
 fn an_unsolved_episode_is_repaired_with_the_reference_solution() {
     let root = tempfile::tempdir().unwrap();
@@ -320,30 +322,43 @@ fn an_unsolved_episode_is_repaired_with_the_reference_solution() {
     let sigmoid = repo().join("bench/level1/sigmoid.py");
     let right = std::fs::read_to_string(repo().join("bench/solutions/level1/relu.py")).unwrap();
     let wrong = right.replace("tl.maximum(x, 0.0)", "x");
+    let other_wrong = right.replace("tl.maximum(x, 0.0)", "x * 0.5");
     let outside = root.path().join("elsewhere.py");
     std::fs::copy(&relu, &outside).unwrap();
-    let first = [("system", "SYS"), ("user", "TASK")];
-    let second = [
-        ("system", "SYS"),
-        ("user", "TASK"),
-        ("assistant", "ATTEMPT"),
-        ("user", "FEEDBACK: wrong"),
-    ];
-    let episode = |id: &str, path: &Path, two: bool| {
-        let mut turns =
-            vec![turn(0, &first, &format!("```python\n{wrong}```"), &wrong, "incorrect")];
-        if two {
-            turns.push(turn(1, &second, &format!("```python\n{wrong}```"), &wrong, "incorrect"));
+    let changed = root.path().join("changed.py");
+    std::fs::write(&changed, "class Model: pass\n").unwrap();
+    let task = |path: &Path| {
+        let src = std::fs::read_to_string(path).unwrap();
+        format!("TASK\n```python\n{}\n```", src.trim())
+    };
+    // turns: the code of each failed attempt; the first is the one repaired.
+    let episode = |id: &str, path: &Path, codes: &[&str], last: &str| {
+        let t = task(path);
+        let mut turns = Vec::new();
+        let mut history = vec![("system".to_string(), "SYS".to_string()), ("user".to_string(), t)];
+        for (n, code) in codes.iter().enumerate() {
+            let outcome = if n + 1 == codes.len() { last } else { "incorrect" };
+            let msgs: Vec<(&str, &str)> =
+                history.iter().map(|(r, c)| (r.as_str(), c.as_str())).collect();
+            turns.push(turn(n as u32, &msgs, &format!("```python\n{code}```"), code, outcome));
+            history.push(("assistant".into(), format!("```python\n{code}```")));
+            history.push(("user".into(), format!("FEEDBACK {n}")));
         }
         json!({"id": id, "run": "r", "problem": "p", "problem_path": path, "sample": 0,
                "backend": "mock", "error": null, "turns": turns})
     };
+    std::fs::write(&changed, "class Model: pass\n").unwrap();
     let eps = [
-        episode("r/relu/0", &relu, true),
-        episode("r/relu/1", &relu, false),
-        episode("r/sigmoid/0", &sigmoid, true),
-        episode("r/other/0", &outside, true),
+        episode("r/relu/0", &relu, &[&wrong, &wrong, &wrong], "incorrect"),
+        episode("r/relu/1", &relu, &[&other_wrong, &wrong], "incorrect"),
+        episode("r/relu/2", &relu, &[&wrong], "incorrect"),
+        episode("r/sigmoid/0", &sigmoid, &[&wrong, &wrong], "incorrect"),
+        episode("r/sigmoid/1", &sigmoid, &[&wrong, &right], "correct"),
+        episode("r/other/0", &outside, &[&wrong, &wrong], "incorrect"),
+        episode("r/changed/0", &changed, &[&wrong, &wrong], "incorrect"),
     ];
+    // Changed after it was played.
+    std::fs::write(&changed, "class Model: pass  # edited\n").unwrap();
     let store = tritonforge_store::Store::open(&store_path).unwrap();
     for (i, ep) in eps.iter().enumerate() {
         store.put_episode(ep["id"].as_str().unwrap(), "r", "p", i as u32, &ep.to_string()).unwrap();
@@ -353,27 +368,40 @@ fn an_unsolved_episode_is_repaired_with_the_reference_solution() {
     std::fs::write(
         &cfg,
         format!(
-            "[[input]]\nkind = \"episodes\"\nstore = {store_path:?}\nrepair = {:?}\n\n[output]\ndir = {:?}\nvalidation = 0.0\n\n[thinking]\nmode = \"none\"\n\n[decontaminate]\nsuite = {:?}\n",
-            repo().join("bench"),
+            "[[input]]\nkind = \"episodes\"\nstore = {store_path:?}\nrepair = {bench:?}\n\n[[input]]\nkind = \"suite\"\npath = {bench:?}\n\n[output]\ndir = {:?}\nvalidation = 0.0\n\n[thinking]\nmode = \"none\"\n\n[decontaminate]\nsuite = {bench:?}\n",
             root.path().join("out"),
-            repo().join("bench")
+            bench = repo().join("bench"),
         ),
     )
     .unwrap();
     let report = build(&state, &cfg);
     let dropped = &stage(&report, "ingest")["dropped"];
     assert_eq!(dropped["repair_no_feedback"], 1, "{report}");
-    assert_eq!(dropped["repair_heldout"], 1, "{report}");
-    assert_eq!(dropped["repair_no_solution"], 1, "{report}");
+    assert_eq!(dropped["repair_heldout"], 2, "{report}");
+    assert_eq!(dropped["repair_not_in_set"], 1, "{report}");
+    assert_eq!(dropped["repair_problem_changed"], 1, "{report}");
+    let bad = jsonl(&root.path().join("out/dropped.jsonl"));
+    let named = bad.iter().find(|b| b["reason"] == "repair_not_in_set").unwrap();
+    assert_eq!(named["detail"].as_str().unwrap(), outside.to_str().unwrap());
     let rows = jsonl(&root.path().join("out/train.jsonl"));
-    assert_eq!(rows.len(), 1, "{report}");
-    assert_eq!(rows[0]["meta"]["repair"], true);
-    let m = rows[0]["messages"].as_array().unwrap();
-    let roles: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["system", "user", "assistant", "user", "assistant"]);
-    assert_eq!(m[3]["content"], "FEEDBACK: wrong");
-    let fix = m[4]["content"].as_str().unwrap();
-    assert!(fix.contains("tl.maximum(x, 0.0)") && fix.starts_with("```python"), "{fix}");
+    let repairs: Vec<&Value> = rows.iter().filter(|r| r["meta"]["repair"] == true).collect();
+    assert_eq!(repairs.len(), 2, "both attempts at relu are kept: {report}");
+    assert!(
+        rows.iter().any(|r| r["id"] == "suite/level1/relu"),
+        "the suite's own relu pair stays beside them: {report}"
+    );
+    for r in &repairs {
+        let m = r["messages"].as_array().unwrap();
+        let roles: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
+        // The second turn's conversation, never a later one's.
+        assert_eq!(roles, ["system", "user", "assistant", "user", "assistant"], "{r}");
+        assert_eq!(m[3]["content"], "FEEDBACK 0");
+        let fix = m[4]["content"].as_str().unwrap();
+        assert!(fix.contains("tl.maximum(x, 0.0)") && fix.starts_with("```python"), "{fix}");
+    }
+    let firsts: BTreeSet<&str> =
+        repairs.iter().map(|r| r["messages"][2]["content"].as_str().unwrap()).collect();
+    assert_eq!(firsts.len(), 2, "each row keeps its own first attempt");
 }
 
 /// A tiny elementwise problem and a Triton answer computing `body` from `x`.

@@ -216,6 +216,8 @@ pub fn fenced(code: &str) -> String {
 /// give a row).
 struct Repairs {
     train: BTreeMap<PathBuf, PathBuf>,
+    /// Train problems without a reference solution.
+    unsolved: BTreeSet<PathBuf>,
     heldout: BTreeSet<PathBuf>,
 }
 
@@ -223,14 +225,17 @@ impl Repairs {
     fn load(root: &Path) -> Result<Repairs, DataError> {
         let suite = tritonforge_suite::Suite::load(root)
             .map_err(|e| DataError::Input { path: root.to_path_buf(), reason: e.to_string() })?;
-        let mut out = Repairs { train: BTreeMap::new(), heldout: BTreeSet::new() };
+        let mut out =
+            Repairs { train: BTreeMap::new(), unsolved: BTreeSet::new(), heldout: BTreeSet::new() };
         for e in &suite.entries {
             let Ok(path) = e.problem_path.canonicalize() else { continue };
             match (e.meta.split.as_deref(), &e.solution_path) {
                 (Some("train"), Some(sol)) => {
                     out.train.insert(path, sol.clone());
                 }
-                (Some("train"), None) => {}
+                (Some("train"), None) => {
+                    out.unsolved.insert(path);
+                }
                 _ => {
                     out.heldout.insert(path);
                 }
@@ -285,11 +290,24 @@ pub fn episodes(
                 None => bad.push(Bad::new("ingest", "episode_unsolved", &place)),
                 Some(r) => match repair_row(r, &run, &ep, &place) {
                     Ok(row) => rows.push(row),
-                    Err(reason) => bad.push(Bad::new("ingest", reason, &place)),
+                    Err((reason, file)) => {
+                        let mut b = Bad::new("ingest", reason, &place);
+                        b.detail = Some(file);
+                        bad.push(b);
+                    }
                 },
             }
             continue;
         };
+        // With a repair set, its heldout problems give no row of any kind.
+        if let Some(r) = &repairs {
+            if Path::new(&ep.problem_path).canonicalize().is_ok_and(|p| r.heldout.contains(&p)) {
+                let mut b = Bad::new("ingest", "repair_heldout", &place);
+                b.detail = Some(ep.problem_path.clone());
+                bad.push(b);
+                continue;
+            }
+        }
         let turn = &ep.turns[k];
         let Some(code) = turn.code.clone() else {
             bad.push(Bad::new("ingest", "episode_without_code", &place));
@@ -325,18 +343,44 @@ pub fn episodes(
     Ok((rows, bad))
 }
 
-/// The repair row of an unsolved episode, or why there is none.
-fn repair_row(r: &Repairs, run: &str, ep: &Episode, place: &str) -> Result<Row, &'static str> {
-    let path =
-        Path::new(&ep.problem_path).canonicalize().map_err(|_| "episode_problem_unreadable")?;
-    if r.heldout.contains(&path) {
-        return Err("repair_heldout");
+/// The repair row of an unsolved episode, or why there is none (a reason, and the file).
+fn repair_row(
+    r: &Repairs,
+    run: &str,
+    ep: &Episode,
+    place: &str,
+) -> Result<Row, (&'static str, String)> {
+    // A relative problem path is as `run` wrote it: relative to where it ran.
+    let played = ep.problem_path.clone();
+    let Ok(path) = Path::new(&played).canonicalize() else {
+        return Err(("episode_problem_unreadable", played));
+    };
+    let Ok(problem) = std::fs::read_to_string(&path) else {
+        return Err(("episode_problem_unreadable", played));
+    };
+    // The task the policy saw holds the problem's source as it was then; a file changed
+    // since (a set generated again in place) would pair that task with another answer.
+    let source = problem.trim();
+    let task = ep.turns.first().map(|t| t.messages.as_slice()).unwrap_or_default();
+    if !task.iter().any(|m| m.role == "user" && m.content.contains(source)) {
+        return Err(("repair_problem_changed", played));
     }
-    let sol = r.train.get(&path).ok_or("repair_no_solution")?;
+    if r.heldout.contains(&path) {
+        return Err(("repair_heldout", played));
+    }
+    if r.unsolved.contains(&path) {
+        return Err(("repair_no_solution", played));
+    }
+    let Some(sol) = r.train.get(&path) else {
+        return Err(("repair_not_in_set", played));
+    };
     // The second turn's messages end with the evaluator's feedback on the first attempt.
-    let turn = ep.turns.get(1).ok_or("repair_no_feedback")?;
-    let problem = std::fs::read_to_string(&path).map_err(|_| "episode_problem_unreadable")?;
-    let answer = std::fs::read_to_string(sol).map_err(|_| "repair_solution_unreadable")?;
+    let Some(turn) = ep.turns.get(1) else {
+        return Err(("repair_no_feedback", played));
+    };
+    let Ok(answer) = std::fs::read_to_string(sol) else {
+        return Err(("repair_solution_unreadable", sol.display().to_string()));
+    };
     let mut meta = Map::new();
     meta.insert("run".into(), Value::from(run));
     meta.insert("problem".into(), Value::from(ep.problem.clone()));

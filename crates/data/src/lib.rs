@@ -618,6 +618,17 @@ fn histogram<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<(String, usize)> {
     out
 }
 
+/// The failed attempts a row's conversation carries (its history's replies), normalised:
+/// part of what makes a multi-turn example itself. Empty for a plain pair.
+fn attempts(r: &Row) -> String {
+    r.history
+        .iter()
+        .filter(|m| m.role == "assistant")
+        .map(|m| normalize::canonical_text(&m.content))
+        .collect::<Vec<_>>()
+        .join("\u{0}")
+}
+
 /// Keeps the best row of each group of indices (by quality, then id for determinism).
 fn best_of(rows: &[Row], members: &[usize]) -> usize {
     let mut best = members[0];
@@ -670,9 +681,10 @@ fn dedup(
             .par_iter()
             .map(|r| {
                 let text = format!(
-                    "{}\u{0}{}",
+                    "{}\u{0}{}\u{0}{}",
                     normalize::canonical_text(&r.problem),
-                    normalize::canonical_text(&r.answer)
+                    normalize::canonical_text(&r.answer),
+                    attempts(r)
                 );
                 hex::encode(Sha256::digest(text.as_bytes()))
             })
@@ -722,8 +734,16 @@ fn near_clusters(d: &config::Dedup, rows: &[Row]) -> BTreeMap<usize, Vec<usize>>
     let sigs: Vec<Vec<u64>> = sets.par_iter().map(|s| hasher.signature(s)).collect();
     // Normalised code of one family differs in little but its operations and constants,
     // so a near duplicate must also pose the same problem: the same anchors.
-    let anchors: Vec<Vec<String>> =
-        rows.par_iter().map(|r| normalize::anchors(&r.problem)).collect();
+    // Rows of one problem and answer that follow different failed attempts teach
+    // different fixes: their attempts are an anchor too.
+    let anchors: Vec<Vec<String>> = rows
+        .par_iter()
+        .map(|r| {
+            let mut a = normalize::anchors(&r.problem);
+            a.push(attempts(r));
+            a
+        })
+        .collect();
     // Each member of a band bucket is checked against the bucket's first member with the
     // exact Jaccard similarity of their shingle sets (the signature only nominates): a
     // bucket of k rows costs k checks, not k² (boilerplate-heavy code fills big buckets).
