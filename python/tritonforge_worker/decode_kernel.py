@@ -16,6 +16,7 @@ rows of any length and the scratch column need no special case here.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Optional
 
 # Keys per inner block.
@@ -44,7 +45,7 @@ def _kernel() -> Any:
                     sqb, sqh, skb, skh, skn, svb, svh, svn, smb, smn, sob, soh,
                     keys, scale,
                     G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
-        b = tl.program_id(0)
+        b = tl.program_id(0).to(tl.int64)  # offsets past 2**31 elements in a large cache
         h = tl.program_id(1)
         g = tl.arange(0, BLOCK_G)
         d = tl.arange(0, D)
@@ -66,7 +67,8 @@ def _kernel() -> Any:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
             l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
-        out = acc / l_i[:, None]
+        # A row that sees no key has acc 0 and l 0: its output is 0, as SDPA's.
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         tl.store(Out + b * sob + (h * G + g)[:, None] * soh + d[None, :], out.to(Out.dtype.element_ty),
                  mask=(g < G)[:, None])
 
@@ -94,7 +96,12 @@ def enabled() -> bool:
     return True
 
 
-def usable(query: Any, key: Any, value: Any, mask: Optional[Any]) -> bool:
+# Arguments of transformers' attention functions the kernel does not implement: a call
+# giving any of them keeps SDPA.
+UNSUPPORTED = ("softcap", "s_aux", "sinks", "sliding_window", "position_bias")
+
+
+def usable(query: Any, key: Any, value: Any, mask: Optional[Any], **kw: Any) -> bool:
     """Whether `attend` takes this call: one query per row on a CUDA device, half
     precision, a power-of-two head size, whole groups of query heads, and the engine's
     one-line mask. (Triton's interpreter runs `attend` in float16 for tests; its bfloat16
@@ -105,7 +112,14 @@ def usable(query: Any, key: Any, value: Any, mask: Optional[Any]) -> bool:
         return False
     b, h, t, d = query.shape
     kv = key.shape[1]
-    return (t == 1 and b >= MIN_ROWS and h % kv == 0 and d in (16, 32, 64, 128, 256) and h // kv <= 64
+    if any(kw.get(k) is not None and kw.get(k) is not False for k in UNSUPPORTED):
+        return False
+    if key.dim() != 4 or value.shape != key.shape or key.shape[0] != b or key.shape[3] != d:
+        return False
+    if mask.shape[0] != b or mask.shape[3] != key.shape[2]:
+        return False
+    return (t == 1 and b >= MIN_ROWS and h % kv == 0 and value.dtype == query.dtype
+            and d in (16, 32, 64, 128, 256) and h // kv <= 64
             and query.dtype in (torch.bfloat16, torch.float16) and key.dtype == query.dtype
             and query.is_cuda and key.stride(-1) == 1 and value.stride(-1) == 1 and query.stride(-1) == 1)
 
@@ -118,18 +132,33 @@ def _launch(query: Any, key: Any, value: Any, mask: Any, scale: float) -> Any:
     b, h, _, d = query.shape
     kv, keys = key.shape[1], key.shape[2]
     g = h // kv
-    out = torch.empty((b, 1, h, d), dtype=query.dtype, device=query.device)
-    q = query[:, :, 0, :]
-    _kernel()[(b, kv)](
-        q, key, value, mask, out,
-        q.stride(0), q.stride(1), key.stride(0), key.stride(1), key.stride(2),
-        value.stride(0), value.stride(1), value.stride(2), mask.stride(0), mask.stride(1),
-        out.stride(0), out.stride(2), keys, scale,
-        G=g, BLOCK_G=max(MIN_GROUP, 1 << (g - 1).bit_length()), D=d, BLOCK_N=BLOCK_N)
-    return out
+    shape = (g, d, str(query.dtype), str(query.device))
+    if shape not in _BROKEN:
+        out = torch.empty((b, 1, h, d), dtype=query.dtype, device=query.device)
+        q = query[:, :, 0, :]
+        try:
+            _kernel()[(b, kv)](
+                q, key, value, mask, out,
+                q.stride(0), q.stride(1), key.stride(0), key.stride(1), key.stride(2),
+                value.stride(0), value.stride(1), value.stride(2), mask.stride(0), mask.stride(1),
+                out.stride(0), out.stride(2), keys, scale,
+                G=g, BLOCK_G=max(MIN_GROUP, 1 << (g - 1).bit_length()), D=d, BLOCK_N=BLOCK_N)
+            return out
+        except Exception as exc:  # noqa: BLE001 - a kernel that cannot build here: SDPA, for good
+            _BROKEN.add(shape)
+            sys.stderr.write(f"decode kernel: {type(exc).__name__} for {g} query heads per key/value "
+                             f"head of size {d}; SDPA from now on\n")
+    # SDPA over the same grouped heads (the first launch, which compiles, runs outside
+    # any CUDA graph capture: the engine warms up first).
+    seen = mask.to(torch.bool).view(b, 1, 1, keys)
+    grouped = torch.nn.functional.scaled_dot_product_attention(query.reshape(b, kv, g, d), key, value,
+                                                               attn_mask=seen, scale=scale)
+    return grouped.reshape(b, 1, h, d)
 
 
 _OP: Any = None
+# (query heads per key/value head, head size, dtype, device) the kernel failed to build for.
+_BROKEN: set = set()
 
 
 def _op() -> Any:

@@ -224,7 +224,7 @@ def register_decode_attention() -> bool:
                scaling: Optional[float] = None, dropout: float = 0.0, **kw: Any) -> Tuple[Any, None]:
         b, h, t, d = query.shape
         kv = key.shape[1]
-        if t == 1 and not dropout and kernel and decode_kernel.usable(query, key, value, attention_mask):
+        if t == 1 and not dropout and kernel and decode_kernel.usable(query, key, value, attention_mask, **kw):
             return decode_kernel.attend(query, key, value, attention_mask, scaling), None
         four = attention_mask is not None and attention_mask.dim() == 4
         few = 1 < t <= MAX_GROUPED_QUERIES and four and attention_mask.shape[1] == 1
@@ -450,7 +450,9 @@ class Engine:
         # Padded tokens per prefill forward. On an H100, 256 prompts of 200 tokens took
         # 0.41 s in forwards of 8,192 and 0.15 s in forwards of 32,768: an eager forward
         # is launch-bound well past a few thousand tokens.
-        self.prefill_tokens = max(prefill_tokens or (PREFILL_TOKENS_CUDA if cuda else PREFILL_TOKENS), 1)
+        if prefill_tokens is None:
+            prefill_tokens = PREFILL_TOKENS_CUDA if cuda else PREFILL_TOKENS
+        self.prefill_tokens = max(prefill_tokens, 1)
         # Prompt-lookup speculation (`_speculate`): up to this many drafted tokens per row
         # and step, checked in one forward. Only where steps run eagerly (a CUDA graph
         # replays fixed shapes and reads nothing back), so by default on the CPU alone.

@@ -15,7 +15,10 @@ step reads, about twice the tokens/s on 2 cores),
 TRITONFORGE_POLICY_ENGINE=0 / 1 (the earlier batch-at-a-time path, `policy.generate_batch`,
 or the engine, the default), TRITONFORGE_POLICY_SPECULATE (the longest prompt-lookup draft
 an eager engine step checks per row, default 16; 0 turns speculation off; steps replayed
-from CUDA graphs never speculate),
+from CUDA graphs never speculate), TRITONFORGE_POLICY_PREFILL_TOKENS (padded tokens per
+prefill forward; default 32,768 on CUDA, 8,192 on the CPU; lower it to bound the
+prefill's memory beside a trainer), TRITONFORGE_POLICY_DECODE_KERNEL=0 (SDPA instead of
+the Triton decode attention kernel on CUDA),
 TRITONFORGE_POLICY_COMPILE=0 / 1 (the engine's decode step through torch.compile: half
 the step time on a GPU, for a compile of one to two minutes on the first generation;
 default: on for a training worker on a GPU, whose run is long enough to repay it, off
@@ -258,6 +261,12 @@ class _Generator:
             self.speculate = int(spec) if spec else None
         except ValueError:
             raise SystemExit(f"TRITONFORGE_POLICY_SPECULATE={spec!r}: expected a whole number of tokens") from None
+        prefill = os.environ.get("TRITONFORGE_POLICY_PREFILL_TOKENS")
+        try:
+            self.prefill_tokens = int(prefill) if prefill else None
+        except ValueError:
+            raise SystemExit(f"TRITONFORGE_POLICY_PREFILL_TOKENS={prefill!r}: expected a whole number of tokens") \
+                from None
         self.engine: Any = None
         self.ids: dict = {}
         # Colocated: the trainer's model, and the generation copy made from it.
@@ -308,7 +317,8 @@ class _Generator:
             # forwards would change under training too.
             join = False if self.net is self.trained else None
             self.engine = Engine(self.net, self.device, max_slots=self.slots, max_len=min(self.max_len, limit),
-                                 sync_every=self.sync, compile=self.compile, join=join, speculate=self.speculate)
+                                 sync_every=self.sync, compile=self.compile, join=join, speculate=self.speculate,
+                                 prefill_tokens=self.prefill_tokens)
         return self.engine
 
     def submit(self, msg: Any) -> None:

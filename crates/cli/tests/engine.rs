@@ -46,13 +46,16 @@ fn the_engine_batches_continuously_and_matches_a_full_forward() {
 /// The CUDA decode attention kernel (run here by Triton's interpreter) gives SDPA's output
 /// for grouped and plain heads, rows of different lengths, a padding row, keys over
 /// several blocks and keys read through a view of a larger cache, eagerly and under
-/// torch.compile; the engine never hands it a CPU tensor.
+/// torch.compile; a row that sees no key gets zeros; a shape it cannot build for falls
+/// back to SDPA; masks of other shapes and arguments it does not implement are refused;
+/// the engine never hands it a CPU tensor.
 #[test]
 fn the_decode_attention_kernel_matches_sdpa() {
     let v = fixture_json("engine/check_decode_kernel.py");
     assert_eq!(v["failures"], serde_json::json!([]), "{v}");
     assert_eq!(v["cases"].as_array().map(Vec::len), Some(5), "{v}");
     assert!(v["compiled_max_err"].as_f64().unwrap() < 1e-3, "{v}");
+    assert!(v["fallback_err"].as_f64().unwrap() < 4e-3, "{v}");
 }
 
 /// The worker process as a colocated policy over its protocol: refusals by id while it
