@@ -243,6 +243,16 @@ def fit_to_window(req: Any, max_len: int) -> Any:
     return req
 
 
+def _tokens_env(name: str) -> Optional[int]:
+    """A whole number of tokens from the environment, or None when unset; anything else
+    stops the worker at start, naming the variable."""
+    value = os.environ.get(name)
+    try:
+        return int(value) if value else None
+    except ValueError:
+        raise SystemExit(f"{name}={value!r}: expected a whole number of tokens") from None
+
+
 class _Generator:
     """The engine as the worker uses it: requests by message id, the model it generates
     from (the loaded one, or the trainer's once training is set up), its tokenizer."""
@@ -256,17 +266,8 @@ class _Generator:
         self.sync = int(sync) if sync else None
         compile_default = "1" if train and device.startswith("cuda") else "0"
         self.compile = os.environ.get("TRITONFORGE_POLICY_COMPILE", compile_default) != "0"
-        spec = os.environ.get("TRITONFORGE_POLICY_SPECULATE")
-        try:
-            self.speculate = int(spec) if spec else None
-        except ValueError:
-            raise SystemExit(f"TRITONFORGE_POLICY_SPECULATE={spec!r}: expected a whole number of tokens") from None
-        prefill = os.environ.get("TRITONFORGE_POLICY_PREFILL_TOKENS")
-        try:
-            self.prefill_tokens = int(prefill) if prefill else None
-        except ValueError:
-            raise SystemExit(f"TRITONFORGE_POLICY_PREFILL_TOKENS={prefill!r}: expected a whole number of tokens") \
-                from None
+        self.speculate = _tokens_env("TRITONFORGE_POLICY_SPECULATE")
+        self.prefill_tokens = _tokens_env("TRITONFORGE_POLICY_PREFILL_TOKENS")
         self.engine: Any = None
         self.ids: dict = {}
         # Colocated: the trainer's model, and the generation copy made from it.
