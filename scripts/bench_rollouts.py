@@ -109,17 +109,25 @@ _ENGINES: Dict[Any, Engine] = {}
 _COPIES: Dict[Any, Any] = {}
 
 
-def engine_net(net: Any, join: bool) -> Any:
-    """The model an engine arm runs: a frozen copy of `net`, whose projections the engine
-    joins when `join` (in place), so the other arms keep transformers' own forward."""
-    key = (id(net), join)
+def _copy(net: Any, tag: Any) -> Any:
+    """A deep copy of `net` made once per tag (at most two kept: a model's copies are
+    dropped when the next model's are made), frozen and in eval mode."""
+    key = (id(net), tag)
     if key not in _COPIES:
         import copy
 
         if len(_COPIES) >= 2:
             _COPIES.clear()
         _COPIES[key] = copy.deepcopy(net).requires_grad_(False).eval()
+        if tag == "sdpa":
+            _COPIES[key].set_attn_implementation("sdpa")
     return _COPIES[key]
+
+
+def engine_net(net: Any, join: bool) -> Any:
+    """The model an engine arm runs: a frozen copy of `net`, whose projections the engine
+    joins when `join` (in place), so the other arms keep transformers' own forward."""
+    return _copy(net, join)
 
 
 def engine_for(net: Any, device: str, ps: List[List[int]], tokens: int, compiled: bool, join: bool = True) -> Engine:
@@ -183,15 +191,7 @@ def run_old(net: Any, device: str, ps: List[List[int]], tokens: int) -> int:
 def stock(net: Any) -> Any:
     """A copy of `net` on transformers' own SDPA attention (the models here load with the
     engine's, which the plain `hf` arms therefore use too)."""
-    key = (id(net), "sdpa")
-    if key not in _COPIES:
-        import copy
-
-        if len(_COPIES) >= 2:
-            _COPIES.clear()
-        _COPIES[key] = copy.deepcopy(net).eval()
-        _COPIES[key].set_attn_implementation("sdpa")
-    return _COPIES[key]
+    return _copy(net, "sdpa")
 
 
 def run_hf(net: Any, device: str, ps: List[List[int]], tokens: int, static: bool) -> int:

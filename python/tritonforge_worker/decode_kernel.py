@@ -150,10 +150,21 @@ def _launch(query: Any, key: Any, value: Any, mask: Any, scale: float) -> Any:
                              f"head of size {d}; SDPA from now on\n")
     # SDPA over the same grouped heads (the first launch, which compiles, runs outside
     # any CUDA graph capture: the engine warms up first).
-    seen = mask.to(torch.bool).view(b, 1, 1, keys)
-    grouped = torch.nn.functional.scaled_dot_product_attention(query.reshape(b, kv, g, d), key, value,
-                                                               attn_mask=seen, scale=scale)
-    return grouped.reshape(b, 1, h, d)
+    return sdpa_grouped(query, key, value, mask.to(torch.bool).view(b, 1, 1, keys), scale)
+
+
+def sdpa_grouped(query: Any, key: Any, value: Any, mask: Optional[Any], scale: Optional[float]) -> Any:
+    """SDPA of one query per row with the query heads sharing a key/value head taken as
+    that head's queries, so keys and values are read in place (no `repeat_kv` copies):
+    `query [b, h, 1, d]`, `key`/`value [b, kv, keys, d]`, `mask [b, 1, 1, keys]` or None;
+    returns `[b, 1, h, d]`."""
+    import torch
+
+    b, h, _, d = query.shape
+    kv = key.shape[1]
+    out = torch.nn.functional.scaled_dot_product_attention(query.reshape(b, kv, h // kv, d), key, value,
+                                                           attn_mask=mask, scale=scale)
+    return out.reshape(b, 1, h, d)
 
 
 _OP: Any = None

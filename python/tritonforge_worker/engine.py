@@ -235,9 +235,7 @@ def register_decode_attention() -> bool:
         # Head i uses key/value head i // (h // kv): the groups are consecutive heads.
         g = h // kv
         if t == 1:
-            q = query.reshape(b, kv, g, d)
-            out = F.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling)
-            return out.reshape(b, 1, h, d), None
+            return decode_kernel.sdpa_grouped(query, key, value, attention_mask, scaling), None
         # A few queries per row (a speculative step's drafts) stack the same way, each
         # query head's rows keeping their own line of the mask.
         q = query.reshape(b, kv, g * t, d)
