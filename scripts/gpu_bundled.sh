@@ -13,12 +13,74 @@
 #                  set, the level-1 and level-2 heldout splits and the synthetic heldout
 #                  split of the synthetic set (its first 40, data/bundled/synth-heldout40);
 #                  reports and a summary to OUTDIR.
+#   PHASE stage N: PHASE wheel N, and unpack what this call carries in .carry*/: the binary
+#                  as tritonforge.xz (to /tmp/tf-bundled/tritonforge) and bundled.tar.xz
+#                  (data/bundled/synth and data/bundled/tok, made here beforehand);
+#   PHASE repair:  the repair-row stage of scripts/train_bundled.sh on the device: PLAYER
+#                  (default: the adapter the repository ships) plays the suite's first 24
+#                  level-1 train problems (2 samples) and the synthetic set's first 30
+#                  train problems with two turns, each play cut at PLAY_S seconds (default
+#                  300), while the shipped adapter is measured on the level-1 heldout split
+#                  (4 samples) for the comparison; then `data build` (configs/bundled/
+#                  data-repair.toml) and `train sft` (configs/bundled/sft-repair.toml)
+#                  started in its own session, so that it outlives this call; the call
+#                  returns after CALL_S seconds (default 570);
+#   PHASE repair-eval: wait for that training, export its adapter and measure it on the
+#                  level-1 heldout split (4 samples), then SETS (default none) at 1 sample.
 set -uo pipefail
 B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}
 S=/tmp/tf-bundled; mkdir -p "$S" "$OUT"
 export PYTHONPATH="/tmp/pydeps:${PYTHONPATH:-}"
 
 . "$(dirname "$0")/smollm2_wheel.sh"
+
+# eval_model MODEL SETS: `tritonforge run` with MODEL on each set; reports and a summary line
+# per set to OUTDIR (RUN_FLAGS passes flags, e.g. --samples 4).
+eval_model() {
+  local M=$1 MODEL tag set t0
+  case "$M" in
+    adapter) MODEL="$S/adapter" ;;            # trained in this lease
+    repo) MODEL="$PWD/models/tritonforge-smollm2" ;;  # the adapter the repository ships
+    bundled) MODEL=tritonforge-smollm2 ;;     # the one the binary carries
+    *) MODEL=$M ;;
+  esac
+  tag=$(echo "$M" | tr -c 'a-z0-9\n' '-')
+  for set in $2; do
+    case "$set" in
+      quick) sel=(--set quick) ;;
+      l1) sel=(--split heldout --level 1) ;;
+      l2) sel=(--split heldout --level 2) ;;
+      synth) sel=(--suite data/bundled/synth-heldout40 --split heldout) ;;
+    esac
+    t0=$(date +%s)
+    "$B" --python python3 --state-dir "$S/state-$tag" run --model "$MODEL" "${sel[@]}" ${RUN_FLAGS:-} \
+      --seed 1 --json --out "$S/$tag-$set" > "$S/$tag-$set.json" 2> "$S/$tag-$set.err"
+    echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/$tag-$set.err"
+    python3 - "$S/$tag-$set.json" "$M" "$set" >> "$OUT/summary-$tag.jsonl" <<'PY'
+import json, sys
+try:
+    s = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["summary"]["overall"]
+except Exception as e:  # a failed run is reported, not hidden
+    s = {"error": repr(e)}
+print(json.dumps({"model": sys.argv[2], "set": sys.argv[3], "problems": s.get("problems"),
+                  "pass_at_1": s.get("pass_at", {}).get("1"), "compiled": s.get("compile_rate"),
+                  "outcomes": s.get("outcomes"), "error": s.get("error")}))
+PY
+    tail -n 2 "$S/$tag-$set.err"
+  done
+  (cd "$S" && tar czf "$OUT/eval-$tag.tgz" $tag-*/report.md $tag-*.err $tag-*.json)
+  cat "$OUT/summary-$tag.jsonl"
+}
+
+# play NAME SECONDS ARGS...: PLAYER plays train problems with two turns into
+# the repair store; cut at SECONDS (finished episodes are already stored).
+play() {
+  local name=$1 secs=$2; shift 2
+  timeout -k 15 "$secs" "$B" --python python3 --state-dir data/bundled/repair-state run \
+    --model "${PLAYER:-$PWD/models/tritonforge-smollm2}" --turns 2 --seed 7 --json --out "$S/play-$name" "$@" \
+    > "$S/play-$name.json" 2> "$S/play-$name.err"
+  echo "exit $? (124: cut at ${secs} s)" >> "$S/play-$name.err"
+}
 
 case "$PHASE" in
   wheel)
@@ -38,38 +100,51 @@ case "$PHASE" in
     ;;
   eval)
     install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
-    M=${4:?model}
-    case "$M" in
-      adapter) MODEL="$S/adapter" ;;            # trained in this lease
-      repo) MODEL="$PWD/models/tritonforge-smollm2" ;;  # the adapter the repository ships
-      bundled) MODEL=tritonforge-smollm2 ;;     # the one the binary carries
-      *) MODEL=$M ;;
-    esac
-    tag=$(echo "$M" | tr -c 'a-z0-9\n' '-')
-    for set in ${5:-quick l1 l2 synth}; do
-      case "$set" in
-        quick) sel=(--set quick) ;;
-        l1) sel=(--split heldout --level 1) ;;
-        l2) sel=(--split heldout --level 2) ;;
-        synth) sel=(--suite data/bundled/synth-heldout40 --split heldout) ;;
-      esac
-      t0=$(date +%s)
-      "$B" --python python3 --state-dir "$S/state-$tag" run --model "$MODEL" "${sel[@]}" ${RUN_FLAGS:-} \
-        --seed 1 --json --out "$S/$tag-$set" > "$S/$tag-$set.json" 2> "$S/$tag-$set.err"
-      echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/$tag-$set.err"
-      python3 - "$S/$tag-$set.json" "$M" "$set" >> "$OUT/summary-$tag.jsonl" <<'PY'
-import json, sys
-try:
-    s = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["summary"]["overall"]
-except Exception as e:  # a failed run is reported, not hidden
-    s = {"error": repr(e)}
-print(json.dumps({"model": sys.argv[2], "set": sys.argv[3], "problems": s.get("problems"),
-                  "pass_at_1": s.get("pass_at", {}).get("1"), "compiled": s.get("compile_rate"),
-                  "outcomes": s.get("outcomes"), "error": s.get("error")}))
-PY
-      tail -n 2 "$S/$tag-$set.err"
+    eval_model "${4:?model}" "${5:-quick l1 l2 synth}"
+    ;;
+  stage)
+    wheel_part "${4:?part}"
+    for f in .carry*/tritonforge.xz; do
+      [ -f "$f" ] && xz -dc "$f" > "$S/tritonforge" && chmod +x "$S/tritonforge" && ls -la "$S/tritonforge"
     done
-    (cd "$S" && tar czf "$OUT/eval-$tag.tgz" $tag-*/report.md $tag-*.err $tag-*.json)
-    cat "$OUT/summary-$tag.jsonl"
+    for f in .carry*/bundled.tar.xz; do
+      [ -f "$f" ] && mkdir -p data/bundled && tar xJf "$f" -C data/bundled && ls data/bundled
+    done
+    ;;
+  repair)
+    t_start=$(date +%s)
+    install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
+    nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
+    # The store records problem paths as given: play from the repository root.
+    play suite "${PLAY_S:-300}" --suite bench --split train --level 1 --limit 24 --samples 2 &
+    play synth "${PLAY_S:-300}" --suite data/bundled/synth --split train --limit 30 &
+    RUN_FLAGS="--samples 4" eval_model repo l1 > "$S/eval-repo.log" 2>&1 &
+    wait
+    cat "$S/eval-repo.log"; tail -n 3 "$S"/play-*.err
+    "$B" --python python3 --state-dir data/bundled/repair-state data build --json \
+      --config configs/bundled/data-repair.toml > "$S/data.json" 2> "$S/data.err"
+    echo "data build exit $?"; tail -n 3 "$S/data.err"; tail -c 1500 "$S/data.json"
+    cp data/bundled/sft-repair/stats.json "$S/data-stats.json" 2>/dev/null
+    grep -h '"repair' data/bundled/sft-repair/dropped.jsonl > "$S/dropped-repair.jsonl" 2>/dev/null
+    (cd "$S" && tar czf "$OUT/repair-logs.tgz" play-* data.json data.err data-stats.json dropped-repair.jsonl)
+    python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
+      data/bundled/repair-state/tritonforge.sqlite "$S/repair-store.sqlite" && gzip -c "$S/repair-store.sqlite" > "$OUT/repair-store.sqlite.gz"
+    setsid bash -c '"$0" --python python3 --state-dir "$1/state" --device cuda train sft --json \
+      --config configs/bundled/sft-repair.toml >> "$1/train.jsonl" 2>> "$1/train.err";
+      echo "exit $? at $(date +%s)" > "$1/train.done"' "$B" "$S" < /dev/null > /dev/null 2>&1 &
+    echo "training started at $(( $(date +%s) - t_start )) s"
+    while [ $(( $(date +%s) - t_start )) -lt "${CALL_S:-570}" ] && [ ! -f "$S/train.done" ]; do sleep 5; done
+    tail -n 2 "$S/train.jsonl"; tail -n 3 "$S/train.err"
+    ;;
+  repair-eval)
+    t_start=$(date +%s)
+    while [ ! -f "$S/train.done" ] && [ $(( $(date +%s) - t_start )) -lt 450 ]; do sleep 5; done
+    cat "$S/train.done" || { echo "training not done"; tail -n 3 "$S/train.jsonl"; exit 1; }
+    grep '"event":"metric"' "$S/train.jsonl" > "$OUT/train-metrics.jsonl"
+    tail -n 5 "$S/train.err"
+    python3 scripts/export_adapter.py runs/bundled-repair "$S/adapter" > "$S/export.json" 2>> "$S/train.err"
+    cat "$S/export.json"; cp -r "$S/adapter" "$OUT/adapter"
+    RUN_FLAGS="--samples 4" eval_model adapter l1
+    [ -n "${5:-}" ] && eval_model adapter "$5"
     ;;
 esac

@@ -3,13 +3,18 @@
 #   scripts/train_bundled.sh [TRITONFORGE] [--python PY]
 # 1. `bench synth`: 4,800 synthetic problems (seed 1), each solution and planted wrong
 #    attempt checked by the evaluator (CPU mode at `small` size without a GPU; about
-#    22 minutes on 2 cores), 10% held out of training;
+#    22-35 minutes on 2 cores), 10% held out of training;
 # 2. `data build` (configs/bundled/data.toml): synthetic + suite train pairs, agent templates;
 # 3. `train sft` (configs/bundled/sft.toml): LoRA on SmolLM2-135M-Instruct (needs a GPU;
-#    a few minutes on an H100);
-# 4. export the adapter (bf16, ≤ 16 MiB) to models/tritonforge-smollm2/, which the binary
+#    a few minutes on an H100), exported to runs/bundled-stage1 (the first-stage adapter);
+# 4. repair rows: the first-stage adapter plays the suite's first 24 level-1 train problems
+#    (2 samples) and the synthetic set's first 30 train problems with two turns; every
+#    unsolved episode becomes its first attempt, the evaluator's feedback and the reference
+#    solution (configs/bundled/data-repair.toml; docs/bundled-model.md, "Repair rows");
+# 5. `train sft` again from the base (configs/bundled/sft-repair.toml) on that set;
+# 6. export the adapter (bf16, ≤ 16 MiB) to models/tritonforge-smollm2/, which the binary
 #    carries: rebuild it (`cargo build --release`) and `tritonforge run` uses the new one.
-# Steps whose output exists are skipped (delete data/bundled or runs/bundled to redo them).
+# Steps whose output exists are skipped (delete data/bundled or runs/bundled* to redo them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-target/release/tritonforge}; shift || true
@@ -25,4 +30,22 @@ fi
 if ! ls -d runs/bundled/checkpoint-* > /dev/null 2>&1; then
   "$B" "$@" train sft --config configs/bundled/sft.toml
 fi
-python3 scripts/export_adapter.py runs/bundled models/tritonforge-smollm2
+if [ ! -f runs/bundled-stage1/adapter_config.json ]; then
+  python3 scripts/export_adapter.py runs/bundled runs/bundled-stage1
+fi
+# The store records problem paths as given, and the data config reads them from here. A
+# state directory of its own keeps other runs' episodes out; the environment is the usual one.
+G=(--state-dir data/bundled/repair-state --venv "${TRITONFORGE_VENV:-.tritonforge/venv}")
+R=(--model "$PWD/runs/bundled-stage1" --turns 2 --seed 7 --json --out data/bundled/repair-report)
+if [ ! -f data/bundled/repair-state/played ]; then
+  "$B" "$@" "${G[@]}" run "${R[@]}" --suite bench --split train --level 1 --limit 24 --samples 2
+  "$B" "$@" "${G[@]}" run "${R[@]}" --suite data/bundled/synth --split train --limit 30
+  touch data/bundled/repair-state/played
+fi
+if [ ! -f data/bundled/sft-repair/train.jsonl ]; then
+  "$B" "$@" "${G[@]}" data build --config configs/bundled/data-repair.toml
+fi
+if ! ls -d runs/bundled-repair/checkpoint-* > /dev/null 2>&1; then
+  "$B" "$@" train sft --config configs/bundled/sft-repair.toml
+fi
+python3 scripts/export_adapter.py runs/bundled-repair models/tritonforge-smollm2

@@ -402,3 +402,53 @@ impl Config {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The checked-in data configs load as `data build` reads them, and the repair recipe
+    /// is the first stage's set plus episodes: the same inputs and the same rendering,
+    /// length, dedup and decontamination settings, so the two adapters differ by the
+    /// repair rows alone.
+    #[test]
+    fn the_checked_in_data_configs_load_and_the_repair_set_extends_the_first() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for p in ["examples/data.toml", "examples/data-synth.toml", "examples/data-repair.toml"] {
+            Config::load(&root.join(p)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let first = Config::load(&root.join("configs/bundled/data.toml")).unwrap();
+        let repair = Config::load(&root.join("configs/bundled/data-repair.toml")).unwrap();
+        let key = |i: &Input| format!("{i:?}");
+        let theirs: Vec<String> = repair.inputs.iter().map(key).collect();
+        for i in &first.inputs {
+            assert!(theirs.contains(&key(i)), "{i:?} is missing from data-repair.toml");
+        }
+        let mut sets: Vec<&Path> = repair
+            .inputs
+            .iter()
+            .filter_map(|i| match i {
+                Input::Episodes { repair: Some(r), .. } => Some(r.as_path()),
+                _ => None,
+            })
+            .collect();
+        sets.sort();
+        let want = [
+            root.join("configs/bundled/../../bench"),
+            root.join("configs/bundled/../../data/bundled/synth"),
+        ];
+        assert_eq!(sets, want.iter().map(PathBuf::as_path).collect::<Vec<_>>());
+        assert_eq!(repair.inputs.len(), first.inputs.len() + sets.len());
+        assert_ne!(first.output.dir, repair.output.dir);
+        let rest = |p: &str| {
+            let text = std::fs::read_to_string(root.join(p)).unwrap();
+            let mut v: toml::Table = toml::from_str(&text).unwrap();
+            v.remove("input");
+            if let Some(toml::Value::Table(o)) = v.get_mut("output") {
+                o.remove("dir");
+            }
+            v
+        };
+        assert_eq!(rest("configs/bundled/data.toml"), rest("configs/bundled/data-repair.toml"));
+    }
+}

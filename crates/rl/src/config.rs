@@ -654,4 +654,12 @@ mod tests {
         let e = toml::from_str::<RlConfig>(&format!("{MIN}[rollout]\nsampels = 4\n")).unwrap_err();
         assert!(e.to_string().contains("sampels"), "{e}");
     }
+
+    /// The checked-in recipe loads and passes the checks `train rl` runs first.
+    #[test]
+    fn the_checked_in_rl_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rl/bundled.toml");
+        let c = RlConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!c.data.train.is_empty());
+    }
 }

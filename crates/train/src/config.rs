@@ -372,4 +372,32 @@ mod tests {
         grouped.train.packing = false;
         assert!(grouped.check().is_ok());
     }
+
+    /// The checked-in recipes load as `train sft` reads them. The repair stage trains into
+    /// a run directory of its own, on the set `data-repair.toml` writes, so that it never
+    /// overwrites the first stage it was played from.
+    #[test]
+    fn the_checked_in_sft_configs_load_and_the_repair_stage_keeps_its_own_run() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let load = |p: &str| SftConfig::load(&root.join(p)).unwrap_or_else(|e| panic!("{e}"));
+        load("examples/sft.toml");
+        let first = load("configs/bundled/sft.toml");
+        let repair = load("configs/bundled/sft-repair.toml");
+        assert_ne!(first.output.dir, repair.output.dir);
+        let data: toml::Value = toml::from_str(
+            &std::fs::read_to_string(root.join("configs/bundled/data-repair.toml")).unwrap(),
+        )
+        .unwrap();
+        let set = root.join("configs/bundled").join(data["output"]["dir"].as_str().unwrap());
+        assert_eq!(repair.data.train, set.join("train.jsonl"));
+        assert_eq!(repair.data.validation, Some(set.join("validation.jsonl")));
+        let settings = |c: &SftConfig| {
+            let mut v = serde_json::to_value(c).unwrap();
+            let o = v.as_object_mut().unwrap();
+            o.remove("data");
+            o.remove("output");
+            v
+        };
+        assert_eq!(settings(&first), settings(&repair), "the same recipe on another set");
+    }
 }
