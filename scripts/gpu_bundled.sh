@@ -145,6 +145,6 @@ case "$PHASE" in
     python3 scripts/export_adapter.py runs/bundled-repair "$S/adapter" > "$S/export.json" 2>> "$S/train.err"
     cat "$S/export.json"; cp -r "$S/adapter" "$OUT/adapter"
     RUN_FLAGS="--samples 4" eval_model adapter l1
-    [ -n "${5:-}" ] && eval_model adapter "$5"
+    if [ -n "${5:-}" ]; then eval_model adapter "$5"; fi
     ;;
 esac
