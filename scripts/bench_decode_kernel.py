@@ -1,4 +1,5 @@
-"""Time (device time, in CUDA graphs) the engine's decode attention kernel (`decode_kernel.attend`) against cuDNN/SDPA
+"""Time (device time, in CUDA graphs) the engine's decode attention kernel (`decode_kernel.attend`; split launches
+with the last program combining the shares, the default, and with a second kernel) against cuDNN/SDPA
 with the engine's mask (the path it replaces: query heads grouped over their key/value
 head) on CUDA, at SmolLM2-135M's shapes (9 query heads, 3 key/value heads, head size 64),
 and the bandwidth floor (keys and values each row's mask lets in, read once).
@@ -57,6 +58,9 @@ def main() -> int:
             lens = torch.randint(int(keys * 0.6), keys + 1, (b,), device="cuda")
             mask = (torch.arange(keys, device="cuda").unsqueeze(0) < lens.unsqueeze(1)).view(b, 1, 1, keys)
             g = h // kv
+            decode_kernel.LAST_COMBINES = False
+            second = timed(lambda q=q, k=k, v=v, mask=mask: decode_kernel.attend(q, k, v, mask, None))
+            decode_kernel.LAST_COMBINES = True
             ours = timed(lambda q=q, k=k, v=v, mask=mask: decode_kernel.attend(q, k, v, mask, None))
             fused = timed(lambda q=q, k=k, v=v, mask=mask: compiled(q, k, v, mask, None))
             sdpa = timed(lambda q=q, k=k, v=v, mask=mask, g=g, b=b: F.scaled_dot_product_attention(
@@ -65,7 +69,8 @@ def main() -> int:
             err = float((decode_kernel.attend(q, k, v, mask, None).float() - ref.float()).abs().max())
             err_compiled = float((compiled(q, k, v, mask, None).float() - ref.float()).abs().max())
             read = float(lens.sum()) * kv * d * 2 * 2
-            rows.append({"batch": b, "keys": keys, "kernel_us": round(ours, 1),
+            rows.append({"batch": b, "keys": keys, "shares": decode_kernel._splits(b * kv, keys, q.device),
+                         "kernel_us": round(ours, 1), "kernel_second_combine_us": round(second, 1),
                          "kernel_compiled_us": round(fused, 1), "sdpa_us": round(sdpa, 1),
                          "floor_us_at_3_35_tb_s": round(read / 3.35e12 * 1e6, 1), "max_err": round(err, 5),
                          "compiled_max_err": round(err_compiled, 5)})

@@ -154,27 +154,53 @@ LAST: List[Any] = []
 ENGINE_REPEATS = [1]
 
 
+FP32_REFERENCE = [False]
+
+
 def logprob_check(net: Any, device: str, rows: List[Any]) -> Dict[str, Any]:
     """The engine's log-probs against one full forward of prompt + completion (up to 4
     rows), in the model's own dtype: the largest difference, and how often the greedy
-    token is the full forward's argmax."""
+    token is the full forward's argmax. With `--fp32-reference`, also against a float32
+    copy's full forward, and that forward against the model's own (the floor its dtype
+    sets): which of two decode paths is nearer the exact answer."""
+    import copy
+
     errs, agree, total = [], 0, 0
+    errs32, full32 = [], []
+    net32 = copy.deepcopy(net).float() if FP32_REFERENCE[0] and rows else None
+
+    def token_logprobs(model: Any, f: Any) -> Any:
+        ids = torch.tensor([f.prompt + f.tokens], device=device)
+        logits = model(input_ids=ids).logits[0, len(f.prompt) - 1: len(f.prompt) - 1 + len(f.tokens)].float()
+        return torch.log_softmax(logits, dim=-1), logits
+
     with torch.no_grad():
         for f in rows[:4]:
-            ids = torch.tensor([f.prompt + f.tokens], device=device)
-            logits = net(input_ids=ids).logits[0, len(f.prompt) - 1: len(f.prompt) - 1 + len(f.tokens)].float()
-            lp = torch.log_softmax(logits, dim=-1)
+            lp, logits = token_logprobs(net, f)
             toks = torch.tensor(f.tokens, device=device)
             ref = lp.gather(1, toks.unsqueeze(1)).squeeze(1)
-            errs.append((ref - torch.tensor(f.logprobs, device=device)).abs())
+            got = torch.tensor(f.logprobs, device=device)
+            errs.append((ref - got).abs())
             agree += int((logits.argmax(-1) == toks).sum())
             total += len(f.tokens)
+            if net32 is not None:
+                ref32 = token_logprobs(net32, f)[0].gather(1, toks.unsqueeze(1)).squeeze(1)
+                errs32.append((ref32 - got).abs())
+                full32.append((ref32 - ref).abs())
     if not errs:
         return {}
-    e = torch.cat(errs).float()
-    return {"logprob_max_err": round(float(e.max()), 5), "logprob_p99_err": round(float(e.quantile(0.99)), 5),
-            "logprob_median_err": round(float(e.median()), 5), "logprob_err_over_0_1": int((e > 0.1).sum()),
-            "greedy_agree": round(agree / max(total, 1), 4)}
+
+    def stats(prefix: str, parts: List[Any]) -> Dict[str, Any]:
+        e = torch.cat(parts).float()
+        return {f"{prefix}_max_err": round(float(e.max()), 5), f"{prefix}_p99_err": round(float(e.quantile(0.99)), 5),
+                f"{prefix}_median_err": round(float(e.median()), 5)}
+
+    out = {**stats("logprob", errs), "logprob_err_over_0_1": int((torch.cat(errs) > 0.1).sum()),
+           "greedy_agree": round(agree / max(total, 1), 4)}
+    if errs32:
+        out.update(stats("logprob_vs_fp32", errs32))
+        out.update(stats("full_forward_vs_fp32", full32))
+    return out
 
 
 def run_old(net: Any, device: str, ps: List[List[int]], tokens: int) -> int:
@@ -447,7 +473,10 @@ def main() -> int:
                     help="with --profile: prefill wall time at each of these padded tokens per forward")
     ap.add_argument("--engine-repeats", type=int, default=1, help="timed runs of the engine arms (median)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--fp32-reference", action="store_true",
+                    help="also compare the engine's log-probs with a float32 copy's full forward")
     args = ap.parse_args()
+    FP32_REFERENCE[0] = args.fp32_reference
     if args.quick:
         args.device, args.models, args.batches = "cpu", str(REPO / "configs/models/tiny-llama"), "1,4"
         args.prompt_tokens, args.tokens = 32, 16

@@ -1,4 +1,4 @@
-"""The engine's decode attention on CUDA: one Triton kernel.
+"""The engine's decode attention on CUDA: Triton kernels.
 
 Why: at batch 256 the decode step's attention (cuDNN's SDPA with the engine's boolean mask)
 took about half of an H100's decode step, several times what reading the keys and values
@@ -6,8 +6,12 @@ costs: its tiles are sized for long query blocks, and a decode step has one quer
 Here each program takes one row and one key/value head with all the query heads that share
 it (grouped-query attention reads each key once), and keeps a running softmax over blocks
 of `BLOCK_N` keys. The keys a row's mask refuses are never loaded, so a row pays for its
-own length, not its batch's longest. Below `MIN_ROWS` rows there are too few programs to
-fill the GPU, and SDPA stays.
+own length, not its batch's longest.
+
+A few rows make too few programs to fill the GPU (one row of SmolLM2 is three), so below
+that the keys are split too (`_splits`): each program keeps a partial softmax over its
+share of the keys, and a second kernel combines the shares of each row and head. At batch 1
+and 16 that step is launch- and latency-bound, and SDPA there took 20-23 us a layer.
 
 The mask is the engine's `[rows, 1, 1, keys]` boolean mask, read as it is: padding rows,
 rows of any length and the scratch column need no special case here.
@@ -21,41 +25,41 @@ from typing import Any, Optional
 
 # Keys per inner block.
 BLOCK_N = 64
-# Rows below which a decode step keeps SDPA: a program per row and key/value head leaves
-# most of the GPU idle at a few rows, where SDPA splits the keys.
-MIN_ROWS = 32
+# Programs per streaming multiprocessor a launch aims for; fewer (row, head) pairs than
+# that split their keys (`_splits`).
+PROGRAMS_PER_SM = 2
+# Streaming multiprocessors assumed where none can be asked (Triton's interpreter).
+DEFAULT_SMS = 132
 # The query heads of one key/value head, padded up to a dot product's smallest tile.
 MIN_GROUP = 16
 
-_KERNEL: Any = None
+_KERNELS: Any = None
 
 
-def _kernel() -> Any:
-    """The Triton kernel, built once (importing triton costs a second). The engine builds it
-    when it registers its attention, before any torch.compile traces `attend`: dynamo
-    cannot trace the building itself."""
-    global _KERNEL
-    if _KERNEL is not None:
-        return _KERNEL
+def _kernels() -> Any:
+    """The Triton kernels (one pass, split, combine), built once (importing triton costs a
+    second). The engine builds them when it registers its attention, before any
+    torch.compile traces `attend`: dynamo cannot trace the building itself."""
+    global _KERNELS, _span, _combine
+    if _KERNELS is not None:
+        return _KERNELS
     import triton
     import triton.language as tl
 
     @triton.jit
-    def decode_rows(Q, K, V, M, Out,  # type: ignore[no-untyped-def]
-                    sqb, sqh, skb, skh, skn, svb, svh, svn, smb, smn, sob, soh,
-                    keys, scale,
-                    G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
-        b = tl.program_id(0).to(tl.int64)  # offsets past 2**31 elements in a large cache
-        h = tl.program_id(1)
+    def _span(Q, K, V, M, b, h, lo, hi, sqb, sqh, skb, skh, skn, svb, svh, svn, smb, smn, scale,  # type: ignore[no-untyped-def]
+             G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
+        """Running softmax of the query heads of (row b, key/value head h) over keys lo..hi:
+        (max, sum, unnormalised output)."""
         g = tl.arange(0, BLOCK_G)
         d = tl.arange(0, D)
         q = tl.load(Q + b * sqb + (h * G + g)[:, None] * sqh + d[None, :], mask=(g < G)[:, None], other=0.0)
         m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_G], tl.float32)
         acc = tl.zeros([BLOCK_G, D], tl.float32)
-        for start in range(0, keys, BLOCK_N):
+        for start in range(lo, hi, BLOCK_N):
             n = start + tl.arange(0, BLOCK_N)
-            seen = tl.load(M + b * smb + n * smn, mask=n < keys, other=0) != 0
+            seen = tl.load(M + b * smb + n * smn, mask=n < hi, other=0) != 0
             k = tl.load(K + b * skb + h * skh + n[:, None] * skn + d[None, :], mask=seen[:, None], other=0.0)
             qk = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
             qk = tl.where(seen[None, :], qk, float("-inf"))
@@ -67,13 +71,135 @@ def _kernel() -> Any:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
             l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
+        return m_i, l_i, acc
+
+    @triton.jit
+    def decode_rows(Q, K, V, M, Out,  # type: ignore[no-untyped-def]
+                    sqb, sqh, skb, skh, skn, svb, svh, svn, smb, smn, sob, soh,
+                    keys, scale,
+                    G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
+        b = tl.program_id(0).to(tl.int64)  # offsets past 2**31 elements in a large cache
+        h = tl.program_id(1)
+        _, l_i, acc = _span(Q, K, V, M, b, h, 0, keys, sqb, sqh, skb, skh, skn, svb, svh, svn, smb, smn, scale,
+                           G, BLOCK_G, D, BLOCK_N)
         # A row that sees no key has acc 0 and l 0: its output is 0, as SDPA's.
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        g = tl.arange(0, BLOCK_G)
+        d = tl.arange(0, D)
+        tl.store(Out + b * sob + (h * G + g)[:, None] * soh + d[None, :], out.to(Out.dtype.element_ty),
+                 mask=(g < G)[:, None])
+
+    @triton.jit
+    def _combine(Pm, Pl, Pacc, Out, b, h, heads, shares, sob, soh,  # type: ignore[no-untyped-def]
+                 G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr):
+        """The shares of (row b, key/value head h) combined, rescaled to their common
+        maximum, into Out. Loads bypass L1 (`.cg`): other programs wrote the shares."""
+        g = tl.arange(0, BLOCK_G)
+        d = tl.arange(0, D)
+        m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_G], tl.float32)
+        acc = tl.zeros([BLOCK_G, D], tl.float32)
+        for s in range(0, shares):
+            part = (b * heads + h) * shares + s
+            m_s = tl.load(Pm + part * BLOCK_G + g, cache_modifier=".cg")
+            l_s = tl.load(Pl + part * BLOCK_G + g, cache_modifier=".cg")
+            a_s = tl.load(Pacc + (part * BLOCK_G + g)[:, None] * D + d[None, :], cache_modifier=".cg")
+            m_new = tl.maximum(m_i, m_s)
+            base = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - base)
+            beta = tl.exp(m_s - base)
+            acc = acc * alpha[:, None] + a_s * beta[:, None]
+            l_i = l_i * alpha + l_s * beta
+            m_i = m_new
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         tl.store(Out + b * sob + (h * G + g)[:, None] * soh + d[None, :], out.to(Out.dtype.element_ty),
                  mask=(g < G)[:, None])
 
-    _KERNEL = decode_rows
-    return _KERNEL
+    @triton.jit
+    def decode_split(Q, K, V, M, Pm, Pl, Pacc, Count, Out,  # type: ignore[no-untyped-def]
+                     sqb, sqh, skb, skh, skn, svb, svh, svn, smb, smn, sob, soh,
+                     keys, per_split, scale,
+                     G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
+                     LAST_COMBINES: tl.constexpr):
+        """One share of one row's keys: the partial softmax into Pm/Pl `[rows, kv, shares,
+        BLOCK_G]` and Pacc `[rows, kv, shares, BLOCK_G, D]` (float32, contiguous). With
+        LAST_COMBINES, the last program of a (row, head) to finish (counted in Count, which
+        it leaves at zero again) combines the shares into Out: no second kernel."""
+        b = tl.program_id(0).to(tl.int64)
+        h = tl.program_id(1)
+        s = tl.program_id(2)
+        heads = tl.num_programs(1)
+        shares = tl.num_programs(2)
+        lo = s * per_split
+        hi = tl.minimum(lo + per_split, keys)
+        m_i, l_i, acc = _span(Q, K, V, M, b, h, lo, hi, sqb, sqh, skb, skh, skn, svb, svh, svn, smb, smn, scale,
+                              G, BLOCK_G, D, BLOCK_N)
+        part = (b * heads + h) * shares + s
+        g = tl.arange(0, BLOCK_G)
+        d = tl.arange(0, D)
+        tl.store(Pm + part * BLOCK_G + g, m_i)
+        tl.store(Pl + part * BLOCK_G + g, l_i)
+        tl.store(Pacc + (part * BLOCK_G + g)[:, None] * D + d[None, :], acc)
+        if LAST_COMBINES:
+            # Every thread's stores done before the count (a release at GPU scope); the
+            # program that counts last sees every share (an acquire).
+            tl.debug_barrier()
+            before = tl.atomic_add(Count + b * heads + h, 1, sem="acq_rel", scope="gpu")
+            if before == shares - 1:
+                _combine(Pm, Pl, Pacc, Out, b, h, heads, shares, sob, soh, G, BLOCK_G, D)
+                tl.atomic_xchg(Count + b * heads + h, 0, sem="relaxed", scope="gpu")
+
+    @triton.jit
+    def decode_combine(Pm, Pl, Pacc, Out, sob, soh, shares,  # type: ignore[no-untyped-def]
+                       G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr):
+        """The shares of each (row, key/value head) combined, a program each."""
+        _combine(Pm, Pl, Pacc, Out, tl.program_id(0).to(tl.int64), tl.program_id(1), tl.num_programs(1), shares,
+                 sob, soh, G, BLOCK_G, D)
+
+    _KERNELS = (decode_rows, decode_split, decode_combine)
+    return _KERNELS
+
+
+# The shared body of the one-pass and split kernels, a module global (Triton resolves a
+# kernel's callees among its module's globals, not its closure); set by `_kernels`.
+_span: Any = None
+_combine: Any = None
+_SMS: dict = {}
+# Per device: zeroed int32 counters, one per (row, key/value head) of a split launch,
+# which the kernel leaves at zero again. Shared by every launch: the engine runs one
+# decode step at a time on one stream.
+_COUNTS: dict = {}
+# Whether the last program of a split (row, head) combines the shares itself (one kernel)
+# rather than a second kernel doing it; `TRITONFORGE_POLICY_DECODE_COMBINE=kernel` for the
+# second kernel.
+LAST_COMBINES = os.environ.get("TRITONFORGE_POLICY_DECODE_COMBINE", "last") != "kernel"
+
+
+# Counters per device: more than any split launch has (row, head) pairs, since a launch
+# splits only below `PROGRAMS_PER_SM` programs per multiprocessor.
+_COUNT_SIZE = 4096
+
+
+def _counts(device: Any) -> Any:
+    """The device's counters, made (zeroed) on first use: outside any CUDA graph capture
+    in the engine, whose warm-up runs every step once first."""
+    import torch
+
+    if device not in _COUNTS:
+        _COUNTS[device] = torch.zeros(_COUNT_SIZE, dtype=torch.int32, device=device)
+    return _COUNTS[device]
+
+
+def _splits(pairs: int, keys: int, device: Any) -> int:
+    """Shares to split each row's keys into: enough that the (row, head, share) programs
+    fill the GPU, each share at least one block of keys."""
+    import torch
+
+    if device not in _SMS:
+        cuda = getattr(device, "type", str(device)).startswith("cuda") and torch.cuda.is_available()
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if cuda else DEFAULT_SMS
+    blocks = -(-keys // BLOCK_N)
+    return max(1, min(blocks, (PROGRAMS_PER_SM * int(_SMS[device])) // max(pairs, 1)))
 
 
 def enabled() -> bool:
@@ -89,7 +215,7 @@ def enabled() -> bool:
         # Triton's bfloat16 dot products need Ampere or later.
         if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 8:
             return False
-        _kernel()
+        _kernels()
         _op()
     except ImportError:
         return False
@@ -118,15 +244,15 @@ def usable(query: Any, key: Any, value: Any, mask: Optional[Any], **kw: Any) -> 
         return False
     if mask.shape[0] != b or mask.shape[3] != key.shape[2]:
         return False
-    return (t == 1 and b >= MIN_ROWS and h % kv == 0 and value.dtype == query.dtype
+    return (t == 1 and h % kv == 0 and value.dtype == query.dtype
             and d in (16, 32, 64, 128, 256) and h // kv <= 64
             and query.dtype in (torch.bfloat16, torch.float16) and key.dtype == query.dtype
             and query.is_cuda and key.stride(-1) == 1 and value.stride(-1) == 1 and query.stride(-1) == 1)
 
 
 def _launch(query: Any, key: Any, value: Any, mask: Any, scale: float) -> Any:
-    """Run the kernel: `query [b, h, 1, d]`, `key`/`value [b, kv, keys, d]` (any strides but
-    the last), `mask [b, keys]` as bytes (nonzero: seen); returns `[b, 1, h, d]`."""
+    """Run the kernels: `query [b, h, 1, d]`, `key`/`value [b, kv, keys, d]` (any strides
+    but the last), `mask [b, 1, 1, keys]` (nonzero: seen); returns `[b, 1, h, d]`."""
     import torch
 
     b, h, _, d = query.shape
@@ -134,15 +260,32 @@ def _launch(query: Any, key: Any, value: Any, mask: Any, scale: float) -> Any:
     g = h // kv
     shape = (g, d, str(query.dtype), str(query.device))
     if shape not in _BROKEN:
+        one_pass, split, combine = _kernels()
         out = torch.empty((b, 1, h, d), dtype=query.dtype, device=query.device)
         q = query[:, :, 0, :]
+        block_g = max(MIN_GROUP, 1 << (g - 1).bit_length())
+        strides = (q.stride(0), q.stride(1), key.stride(0), key.stride(1), key.stride(2),
+                   value.stride(0), value.stride(1), value.stride(2), mask.stride(0), mask.stride(3))
+        const = {"G": g, "BLOCK_G": block_g, "D": d}
         try:
-            _kernel()[(b, kv)](
-                q, key, value, mask, out,
-                q.stride(0), q.stride(1), key.stride(0), key.stride(1), key.stride(2),
-                value.stride(0), value.stride(1), value.stride(2), mask.stride(0), mask.stride(1),
-                out.stride(0), out.stride(2), keys, scale,
-                G=g, BLOCK_G=max(MIN_GROUP, 1 << (g - 1).bit_length()), D=d, BLOCK_N=BLOCK_N)
+            shares = _splits(b * kv, keys, query.device)
+            if shares == 1:
+                one_pass[(b, kv)](q, key, value, mask, out, *strides, out.stride(0), out.stride(2), keys, scale,
+                                  BLOCK_N=BLOCK_N, **const)
+                return out
+            per_split = -(-keys // (shares * BLOCK_N)) * BLOCK_N
+            shares = -(-keys // per_split)  # no share left empty
+            f32 = {"dtype": torch.float32, "device": query.device}
+            pm = torch.empty((b, kv, shares, block_g), **f32)
+            pl = torch.empty((b, kv, shares, block_g), **f32)
+            pacc = torch.empty((b, kv, shares, block_g, d), **f32)
+            last = LAST_COMBINES and b * kv <= _COUNT_SIZE
+            count = _counts(query.device) if last else pm
+            split[(b, kv, shares)](q, key, value, mask, pm, pl, pacc, count, out, *strides, out.stride(0),
+                                   out.stride(2), keys, per_split, scale, BLOCK_N=BLOCK_N, LAST_COMBINES=last,
+                                   **const)
+            if not last:
+                combine[(b, kv)](pm, pl, pacc, out, out.stride(0), out.stride(2), shares, **const)
             return out
         except Exception as exc:  # noqa: BLE001 - a kernel that cannot build here: SDPA, for good
             _BROKEN.add(shape)
@@ -150,7 +293,7 @@ def _launch(query: Any, key: Any, value: Any, mask: Any, scale: float) -> Any:
                              f"head of size {d}; SDPA from now on\n")
     # SDPA over the same grouped heads (the first launch, which compiles, runs outside
     # any CUDA graph capture: the engine warms up first).
-    return sdpa_grouped(query, key, value, mask.to(torch.bool).view(b, 1, 1, keys), scale)
+    return sdpa_grouped(query, key, value, mask.to(torch.bool), scale)
 
 
 def sdpa_grouped(query: Any, key: Any, value: Any, mask: Optional[Any], scale: Optional[float]) -> Any:
@@ -200,8 +343,7 @@ def attend(query: Any, key: Any, value: Any, mask: Any, scale: Optional[float]) 
     """Attention of one query per row: `query [b, h, 1, d]`, `key`/`value [b, kv, keys, d]`
     (any strides but the last), `mask [b, 1, 1, keys]` (True: seen). Returns `[b, 1, h, d]`
     in the query's dtype, as transformers' attention functions do."""
-    import torch
-
     d = int(query.shape[-1])
-    m = mask[:, 0, 0, :].to(torch.uint8)  # rows x keys bytes; inductor lowers no bool view
-    return _op()(query, key, value, m, float(scale if scale is not None else d ** -0.5))
+    # The boolean mask as it is (Triton loads a bool as a byte): a conversion here would
+    # be one more kernel a layer, and a step at batch 1 is bound by its kernel count.
+    return _op()(query, key, value, mask, float(scale if scale is not None else d ** -0.5))
