@@ -1,5 +1,7 @@
 //! `tritonforge suite` (alias `bench`): list, show and validate the problem suite.
 
+use std::time::Duration;
+
 use clap::Subcommand;
 use tritonforge_eval::{validate_suite, ValidateSpec};
 use tritonforge_suite::{Filter, SuiteEntry};
@@ -29,6 +31,10 @@ pub enum SuiteCmd {
         /// Variants to run [default: `small` in CPU mode, `full` and `heldout` on a GPU].
         #[arg(long)]
         variant: Vec<String>,
+        /// Wall-clock budget per reference solution, seconds; one that runs out of it is
+        /// tried once more with three times as much before it is a failure.
+        #[arg(long, default_value_t = 120.0)]
+        budget: f64,
         #[command(flatten)]
         pool: PoolArgs,
         #[command(flatten)]
@@ -88,11 +94,16 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
             print!("{}", tritonforge_suite::render::show(e));
             Ok(exit::CORRECT)
         }
-        SuiteCmd::Validate { filter, variant, pool, timing, guard, json } => {
+        SuiteCmd::Validate { filter, variant, budget, pool, timing, guard, json } => {
+            let budget = Duration::try_from_secs_f64(budget)
+                .ok()
+                .filter(|b| !b.is_zero())
+                .ok_or_else(|| usage("--budget must be positive"))?;
             let spec = ValidateSpec {
                 filter: Filter::from(&filter),
                 variants: variant,
                 timing: (&timing).into(),
+                budget: Some(budget),
             };
             validate(global, &suite, spec, &pool, &guard, json).await
         }

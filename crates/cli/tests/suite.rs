@@ -156,3 +156,61 @@ fn validate_reports_every_broken_problem_and_solution() {
         "{all}"
     );
 }
+
+/// A reference solution that runs out of its budget (as a slow one does on busy cores) is
+/// tried once more with three times the budget before it is a failure, and one that never
+/// ends fails after both tries, saying so.
+#[test]
+fn a_reference_solution_out_of_time_is_tried_again_with_more() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    let write = |rel: &str, text: &str| {
+        let p = r.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    let mut manifest = String::new();
+    // A correct Triton solution that first sleeps: past a 5 s budget, well inside 15 s
+    // (`slow`), or past both (`stuck`).
+    for (name, sleep) in [("slow", 6), ("stuck", 120)] {
+        write(
+            &format!("level1/{name}.py"),
+            &problem(
+                "class Model(nn.Module):\n    def forward(self, x):\n        return x * 3.0\n",
+            ),
+        );
+        manifest.push_str(&format!(
+            "[problems.\"level1/{name}\"]\nid = \"T-{name}\"\nlevel = 1\nfamily = \"elementwise\"\nsplit = \"train\"\nvariants.small = {{ N = 32 }}\nvariants.heldout = {{ N = 37 }}\n\n"
+        ));
+        write(
+            &format!("solutions/level1/{name}.py"),
+            &format!(
+                "import time\n\nimport torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n\
+                 @triton.jit\ndef k(x_ptr, y_ptr, n, B: tl.constexpr):\n    o = tl.program_id(0) * B + tl.arange(0, B)\n    \
+                 m = o < n\n    tl.store(y_ptr + o, tl.load(x_ptr + o, mask=m) * 3.0, mask=m)\n\n\n\
+                 class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        time.sleep({sleep})\n\n    \
+                 def forward(self, x):\n        y = torch.empty_like(x)\n        \
+                 k[(1,)](x, y, x.numel(), B=64)\n        return y\n"
+            ),
+        );
+    }
+    write("manifest.toml", &manifest);
+    let state = r.join("state");
+    let out =
+        run(tf(&state).args(["bench", "validate", "--json", "--budget", "5", "--suite"]).arg(r));
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{}", text(&out.stderr));
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let findings: Vec<&str> =
+        v["findings"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
+    assert!(!findings.iter().any(|f| f.starts_with("level1/slow")), "{findings:?}");
+    assert!(
+        findings.iter().any(|f| f.starts_with("level1/stuck [small]")
+            && f.contains("timeout")
+            && f.contains("its second try: the first, with a budget of 5.0s, timed out too")),
+        "{findings:?}"
+    );
+    let out = run(tf(&state).args(["bench", "validate", "--budget", "0", "--suite"]).arg(r));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--budget"), "{}", text(&out.stderr));
+}
