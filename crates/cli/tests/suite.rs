@@ -67,15 +67,18 @@ fn problem(body: &str) -> String {
     format!("{HEADER}{body}{FOOTER}")
 }
 
+/// Write `text` at `rel` under `root`, making its folders.
+fn write_file(root: &std::path::Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
 #[test]
 fn validate_reports_every_broken_problem_and_solution() {
     let root = tempfile::tempdir().unwrap();
     let r = root.path();
-    let write = |rel: &str, text: &str| {
-        let p = r.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    };
+    let write = |rel: &str, text: &str| write_file(r, rel, text);
     let mut manifest = String::new();
     let cases: &[(&str, String)] = &[
         (
@@ -164,11 +167,7 @@ fn validate_reports_every_broken_problem_and_solution() {
 fn a_reference_solution_out_of_time_is_tried_again_with_more() {
     let root = tempfile::tempdir().unwrap();
     let r = root.path();
-    let write = |rel: &str, text: &str| {
-        let p = r.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    };
+    let write = |rel: &str, text: &str| write_file(r, rel, text);
     let mut manifest = String::new();
     // A correct Triton solution that first sleeps: past a 5 s budget, well inside 15 s
     // (`slow`), or past both (`stuck`).
