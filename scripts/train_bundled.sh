@@ -35,12 +35,13 @@ if [ ! -f runs/bundled-stage1/adapter_config.json ]; then
 fi
 # The store records problem paths as given, and the data config reads them from here. A
 # state directory of its own keeps other runs' episodes out; the environment is the usual one.
-G=(--state-dir data/bundled/repair-state --venv "${TRITONFORGE_VENV:-.tritonforge/venv}")
-R=(--model "$PWD/runs/bundled-stage1" --turns 2 --seed 7 --json --out data/bundled/repair-report)
-if [ ! -f data/bundled/repair-state/played ]; then
-  "$B" "$@" "${G[@]}" run "${R[@]}" --suite bench --split train --level 1 --limit 24 --samples 2
-  "$B" "$@" "${G[@]}" run "${R[@]}" --suite data/bundled/synth --split train --limit 30
-  touch data/bundled/repair-state/played
+. scripts/repair_play.sh
+G=(--state-dir "$REPAIR_STATE" --venv "${TRITONFORGE_VENV:-.tritonforge/venv}")
+R=(--model "$PWD/runs/bundled-stage1" "${REPAIR_RUN[@]}" --out data/bundled/repair-report)
+if [ ! -f "$REPAIR_STATE/played" ]; then
+  "$B" "$@" "${G[@]}" run "${R[@]}" "${REPAIR_SUITE[@]}"
+  "$B" "$@" "${G[@]}" run "${R[@]}" "${REPAIR_SYNTH[@]}"
+  touch "$REPAIR_STATE/played"
 fi
 if [ ! -f data/bundled/sft-repair/train.jsonl ]; then
   "$B" "$@" "${G[@]}" data build --config configs/bundled/data-repair.toml
