@@ -8,10 +8,13 @@ it (grouped-query attention reads each key once), and keeps a running softmax ov
 of `BLOCK_N` keys. The keys a row's mask refuses are never loaded, so a row pays for its
 own length, not its batch's longest.
 
-A few rows make too few programs to fill the GPU (one row of SmolLM2 is three), so below
-that the keys are split too (`_splits`): each program keeps a partial softmax over its
-share of the keys, and a second kernel combines the shares of each row and head. At batch 1
-and 16 that step is launch- and latency-bound, and SDPA there took 20-23 us a layer.
+A few rows make too few programs to fill the GPU (one row of SmolLM2 is three), so where
+there are no more (row, head) pairs than multiprocessors the keys are split too
+(`shares`): each program keeps a partial softmax over its share of the keys, and the last
+program of each row and head to finish combines the shares (counted by an atomic counter
+it leaves at zero; `TRITONFORGE_POLICY_DECODE_COMBINE=kernel`: a second kernel does it).
+At batch 1 and 16 the decode step is launch- and latency-bound, and SDPA there took
+20-23 us a layer.
 
 The mask is the engine's `[rows, 1, 1, keys]` boolean mask, read as it is: padding rows,
 rows of any length and the scratch column need no special case here.
@@ -21,12 +24,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 # Keys per inner block.
 BLOCK_N = 64
-# Programs per streaming multiprocessor a launch aims for; fewer (row, head) pairs than
-# that split their keys (`_splits`).
+# Programs per streaming multiprocessor a split launch aims for (`shares`): (row, head)
+# pairs up to the number of multiprocessors split their keys; more take one pass.
 PROGRAMS_PER_SM = 2
 # Streaming multiprocessors assumed where none can be asked (Triton's interpreter).
 DEFAULT_SMS = 132
@@ -190,16 +193,21 @@ def _counts(device: Any) -> Any:
     return _COUNTS[device]
 
 
-def _splits(pairs: int, keys: int, device: Any) -> int:
-    """Shares to split each row's keys into: enough that the (row, head, share) programs
-    fill the GPU, each share at least one block of keys."""
+def shares(pairs: int, keys: int, device: Any) -> Tuple[int, int]:
+    """(shares, keys per share) for a launch of `pairs` (row, head) pairs over `keys`
+    keys: shares of whole blocks, as many as bring the programs to `PROGRAMS_PER_SM` a
+    multiprocessor, none left empty; (1, keys) is one pass."""
     import torch
 
     if device not in _SMS:
         cuda = getattr(device, "type", str(device)).startswith("cuda") and torch.cuda.is_available()
         _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if cuda else DEFAULT_SMS
     blocks = -(-keys // BLOCK_N)
-    return max(1, min(blocks, (PROGRAMS_PER_SM * int(_SMS[device])) // max(pairs, 1)))
+    n = max(1, min(blocks, (PROGRAMS_PER_SM * int(_SMS[device])) // max(pairs, 1)))
+    if n == 1:
+        return 1, keys
+    per_share = -(-keys // (n * BLOCK_N)) * BLOCK_N
+    return -(-keys // per_share), per_share
 
 
 def enabled() -> bool:
@@ -258,8 +266,14 @@ def _launch(query: Any, key: Any, value: Any, mask: Any, scale: float) -> Any:
     b, h, _, d = query.shape
     kv, keys = key.shape[1], key.shape[2]
     g = h // kv
+    n, per_share = shares(b * kv, keys, query.device)
     shape = (g, d, str(query.dtype), str(query.device))
-    if shape not in _BROKEN:
+    # A split launch that failed once takes one pass from then on; a one-pass launch that
+    # failed, SDPA.
+    if n > 1 and ("split", *shape) in _BROKEN:
+        n, per_share = 1, keys
+    path = "split" if n > 1 else "one pass"
+    if (path, *shape) not in _BROKEN:
         one_pass, split, combine = _kernels()
         out = torch.empty((b, 1, h, d), dtype=query.dtype, device=query.device)
         q = query[:, :, 0, :]
@@ -268,29 +282,28 @@ def _launch(query: Any, key: Any, value: Any, mask: Any, scale: float) -> Any:
                    value.stride(0), value.stride(1), value.stride(2), mask.stride(0), mask.stride(3))
         const = {"G": g, "BLOCK_G": block_g, "D": d}
         try:
-            shares = _splits(b * kv, keys, query.device)
-            if shares == 1:
+            if n == 1:
                 one_pass[(b, kv)](q, key, value, mask, out, *strides, out.stride(0), out.stride(2), keys, scale,
                                   BLOCK_N=BLOCK_N, **const)
                 return out
-            per_split = -(-keys // (shares * BLOCK_N)) * BLOCK_N
-            shares = -(-keys // per_split)  # no share left empty
             f32 = {"dtype": torch.float32, "device": query.device}
-            pm = torch.empty((b, kv, shares, block_g), **f32)
-            pl = torch.empty((b, kv, shares, block_g), **f32)
-            pacc = torch.empty((b, kv, shares, block_g, d), **f32)
+            pm = torch.empty((b, kv, n, block_g), **f32)
+            pl = torch.empty((b, kv, n, block_g), **f32)
+            pacc = torch.empty((b, kv, n, block_g, d), **f32)
             last = LAST_COMBINES and b * kv <= _COUNT_SIZE
             count = _counts(query.device) if last else pm
-            split[(b, kv, shares)](q, key, value, mask, pm, pl, pacc, count, out, *strides, out.stride(0),
-                                   out.stride(2), keys, per_split, scale, BLOCK_N=BLOCK_N, LAST_COMBINES=last,
-                                   **const)
+            split[(b, kv, n)](q, key, value, mask, pm, pl, pacc, count, out, *strides, out.stride(0),
+                              out.stride(2), keys, per_share, scale, BLOCK_N=BLOCK_N, LAST_COMBINES=last,
+                              **const)
             if not last:
-                combine[(b, kv)](pm, pl, pacc, out, out.stride(0), out.stride(2), shares, **const)
+                combine[(b, kv)](pm, pl, pacc, out, out.stride(0), out.stride(2), n, **const)
             return out
-        except Exception as exc:  # noqa: BLE001 - a kernel that cannot build here: SDPA, for good
-            _BROKEN.add(shape)
-            sys.stderr.write(f"decode kernel: {type(exc).__name__} for {g} query heads per key/value "
-                             f"head of size {d}; SDPA from now on\n")
+        except Exception as exc:  # noqa: BLE001 - a kernel that cannot build here: another path, for good
+            _BROKEN.add((path, *shape))
+            sys.stderr.write(f"decode kernel: {type(exc).__name__} in the {path} launch for {g} query heads per "
+                             f"key/value head of size {d}; {'one pass' if n > 1 else 'SDPA'} from now on\n")
+            if n > 1:
+                return _launch(query, key, value, mask, scale)
     # SDPA over the same grouped heads (the first launch, which compiles, runs outside
     # any CUDA graph capture: the engine warms up first).
     return sdpa_grouped(query, key, value, mask.to(torch.bool), scale)
@@ -311,7 +324,7 @@ def sdpa_grouped(query: Any, key: Any, value: Any, mask: Optional[Any], scale: O
 
 
 _OP: Any = None
-# (query heads per key/value head, head size, dtype, device) the kernel failed to build for.
+# (path, query heads per key/value head, head size, dtype, device) a launch failed for.
 _BROKEN: set = set()
 
 

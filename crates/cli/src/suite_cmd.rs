@@ -97,8 +97,8 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
         SuiteCmd::Validate { filter, variant, budget, pool, timing, guard, json } => {
             let budget = Duration::try_from_secs_f64(budget)
                 .ok()
-                .filter(|b| !b.is_zero())
-                .ok_or_else(|| usage("--budget must be positive"))?;
+                .filter(|b| b.as_millis() >= 1)
+                .ok_or_else(|| usage("--budget must be at least a millisecond"))?;
             let spec = ValidateSpec {
                 filter: Filter::from(&filter),
                 variants: variant,

@@ -269,14 +269,6 @@ fn batch_dirs(root: &Path, candidates: &[(&str, &str)]) -> (PathBuf, PathBuf) {
     (probs, cands)
 }
 
-fn json_lines(stdout: &[u8]) -> Vec<Value> {
-    text(stdout)
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 fn by_name(records: &[Value], name: &str) -> Value {
     records
         .iter()

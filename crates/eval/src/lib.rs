@@ -222,11 +222,14 @@ impl Evaluator {
         }
     }
 
+    /// The stored verdict for `key`, if any. A stored timeout is not reused: whether a
+    /// candidate finished in its wall-clock budget depends on what else the machine ran
+    /// then, so it runs again (the record stays in the store's history).
     fn cached(&self, key: &str) -> Result<Option<EvalRecord>, EvalError> {
         match &self.store {
             Some(s) if !self.refresh => {
                 let store = s.lock().map_err(|_| EvalError::PoolClosed)?;
-                Ok(store.get(key)?)
+                Ok(store.get(key)?.filter(|r| r.verdict.status != Status::Timeout))
             }
             _ => Ok(None),
         }

@@ -258,7 +258,9 @@ async fn check_solution<E: EvalService + ?Sized>(
     // before it is called a failure, so that a suite's verdict does not follow the
     // machine's load. (A different budget is a different configuration: no cached
     // verdict answers the retry.)
+    let mut retried = false;
     if matches!(&result, Ok(r) if r.record.verdict.status == Status::Timeout) {
+        retried = true;
         let longer = tritonforge_protocol::EvalConfig {
             budget_ms: config.budget_ms.saturating_mul(TIMEOUT_RETRY_FACTOR),
             ..config.clone()
@@ -281,6 +283,13 @@ async fn check_solution<E: EvalService + ?Sized>(
                 f.push(format!(
                     "{key} [{l}]: reference solution is {}: {}",
                     rec.verdict.status, rec.verdict.message
+                ));
+            } else if retried {
+                // Candidates for this problem get the first budget: a reference that needs
+                // more would leave them no room.
+                slow.push(format!(
+                    "{key} [{l}]: the reference solution ran out of its {:.0} s budget and passed only with {TIMEOUT_RETRY_FACTOR} times it (the machine's load, or a solution too slow for candidates' budgets)",
+                    config.budget_ms as f64 / 1000.0
                 ));
             } else if cpu_mode && l == "small" {
                 // Waiting for the device is not the solution's time.

@@ -48,6 +48,15 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// One JSON value per non-empty line of a command's output (`--json` records).
+pub fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
+    text(stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Serves `app` on a loopback port from a background thread (its own runtime): the mock
 /// servers the agent tests talk to. Returns the address.
 pub fn serve_on_loopback(app: axum::Router) -> std::net::SocketAddr {
