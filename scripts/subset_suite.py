@@ -12,24 +12,38 @@ import sys
 from pathlib import Path
 
 
-def main() -> int:
-    src, dst, split, count, seed = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
+def blocks_of(src: Path, split: str) -> tuple:
+    """The manifest's head and its problem entries of `split`, as written."""
     text = (src / "manifest.toml").read_text()
     parts = re.split(r'(?m)^(?=\[problems\.")', text)
     head, blocks = parts[0], parts[1:]
-    mine = [b for b in blocks if re.search(rf'(?m)^split = "{re.escape(split)}"$', b)]
+    return head, [b for b in blocks if re.search(rf'(?m)^split = "{re.escape(split)}"$', b)]
+
+
+def key_of(block: str) -> str:
+    m = re.match(r'\[problems\."([^"]+)"\]', block)
+    assert m, block[:80]
+    return m.group(1)
+
+
+def write_subset(src: Path, dst: Path, head: str, chosen: list) -> None:
+    """Copy the chosen entries' problem files and write their manifest."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for b in chosen:
+        rel = Path(key_of(b) + ".py")
+        (dst / rel.parent).mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / rel, dst / rel)
+    (dst / "manifest.toml").write_text(head + "".join(chosen))
+
+
+def main() -> int:
+    src, dst, split, count, seed = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
+    head, mine = blocks_of(src, split)
     if seed == "first":
         chosen = sorted(mine)[:count]
     else:
         chosen = sorted(random.Random(int(seed)).sample(mine, min(count, len(mine))))
-    dst.mkdir(parents=True, exist_ok=True)
-    for b in chosen:
-        m = re.match(r'\[problems\."([^"]+)"\]', b)
-        assert m, b[:80]
-        rel = Path(m.group(1) + ".py")
-        (dst / rel.parent).mkdir(parents=True, exist_ok=True)
-        shutil.copy(src / rel, dst / rel)
-    (dst / "manifest.toml").write_text(head + "".join(chosen))
+    write_subset(src, dst, head, chosen)
     print(f"{len(chosen)} of {len(mine)} {split} problems -> {dst}")
     return 0
 
