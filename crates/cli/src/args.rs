@@ -338,12 +338,18 @@ pub struct EvalFlags {
     pub timing: TimingArgs,
 }
 
+/// A `--budget` in seconds as a duration: at least a millisecond, since budgets travel in
+/// whole milliseconds and a smaller one would be a budget of nothing.
+pub fn budget_flag(secs: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|b| b.as_millis() >= 1)
+        .ok_or_else(|| usage("--budget must be at least a millisecond"))
+}
+
 impl EvalFlags {
     /// The settings, or a usage error naming the bad flag.
     pub fn settings(&self) -> anyhow::Result<EvalSettings> {
-        if !(self.budget > 0.0 && self.budget.is_finite()) {
-            return Err(usage("--budget must be positive"));
-        }
         let settings = EvalSettings {
             trials: self.trials,
             variant: self.variant.clone(),
@@ -352,7 +358,7 @@ impl EvalFlags {
                 (Some(v), false) => ShapeCheck::Variant(v.clone()),
                 (None, false) => ShapeCheck::Default,
             },
-            budget: Duration::try_from_secs_f64(self.budget).map_err(usage)?,
+            budget: budget_flag(self.budget)?,
             timing: (&self.timing).into(),
             ..EvalSettings::default()
         };

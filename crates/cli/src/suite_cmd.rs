@@ -1,12 +1,10 @@
 //! `tritonforge suite` (alias `bench`): list, show and validate the problem suite.
 
-use std::time::Duration;
-
 use clap::Subcommand;
 use tritonforge_eval::{validate_suite, ValidateSpec};
 use tritonforge_suite::{Filter, SuiteEntry};
 
-use crate::args::{FilterArgs, Global, GuardOpts, PoolArgs, TimingArgs};
+use crate::args::{budget_flag, FilterArgs, Global, GuardOpts, PoolArgs, TimingArgs};
 use crate::exit::{self, usage};
 
 #[derive(Subcommand)]
@@ -95,15 +93,11 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
             Ok(exit::CORRECT)
         }
         SuiteCmd::Validate { filter, variant, budget, pool, timing, guard, json } => {
-            let budget = Duration::try_from_secs_f64(budget)
-                .ok()
-                .filter(|b| b.as_millis() >= 1)
-                .ok_or_else(|| usage("--budget must be at least a millisecond"))?;
             let spec = ValidateSpec {
                 filter: Filter::from(&filter),
                 variants: variant,
                 timing: (&timing).into(),
-                budget: Some(budget),
+                budget: Some(budget_flag(budget)?),
             };
             validate(global, &suite, spec, &pool, &guard, json).await
         }

@@ -152,12 +152,13 @@ pub async fn validate_suite<E: EvalService + ?Sized + 'static>(
             }
         };
         for v in &variants {
+            let base = EvalSettings::default();
             let settings = EvalSettings {
                 variant: Some(v.clone()),
                 shape_check: ShapeCheck::Off,
                 timing: spec.timing.clone(),
-                budget: spec.budget.unwrap_or(EvalSettings::default().budget),
-                ..EvalSettings::default()
+                budget: spec.budget.unwrap_or(base.budget),
+                ..base
             };
             let config = match settings.config(&problem, evaluator.device()) {
                 Ok(c) => c,
