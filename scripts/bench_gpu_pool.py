@@ -296,9 +296,13 @@ def phase_redteam(args: argparse.Namespace, summary: dict) -> None:
     """The red-team corpus and the GPU-only cheats on a GPU: guard on, then runtime layers alone."""
     redteam = REPO / "tests" / "redteam"
     gpu = sorted((REPO / "scripts" / "gpu_redteam").glob("*.py"))
-    for label, extra in (("redteam_guard", []),
-                         ("redteam_runtime_only", ["--guard-rules", str(redteam / "runtime-only.toml")]),
-                         ("redteam_no_guard", ["--no-guard"])):
+    gpu_honest = sorted((REPO / "scripts" / "gpu_redteam" / "honest").glob("*.py"))
+    arms = (("redteam_guard", []),
+            ("redteam_runtime_only", ["--guard-rules", str(redteam / "runtime-only.toml")]),
+            ("redteam_no_guard", ["--no-guard"]))
+    for label, extra in arms:
+        if args.arms and label.removeprefix("redteam_") not in args.arms:
+            continue
         w = Work(Path(tempfile.mkdtemp()), label)
         names: Dict[str, str] = {}
         # Every arm runs the whole corpus: with --no-guard the runtime layers (the ATen
@@ -310,6 +314,11 @@ def phase_redteam(args: argparse.Namespace, summary: dict) -> None:
         for f in gpu:
             w.add("level1/relu", f"gpu__{f.stem}", f.read_text())
             names[f"gpu__{f.stem}"] = "hostile"
+        for f in gpu_honest:
+            # Honest work by means the static guard forbids (streams, state across calls):
+            # it must pass the runtime layers; with the guard on it is rejected by design.
+            w.add("level1/relu", f"gpu_honest__{f.stem}", f.read_text())
+            names[f"gpu_honest__{f.stem}"] = "guard-forbidden" if label == "redteam_guard" else "honest"
         w.finish()
         recs, wall = run_batch(args, w, label, ["--jobs", str(args.jobs), *extra])
         got = by_name(recs)
@@ -391,6 +400,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--spares", type=int, default=0, help="0: tritonforge's default (--jobs)")
     ap.add_argument("--naive-subset", type=int, default=12)
+    ap.add_argument("--arms", nargs="*", default=[], choices=["guard", "runtime_only", "no_guard"],
+                    help="redteam: only these arms (default: all three)")
     ap.add_argument("--exclusive-subset", type=int, default=0, help="0: every level-1 problem")
     ap.add_argument("phases", nargs="+", choices=[*PHASES, "summarize"])
     args = ap.parse_args()

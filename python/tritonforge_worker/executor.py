@@ -676,9 +676,14 @@ def call_candidate(
         poison(cx)
     window = _open_window(cx) if share and on_gpu else None
     before = cx.recorder.own_launches()
+    held = cx.recorder.held
     threads = thread_count()
     with torch.no_grad():
         h0 = time.perf_counter()
+        # Launches on other streams wait first (not in a measured window, where the wait
+        # would count against the candidate's share): unjoined work is late every time.
+        if on_gpu and window is None:
+            cx.recorder.hold = (torch.cuda.current_stream().cuda_stream, set())
         try:
             with cx.aten, cx.audit.watching("forward"):
                 out = model(*inputs)
@@ -686,6 +691,8 @@ def call_candidate(
             # What the runtime layers saw before it failed says more than the failure.
             _runtime_findings(cx, where, done, exc)
             raise
+        finally:
+            cx.recorder.hold = None
         cx.watched_host_ms = (time.perf_counter() - h0) * 1000.0
         end = _close_window(cx) if window is not None else None
         at_return = [o.detach().clone() if type(o) is torch.Tensor and o.layout == torch.strided
@@ -701,13 +708,15 @@ def call_candidate(
         _no_launch(cx, where, done, found)
     if found:
         _runtime_findings(cx, where, done, found=found)
+    late_hint = ("; its first launch on another stream was held back, so work joined to the caller's "
+                 "stream would have been waited for") if cx.recorder.held > held else ""
     for i, (snap, o) in enumerate(zip(at_return, _flatten(out), strict=False)):
         if snap is not None and not _same_bits(torch, snap, o):
             raise _Fail(verdict(cx,
                 "rejected", "provenance",
                 f"{where}: [runtime-late-write] output {i} changed after forward returned (work left running "
-                "on another stream or thread); every write must be ordered before forward returns on the "
-                "current stream", done))
+                f"on another stream or thread{late_hint}); every write must be ordered before forward returns "
+                "on the current stream", done))
     return out
 
 

@@ -13,6 +13,12 @@ runtime layers leave Triton's own work alone (the interpreter copies tensors wit
 ATen operators; a compile spawns `ptxas` and opens cache files). On a GPU the
 enter and exit hooks can also record CUDA events around each launch, from which
 the candidate kernels' share of a forward's GPU window is measured.
+
+During a watched call the enter hook also holds back the first launch on any stream
+other than the caller's behind a spin of about ten milliseconds (`hold`). Work that the
+candidate joined to the caller's stream only waits; work it left running is still
+unfinished when the evaluator copies the outputs at return, every time, so the
+late-write check no longer depends on how fast the side stream happens to be.
 """
 
 from __future__ import annotations
@@ -21,6 +27,11 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .protocol import KernelLaunches, Provenance
+
+# GPU clock cycles a watched call's first launch on another stream waits: about 10 ms at
+# 2 GHz, far longer than the host needs from that launch to the copy at return, even on a
+# loaded machine.
+SIDE_STREAM_HOLD_CYCLES = 20_000_000
 
 
 class Tampered(RuntimeError):
@@ -46,6 +57,10 @@ class LaunchRecorder:
         self._exit_hook: Optional[Callable[..., None]] = None
         # While a list: (handle, stream, start event, end event) of every launch (GPU share).
         self.marks: Optional[List[List[Any]]] = None
+        # While set (a watched call on a GPU): the caller's raw stream, and the other
+        # streams whose first launch in this call was already held back.
+        self.hold: Optional[Tuple[Any, Set[Any]]] = None
+        self.held = 0
         self._patched: Dict[Any, Any] = {}
         self._originals: Dict[Any, Any] = {}
 
@@ -132,6 +147,11 @@ class LaunchRecorder:
                 streams[handle] = {stream}
             elif stream not in seen:
                 seen.add(stream)
+            hold = recorder.hold
+            if hold is not None and stream is not None and stream != hold[0] and stream not in hold[1]:
+                hold[1].add(stream)
+                if _stall(stream):
+                    recorder.held += 1
             if recorder.marks is not None:
                 recorder.marks.append([handle, stream, _event(stream), None])
 
@@ -251,3 +271,19 @@ def _event(stream: Any) -> Any:
     current = torch.cuda.current_stream()
     ev.record(current if current.cuda_stream == stream else torch.cuda.ExternalStream(stream))
     return ev
+
+
+def _stall(stream: Any) -> bool:
+    """Enqueue a spin of `SIDE_STREAM_HOLD_CYCLES` on the stream with this raw handle
+    (before the launch the hook announces); False where that is not safe: a stream being
+    captured into a CUDA graph would keep the spin in every replay."""
+    import torch
+
+    try:
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+            if torch.cuda.is_current_stream_capturing():
+                return False
+            torch.cuda._sleep(SIDE_STREAM_HOLD_CYCLES)
+        return True
+    except Exception:  # noqa: BLE001 - a stream the driver refuses: the launch itself will say so
+        return False

@@ -1,5 +1,5 @@
 # cheat: does the work on another stream so the timer misses it
-# static-only: on a GPU its side-stream work is found by the launch hook and timed with a device-wide synchronisation inside every window, so it gains nothing (on the CPU it fails: no CUDA)
+# on a GPU the evaluator holds back its first launch on the side stream in every watched call, so the output is unfinished at return and the late-write check rejects it every time (on the CPU it fails: no CUDA)
 # problem: level1/relu
 import torch
 import torch.nn as nn
