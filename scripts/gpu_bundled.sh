@@ -14,8 +14,9 @@
 #                  split of the synthetic set (its first 40, data/bundled/synth-heldout40);
 #                  reports and a summary to OUTDIR.
 #   PHASE stage N: PHASE wheel N, and unpack what this call carries in .carry*/: the binary
-#                  as tritonforge.xz (to /tmp/tf-bundled/tritonforge) and bundled.tar.xz
-#                  (data/bundled/synth and data/bundled/tok, made here beforehand);
+#                  as tritonforge.xz (to /tmp/tf-bundled/tritonforge), bundled.tar.xz
+#                  (data/bundled/synth and data/bundled/tok, made here beforehand) and
+#                  repair2.tar.xz (data/bundled/sft-repair2 and data/bundled/tok);
 #   PHASE repair:  the repair-row stage of scripts/train_bundled.sh on the device: PLAYER
 #                  (default: the adapter the repository ships) plays the suite's first 24
 #                  level-1 train problems (2 samples) and the synthetic set's first 30
@@ -25,8 +26,12 @@
 #                  data-repair.toml) and `train sft` (configs/bundled/sft-repair.toml)
 #                  started in its own session, so that it outlives this call; the call
 #                  returns after CALL_S seconds (default 570);
-#   PHASE repair-eval: wait for that training, export its adapter and measure it on the
-#                  level-1 heldout split (4 samples), then SETS (default none) at 1 sample.
+#   PHASE train2:  the second round of repair rows: train configs/bundled/sft-repair2.toml
+#                  (its set staged) in its own session while the shipped adapter is
+#                  measured on the level-1 heldout split (4 samples) at each seed of SEEDS;
+#   PHASE repair-eval: wait for that training (RUN_DIR, default runs/bundled-repair),
+#                  export its adapter and measure it on the level-1 heldout split (4
+#                  samples) at each seed of SEEDS (default 1), then SETS (default none).
 set -uo pipefail
 B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}
 S=/tmp/tf-bundled; mkdir -p "$S" "$OUT"
@@ -45,7 +50,7 @@ eval_model() {
     bundled) MODEL=tritonforge-smollm2 ;;     # the one the binary carries
     *) MODEL=$M ;;
   esac
-  tag=$(echo "$M" | tr -c 'a-z0-9\n' '-')
+  tag=$(echo "$M" | tr -c 'a-z0-9\n' '-')-s${SEED:-1}
   for set in $2; do
     case "$set" in
       quick) sel=(--set quick) ;;
@@ -55,15 +60,15 @@ eval_model() {
     esac
     t0=$(date +%s)
     "$B" --python python3 --state-dir "$S/state-$tag" run --model "$MODEL" "${sel[@]}" ${RUN_FLAGS:-} \
-      --seed 1 --json --out "$S/$tag-$set" > "$S/$tag-$set.json" 2> "$S/$tag-$set.err"
+      --seed "${SEED:-1}" --json --out "$S/$tag-$set" > "$S/$tag-$set.json" 2> "$S/$tag-$set.err"
     echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/$tag-$set.err"
-    python3 - "$S/$tag-$set.json" "$M" "$set" >> "$OUT/summary-$tag.jsonl" <<'PY'
+    python3 - "$S/$tag-$set.json" "$M" "$set" "${SEED:-1}" >> "$OUT/summary-$tag.jsonl" <<'PY'
 import json, sys
 try:
     s = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["summary"]["overall"]
 except Exception as e:  # a failed run is reported, not hidden
     s = {"error": repr(e)}
-print(json.dumps({"model": sys.argv[2], "set": sys.argv[3], "problems": s.get("problems"),
+print(json.dumps({"model": sys.argv[2], "set": sys.argv[3], "seed": int(sys.argv[4]), "problems": s.get("problems"),
                   "pass_at_1": s.get("pass_at", {}).get("1"), "compiled": s.get("compile_rate"),
                   "outcomes": s.get("outcomes"), "error": s.get("error")}))
 PY
@@ -108,7 +113,7 @@ case "$PHASE" in
     for f in .carry*/tritonforge.xz; do
       [ -f "$f" ] && xz -dc "$f" > "$S/tritonforge" && chmod +x "$S/tritonforge" && ls -la "$S/tritonforge"
     done
-    for f in .carry*/bundled.tar.xz; do
+    for f in .carry*/bundled.tar.xz .carry*/repair2.tar.xz; do
       [ -f "$f" ] && mkdir -p data/bundled && tar xJf "$f" -C data/bundled && ls data/bundled
     done
     ;;
@@ -137,15 +142,35 @@ case "$PHASE" in
     while [ $(( $(date +%s) - t_start )) -lt "${CALL_S:-570}" ] && [ ! -f "$S/train.done" ]; do sleep 5; done
     tail -n 2 "$S/train.jsonl"; tail -n 3 "$S/train.err"
     ;;
+  train2)
+    # The second round: the repair-2 set, built on the CPU beforehand (data-repair2.toml)
+    # and carried with its tokenizer as repair2.tar.xz (`stage`), trained in a session of
+    # its own while the shipped adapter is measured on the level-1 heldout split (4 samples,
+    # SEEDS) beside it; `repair-eval` with RUN_DIR=runs/bundled-repair2 measures the result.
+    t_start=$(date +%s)
+    install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
+    ls data/bundled/sft-repair2 data/bundled/tok || { echo "the repair-2 set was not staged"; exit 1; }
+    setsid bash -c '"$0" --python python3 --state-dir "$1/state" --device cuda train sft --json \
+      --config configs/bundled/sft-repair2.toml >> "$1/train.jsonl" 2>> "$1/train.err";
+      echo "exit $? at $(date +%s)" > "$1/train.done"' "$B" "$S" < /dev/null > /dev/null 2>&1 &
+    pids=()
+    for seed in ${SEEDS:-1}; do
+      SEED=$seed RUN_FLAGS="--samples 4" eval_model repo l1 > "$S/eval-repo-$seed.log" 2>&1 & pids+=($!)
+    done
+    wait "${pids[@]}"; cat "$S"/eval-repo-*.log  # not the training: it outlives this call
+    tail -n 2 "$S/train.jsonl"; tail -n 3 "$S/train.err"
+    echo "call took $(( $(date +%s) - t_start )) s"
+    ;;
   repair-eval)
     t_start=$(date +%s)
     while [ ! -f "$S/train.done" ] && [ $(( $(date +%s) - t_start )) -lt 450 ]; do sleep 5; done
     cat "$S/train.done" || { echo "training not done"; tail -n 3 "$S/train.jsonl"; exit 1; }
     grep '"event":"metric"' "$S/train.jsonl" > "$OUT/train-metrics.jsonl"
     tail -n 5 "$S/train.err"
-    python3 scripts/export_adapter.py runs/bundled-repair "$S/adapter" > "$S/export.json" 2>> "$S/train.err"
+    python3 scripts/export_adapter.py "${RUN_DIR:-runs/bundled-repair}" "$S/adapter" > "$S/export.json" 2>> "$S/train.err"
     cat "$S/export.json"; cp -r "$S/adapter" "$OUT/adapter"
-    RUN_FLAGS="--samples 4" eval_model adapter l1
+    for seed in ${SEEDS:-1}; do SEED=$seed RUN_FLAGS="--samples 4" eval_model adapter l1 > "$S/eval-adapter-$seed.log" 2>&1 & done
+    wait; cat "$S"/eval-adapter-*.log
     if [ -n "${5:-}" ]; then eval_model adapter "$5"; fi
     ;;
 esac

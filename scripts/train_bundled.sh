@@ -11,8 +11,13 @@
 #    (2 samples) and the synthetic set's first 30 train problems with two turns; every
 #    unsolved episode becomes its first attempt, the evaluator's feedback and the reference
 #    solution (configs/bundled/data-repair.toml; docs/bundled-model.md, "Repair rows");
-# 5. `train sft` again from the base (configs/bundled/sft-repair.toml) on that set;
-# 6. export the adapter (bf16, ≤ 16 MiB) to models/tritonforge-smollm2/, which the binary
+# 5. `train sft` again from the base (configs/bundled/sft-repair.toml) on that set,
+#    exported to runs/bundled-stage2;
+# 6. repair rows, round two: the stage-two adapter plays the suite's other 57 level-1 train
+#    problems (2 samples, two turns); `data build` (configs/bundled/data-repair2.toml) adds
+#    its unsolved episodes to step 4's set;
+# 7. `train sft` from the base (configs/bundled/sft-repair2.toml) on that set;
+# 8. export the adapter (bf16, ≤ 16 MiB) to models/tritonforge-smollm2/, which the binary
 #    carries: rebuild it (`cargo build --release`) and `tritonforge run` uses the new one.
 # Steps whose output exists are skipped (delete data/bundled or runs/bundled* to redo them).
 set -euo pipefail
@@ -49,4 +54,19 @@ fi
 if ! ls -d runs/bundled-repair/checkpoint-* > /dev/null 2>&1; then
   "$B" "$@" train sft --config configs/bundled/sft-repair.toml
 fi
-python3 scripts/export_adapter.py runs/bundled-repair models/tritonforge-smollm2
+if [ ! -f runs/bundled-stage2/adapter_config.json ]; then
+  python3 scripts/export_adapter.py runs/bundled-repair runs/bundled-stage2
+fi
+G2=(--state-dir "$REPAIR2_STATE" --venv "${TRITONFORGE_VENV:-.tritonforge/venv}")
+if [ ! -f "$REPAIR2_STATE/played" ]; then
+  "$B" "$@" "${G2[@]}" run --model "$PWD/runs/bundled-stage2" "${REPAIR_RUN[@]}" \
+    --out data/bundled/repair2-report "${REPAIR2_SUITE[@]}"
+  touch "$REPAIR2_STATE/played"
+fi
+if [ ! -f data/bundled/sft-repair2/train.jsonl ]; then
+  "$B" "$@" "${G2[@]}" data build --config configs/bundled/data-repair2.toml
+fi
+if ! ls -d runs/bundled-repair2/checkpoint-* > /dev/null 2>&1; then
+  "$B" "$@" train sft --config configs/bundled/sft-repair2.toml
+fi
+python3 scripts/export_adapter.py runs/bundled-repair2 models/tritonforge-smollm2
