@@ -78,6 +78,14 @@ PY
   cat "$OUT/summary-$tag.jsonl"
 }
 
+# train_detached CONFIG: `train sft --config CONFIG` in a session of its own, so that it
+# outlives this call (the machine stays warm); $S/train.done says when it ended.
+train_detached() {
+  setsid bash -c '"$0" --python python3 --state-dir "$1/state" --device cuda train sft --json \
+    --config "$2" >> "$1/train.jsonl" 2>> "$1/train.err";
+    echo "exit $? at $(date +%s)" > "$1/train.done"' "$B" "$S" "$1" < /dev/null > /dev/null 2>&1 &
+}
+
 # play NAME SECONDS ARGS...: PLAYER plays train problems with two turns into
 # the repair store; cut at SECONDS (finished episodes are already stored).
 play() {
@@ -135,9 +143,7 @@ case "$PHASE" in
     (cd "$S" && tar czf "$OUT/repair-logs.tgz" play-* data.json data.err data-stats.json dropped-repair.jsonl)
     python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
       "$REPAIR_STATE/tritonforge.sqlite" "$S/repair-store.sqlite" && gzip -c "$S/repair-store.sqlite" > "$OUT/repair-store.sqlite.gz"
-    setsid bash -c '"$0" --python python3 --state-dir "$1/state" --device cuda train sft --json \
-      --config configs/bundled/sft-repair.toml >> "$1/train.jsonl" 2>> "$1/train.err";
-      echo "exit $? at $(date +%s)" > "$1/train.done"' "$B" "$S" < /dev/null > /dev/null 2>&1 &
+    train_detached configs/bundled/sft-repair.toml
     echo "training started at $(( $(date +%s) - t_start )) s"
     while [ $(( $(date +%s) - t_start )) -lt "${CALL_S:-570}" ] && [ ! -f "$S/train.done" ]; do sleep 5; done
     tail -n 2 "$S/train.jsonl"; tail -n 3 "$S/train.err"
@@ -150,9 +156,7 @@ case "$PHASE" in
     t_start=$(date +%s)
     install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
     ls data/bundled/sft-repair2 data/bundled/tok || { echo "the repair-2 set was not staged"; exit 1; }
-    setsid bash -c '"$0" --python python3 --state-dir "$1/state" --device cuda train sft --json \
-      --config configs/bundled/sft-repair2.toml >> "$1/train.jsonl" 2>> "$1/train.err";
-      echo "exit $? at $(date +%s)" > "$1/train.done"' "$B" "$S" < /dev/null > /dev/null 2>&1 &
+    train_detached configs/bundled/sft-repair2.toml
     pids=()
     for seed in ${SEEDS:-1}; do
       SEED=$seed RUN_FLAGS="--samples 4" eval_model repo l1 > "$S/eval-repo-$seed.log" 2>&1 & pids+=($!)
