@@ -61,6 +61,8 @@ case "$PHASE" in
       PYTHONPATH="/tmp/pydeps" python3 scripts/export_adapter.py "$S/out/checkpoints/$latest/adapter" \
         "$OUT/adapter-$latest" --keep-base >> "$S/train.err" 2>&1
     fi
+    # Where the evaluations' time went (wall, process start, leases, timing, admission).
+    python3 scripts/rl_eval_profile.py "$S/state" > "$OUT/eval-profile.json" 2>> "$S/train.err"
     echo "$latest"; tail -n 8 "$S/train.err"
     ;;
 esac

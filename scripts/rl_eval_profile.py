@@ -4,8 +4,8 @@
 Reads every `*.sqlite` under STATE_DIR, takes the evaluation records the episodes of runs
 whose name starts with `rl-` point at (each turn's `record` key), and prints per status:
 how many, and the mean / median / 90th percentile of the host's wall time, the executor's
-time, the wait for a started process, the wait for a GPU lease, and exclusive (timing)
-time, in milliseconds; also the whole sum of wall time against the rollouts' span.
+time, the wait for a started process, the wait for a GPU lease, exclusive (timing) time
+and the wait for memory admission, in milliseconds; also the whole sum of wall time against the rollouts' span.
 
 usage: python3 scripts/rl_eval_profile.py STATE_DIR  (prints one JSON object)
 """
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-FIELDS = ("wall_ms", "executor_ms", "start_wait_ms", "lease_wait_ms", "exclusive_ms")
+FIELDS = ("wall_ms", "executor_ms", "start_wait_ms", "lease_wait_ms", "exclusive_ms", "admission_wait_ms")
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -59,6 +59,8 @@ def main() -> int:
             slot = by_status.setdefault(row[0], {f: [] for f in FIELDS})
             for f in FIELDS:
                 v = record.get(f)
+                if v is None and isinstance(record.get("memory"), dict):
+                    v = record["memory"].get(f)  # the memory admission's wait
                 if isinstance(v, (int, float)):
                     slot[f].append(float(v))
     out: dict[str, Any] = {"statuses": {s: {"count": len(v["wall_ms"]), **{f: summary(v[f]) for f in FIELDS}}

@@ -582,6 +582,8 @@ class DeviceUse:
     refresh_s: float
     gpu_busy_s: Optional[float]
     gpu_sampled_s: Optional[float]
+    graphs_compiled: Optional[int] = None
+    alloc_retries: Optional[int] = None
 
 
 @dataclass

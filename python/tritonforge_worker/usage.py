@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from .protocol import DeviceUse
 
@@ -90,6 +90,32 @@ class Usage:
 
     def snapshot(self) -> DeviceUse:
         gpu_busy, gpu_sampled = self.gpu.totals() if self.gpu is not None else (None, None)
+        graphs, retries = _compile_and_allocator_counts()
         return DeviceUse(wall_s=time.perf_counter() - self.started, generate_s=self.generate_s,
                          train_s=self.train_s, refresh_s=self.refresh_s, gpu_busy_s=gpu_busy,
-                         gpu_sampled_s=gpu_sampled)
+                         gpu_sampled_s=gpu_sampled, graphs_compiled=graphs, alloc_retries=retries)
+
+
+def _compile_and_allocator_counts() -> Tuple[Optional[int], Optional[int]]:
+    """Graphs dynamo has built so far, and the CUDA allocator's retries (None where absent).
+
+    Both explain uneven step times: a graph count that rises each step means recompiles
+    for new shapes; allocator retries mean the cache was freed and the device synchronised
+    to find memory (the colocated worker shares its GPU with the evaluator's processes).
+    """
+    graphs: Optional[int] = None
+    retries: Optional[int] = None
+    try:
+        import sys
+
+        if "torch._dynamo" in sys.modules:  # never import the compiler just to count
+            from torch._dynamo.utils import counters
+
+            graphs = int(counters["stats"]["unique_graphs"])
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            retries = int(torch.cuda.memory_stats().get("num_alloc_retries", 0))
+    except Exception:  # noqa: BLE001 - a diagnostic: absent rather than fatal
+        pass
+    return graphs, retries

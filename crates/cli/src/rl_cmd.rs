@@ -181,27 +181,37 @@ fn describe(e: &RlEvent) -> String {
             info.device,
             start + 1
         ),
-        RlEvent::Heldout(h) => format!(
-            "heldout {} at step {}: pass@1 {:.1}%, solved {:.1}%, compiled {:.1}% ({} problems, {:.0} s)",
-            h.set,
-            h.step,
-            100.0 * h.pass_at_1,
-            100.0 * h.solved,
-            100.0 * h.compile_rate,
-            h.problems,
-            h.wall_s
-        ),
+        RlEvent::Heldout(h) => {
+            let sampled = if h.samples > 1 {
+                format!(" × {} samples at temperature {:.2}", h.samples, h.temperature)
+            } else {
+                String::new()
+            };
+            format!(
+                "heldout {} at step {}: pass@1 {:.1}%, solved {:.1}%, compiled {:.1}% ({} problems{sampled}, {:.0} s)",
+                h.set,
+                h.step,
+                100.0 * h.pass_at_1,
+                100.0 * h.solved,
+                100.0 * h.compile_rate,
+                h.problems,
+                h.wall_s
+            )
+        }
         RlEvent::Step(m) if m.updates == 0 => format!(
             "step {}: reward {:.3}±{:.3} over {} episodes; every group's rewards were equal \
              (no signal): nothing trained",
             m.step, m.reward_mean, m.reward_std, m.episodes
         ),
         RlEvent::Step(m) => {
-            let pass: Vec<String> = m.pass_by_turn.iter().map(|p| format!("{:.0}%", 100.0 * p)).collect();
+            let pass: Vec<String> =
+                m.pass_by_turn.iter().map(|p| format!("{:.0}%", 100.0 * p)).collect();
             let worker = m.worker.as_ref().map_or(String::new(), |w| {
                 let gpu = w.gpu_idle.map_or(String::new(), |g| format!(", GPU idle {:.0}%", 100.0 * g));
+                let graphs = w.graphs_compiled.filter(|&n| n > 0).map_or(String::new(), |n| format!(", {n} graphs compiled"));
+                let retries = w.alloc_retries.filter(|&n| n > 0).map_or(String::new(), |n| format!(", {n} allocator retries"));
                 format!(
-                    "; worker: gen {:.1} s, train {:.1} s, refresh {:.2} s, idle {:.0}%{gpu}",
+                    "; worker: gen {:.1} s, train {:.1} s, refresh {:.2} s, idle {:.0}%{gpu}{graphs}{retries}",
                     w.generate_s,
                     w.train_s,
                     w.refresh_s,

@@ -215,6 +215,12 @@ fn the_rewarded_behaviour_increases() {
         assert!(w.wall_s > 0.0 && w.generate_s > 0.0 && w.train_s > 0.0, "{w:?}");
         assert!(w.generate_s + w.train_s + w.refresh_s <= w.wall_s + 1e-6, "{w:?}");
         assert!((0.0..=1.0).contains(&w.idle) && w.gpu_idle.is_none(), "{w:?}");
+        // Nor a CUDA allocator to count retries of.
+        assert_eq!(w.alloc_retries, None, "{w:?}");
+        // Shares of the learner's time, never more than all of it.
+        for share in [s.learner_with_generation, s.learner_with_evaluation] {
+            assert!((0.0..=1.0).contains(&share), "{share}");
+        }
     }
     // Checkpoints every two steps, the marker naming the last.
     let out = dir.path().join("out");

@@ -588,6 +588,8 @@ pub fn sample_messages() -> Vec<Message> {
                     refresh_s: 0.25,
                     gpu_busy_s: None,
                     gpu_sampled_s: None,
+                    graphs_compiled: Some(3),
+                    alloc_retries: Some(0),
                 }),
             },
         },

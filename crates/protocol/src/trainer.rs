@@ -263,6 +263,14 @@ pub struct DeviceUse {
     /// Seconds of kernel activity, of `gpu_sampled_s` seconds sampled.
     pub gpu_busy_s: Option<f64>,
     pub gpu_sampled_s: Option<f64>,
+    /// Graphs `torch.compile` has built in this process (dynamo's `unique_graphs`): a
+    /// count that keeps rising means recompiles for new shapes.
+    #[serde(default)]
+    pub graphs_compiled: Option<u64>,
+    /// Times the CUDA caching allocator freed its cache and retried an allocation (each
+    /// one a device-wide synchronisation): memory pressure shows here.
+    #[serde(default)]
+    pub alloc_retries: Option<u64>,
 }
 
 /// Log-probabilities of the target tokens, no update.

@@ -266,6 +266,13 @@ pub struct ScheduleCfg {
     pub heldout_every: u64,
     /// Samples per heldout problem (pass@1 is their mean).
     pub heldout_samples: u32,
+    /// Sampling temperature of heldout turns [default: greedy with one sample, else
+    /// `rollout.temperature`]. `run` samples at 0.7 (top-p 0.95): set these to compare
+    /// with its figures. Twenty problems played greedily move in steps of 5 points, so
+    /// several samples measure a change of a few points more surely.
+    pub heldout_temperature: Option<f32>,
+    /// Top-p of heldout turns [default: `rollout.top_p`].
+    pub heldout_top_p: Option<f32>,
     /// Completion cap of heldout turns (0: `rollout.max_tokens`). Rollouts may be kept
     /// short for speed while heldout is measured at `run`'s cap: a level-2 answer needs
     /// 400 to 1,300 tokens, so a 512-token cap scores level 2 at 0% whatever the model.
@@ -276,6 +283,14 @@ pub struct ScheduleCfg {
 }
 
 impl ScheduleCfg {
+    /// Temperature and top-p of heldout turns.
+    pub fn heldout_sampling(&self, rollout: &RolloutCfg) -> (f32, f32) {
+        let samples = self.heldout_samples.max(1);
+        let temperature =
+            self.heldout_temperature.unwrap_or(if samples > 1 { rollout.temperature } else { 0.0 });
+        (temperature, self.heldout_top_p.unwrap_or(rollout.top_p))
+    }
+
     /// The completion cap of heldout turns.
     pub fn heldout_tokens(&self, rollout: &RolloutCfg) -> u32 {
         if self.heldout_max_tokens == 0 {
@@ -294,6 +309,8 @@ impl Default for ScheduleCfg {
             save_every: 5,
             heldout_every: 0,
             heldout_samples: 1,
+            heldout_temperature: None,
+            heldout_top_p: None,
             heldout_max_tokens: 0,
             max_steps_now: 0,
         }
@@ -454,6 +471,10 @@ impl RlConfig {
                 "updates must be ≥ 1 and micro_tokens at least min(seq_len, 1024)",
             );
         }
+        let (t, p) = self.schedule.heldout_sampling(r);
+        if !(t >= 0.0 && p > 0.0 && p <= 1.0) {
+            return bad("schedule", "heldout_temperature must be ≥ 0 and heldout_top_p in (0, 1]");
+        }
         if self.schedule.steps == 0 || self.schedule.save_every == 0 {
             return bad("schedule", "steps and save_every must be at least 1");
         }
@@ -539,6 +560,36 @@ mod tests {
         let c: RlConfig = toml::from_str(&text).unwrap();
         c.check().unwrap();
         assert_eq!((c.rollout.max_tokens, c.schedule.heldout_tokens(&c.rollout)), (512, 1024));
+    }
+
+    /// Heldout sampling: greedy for one sample, the rollout's for several, or its own
+    /// (`run`'s 0.7 / 0.95); an impossible value is named.
+    #[test]
+    fn heldout_sampling_defaults_and_overrides() {
+        let c: RlConfig = toml::from_str(MIN).unwrap();
+        assert_eq!(c.schedule.heldout_sampling(&c.rollout), (0.0, 1.0));
+        let several = format!(
+            "{MIN}[schedule]
+heldout_samples = 4
+"
+        );
+        let c: RlConfig = toml::from_str(&several).unwrap();
+        assert_eq!(c.schedule.heldout_sampling(&c.rollout), (1.0, 1.0));
+        let own = format!(
+            "{several}heldout_temperature = 0.7
+heldout_top_p = 0.95
+"
+        );
+        let c: RlConfig = toml::from_str(&own).unwrap();
+        c.check().unwrap();
+        assert_eq!(c.schedule.heldout_sampling(&c.rollout), (0.7, 0.95));
+        let bad: RlConfig = toml::from_str(&format!(
+            "{several}heldout_top_p = 1.5
+"
+        ))
+        .unwrap();
+        let e = bad.check().unwrap_err().to_string();
+        assert!(e.contains("heldout_top_p"), "{e}");
     }
 
     /// A learner on several ranks only trains: it needs external engines, full weights

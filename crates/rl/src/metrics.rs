@@ -67,6 +67,13 @@ pub struct StepMetrics {
     /// Share of `step_s` during which the policy (generator or trainer) had nothing in
     /// flight, as the host sees it.
     pub policy_idle: f64,
+    /// Shares of `score_s + train_s` during which a completion was in flight (the
+    /// learner's request waited behind generation in a colocated worker) and during
+    /// which a candidate was in the evaluator (on the same GPU when evaluated locally).
+    #[serde(default)]
+    pub learner_with_generation: f64,
+    #[serde(default)]
+    pub learner_with_evaluation: f64,
     /// The policy worker's own account since the previous update (`None` when it gives
     /// none, e.g. external engines): seconds in generation, in training, refreshing the
     /// generation copy, and the share of its wall time it waited for work.
@@ -85,6 +92,12 @@ pub struct WorkerShare {
     pub idle: f64,
     /// The GPU's idle share from NVML utilisation (`None` on a CPU or without NVML).
     pub gpu_idle: Option<f64>,
+    /// Graphs `torch.compile` built during the step (`None`: the worker did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graphs_compiled: Option<u64>,
+    /// The CUDA allocator's retries during the step (cache freed, device synchronised).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_retries: Option<u64>,
 }
 
 impl WorkerShare {
@@ -98,6 +111,8 @@ impl WorkerShare {
             refresh_s: 0.0,
             gpu_busy_s: now.gpu_busy_s.map(|_| 0.0),
             gpu_sampled_s: now.gpu_sampled_s.map(|_| 0.0),
+            graphs_compiled: now.graphs_compiled.map(|_| 0),
+            alloc_retries: now.alloc_retries.map(|_| 0),
         };
         let p = prev.unwrap_or(&zero);
         let wall_s = (now.wall_s - p.wall_s).max(0.0);
@@ -112,7 +127,17 @@ impl WorkerShare {
             }
             _ => None,
         };
-        WorkerShare { wall_s, generate_s, train_s, refresh_s, idle, gpu_idle }
+        let since = |n: Option<u64>, p: Option<u64>| n.map(|n| n.saturating_sub(p.unwrap_or(0)));
+        WorkerShare {
+            wall_s,
+            generate_s,
+            train_s,
+            refresh_s,
+            idle,
+            gpu_idle,
+            graphs_compiled: since(now.graphs_compiled, p.graphs_compiled),
+            alloc_retries: since(now.alloc_retries, p.alloc_retries),
+        }
     }
 }
 
@@ -128,6 +153,10 @@ pub struct HeldoutMetrics {
     /// different caps are not comparable (0 in files written before it was recorded).
     #[serde(default)]
     pub max_tokens: u32,
+    /// Sampling temperature of its turns (0: greedy; files written before it was recorded
+    /// were greedy).
+    #[serde(default)]
+    pub temperature: f64,
     /// Correct at the first turn.
     pub pass_at_1: f64,
     /// Correct by the last turn.
@@ -150,6 +179,8 @@ mod tests {
             refresh_s: 0.5,
             gpu_busy_s: gpu.map(|g| g.0),
             gpu_sampled_s: gpu.map(|g| g.1),
+            graphs_compiled: gpu.map(|g| g.0 as u64),
+            alloc_retries: None,
         }
     }
 
@@ -170,5 +201,10 @@ mod tests {
         // No NVML: no GPU share, never a guess.
         let cpu = WorkerShare::between(None, &totals(10.0, 5.0, 5.0, None));
         assert_eq!(cpu.gpu_idle, None);
+        // Counters are differences too: 39 graphs built by the second total, 24 by the
+        // first; a worker that gives none gets none.
+        assert_eq!(s.graphs_compiled, Some(15));
+        assert_eq!(s.alloc_retries, None);
+        assert_eq!(cpu.graphs_compiled, None);
     }
 }

@@ -185,6 +185,17 @@ async fn play_all(
     parallel: usize,
 ) -> Vec<Episode> {
     let slots = Arc::new(Semaphore::new(parallel.max(1)));
+    play_in(env, generator, timeline, plays, slots).await
+}
+
+/// [`play_all`] within `slots` shared with other calls (heldout sets played together).
+async fn play_in(
+    env: &Arc<dyn Environment>,
+    generator: &Arc<dyn Generator>,
+    timeline: &Arc<Timeline>,
+    plays: Vec<Play>,
+    slots: Arc<Semaphore>,
+) -> Vec<Episode> {
     let mut set = JoinSet::new();
     let n = plays.len();
     for (i, play) in plays.into_iter().enumerate() {
@@ -544,18 +555,23 @@ fn link_evaluations<'a>(
 }
 
 /// Pass@1 of every heldout set, played through the generator (sampled as configured for
-/// heldout: greedy by default, one sample). Its evaluations are linked to the run.
+/// heldout: greedy by default, one sample). The sets are played together, within one
+/// `rollout.parallel` cap: a set's tail of long answers then overlaps the next set's
+/// start, where one after another left the engine and the evaluator waiting on a few
+/// episodes each time. Each set's `wall_s` is from the common start to its own last
+/// episode. Its evaluations are linked to the run.
 async fn heldout(
     cfg: &RlConfig,
     parts: &Parts,
     step: u64,
     store: Option<&Store>,
 ) -> Result<Vec<HeldoutMetrics>, RlError> {
-    let mut out = Vec::new();
     let samples = cfg.schedule.heldout_samples.max(1);
     let max_tokens = cfg.schedule.heldout_tokens(&cfg.rollout);
-    for (name, env) in &parts.heldout {
-        let started = Instant::now();
+    let (temperature, top_p) = cfg.schedule.heldout_sampling(&cfg.rollout);
+    let slots = Arc::new(Semaphore::new(cfg.rollout.parallel.max(1)));
+    let started = Instant::now();
+    let sets = parts.heldout.iter().map(|(name, env)| {
         let keys = env.keys();
         let mut plays = Vec::new();
         for (task, key) in keys.iter().enumerate() {
@@ -566,16 +582,23 @@ async fn heldout(
                     id: format!("{}/heldout-{step:06}/{key}/{sample}", parts.run),
                     run: format!("{}/heldout", parts.run),
                     sampling: Sampling {
-                        temperature: if samples > 1 { cfg.rollout.temperature } else { 0.0 },
-                        top_p: cfg.rollout.top_p,
+                        temperature,
+                        top_p,
                         max_tokens,
                         seed: Some(seed_of(cfg.optim.seed ^ 0xe7a1, step, task, sample)),
                     },
                 });
             }
         }
-        let eps =
-            play_all(env, &parts.generator, &parts.timeline, plays, cfg.rollout.parallel).await;
+        let slots = slots.clone();
+        async move {
+            let eps = play_in(env, &parts.generator, &parts.timeline, plays, slots).await;
+            (name, keys.len(), eps, started.elapsed().as_secs_f64())
+        }
+    });
+    let played = futures_util::future::join_all(sets).await;
+    let mut out = Vec::new();
+    for (name, problems, eps, wall_s) in played {
         if let Some(s) = store {
             link_evaluations(s, &parts.run, &eps)?;
         }
@@ -587,13 +610,14 @@ async fn heldout(
         out.push(HeldoutMetrics {
             step,
             set: name.clone(),
-            problems: keys.len(),
+            problems,
             samples,
             max_tokens,
+            temperature: f64::from(temperature),
             pass_at_1: first as f64 / n,
             solved: solved as f64 / n,
             compile_rate: compile_rate(&turns),
-            wall_s: started.elapsed().as_secs_f64(),
+            wall_s,
             errors: errors(&eps),
         });
     }
@@ -785,6 +809,11 @@ async fn train_step(
         m.worker = Some(WorkerShare::between(last_use.as_ref(), &now));
         *last_use = Some(now);
     }
+    // What else was in flight while the learner was asked to score and step: generation
+    // queued ahead of it in the worker, or candidates on the same GPU.
+    let learner_s = (t2 - t0).max(1e-9);
+    m.learner_with_generation = tl.covered(&[Activity::Generate], t0, t2) / learner_s;
+    m.learner_with_evaluation = tl.covered(&[Activity::Evaluate], t0, t2) / learner_s;
     m.step_s = t2 - last_end.min(rollout.started);
     let window = (last_end.min(rollout.started), t2);
     let busy = tl.covered(&[Activity::Generate, Activity::Train], window.0, window.1);
