@@ -57,11 +57,17 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     let builtin = ws.suite.root(&ws.state_dir)?;
     let tasks = tritonforge_rl::setup::load_tasks(&cfg.data.train, &builtin, &settings, device)
         .map_err(usage)?;
+    let mut heldout_settings = settings.clone();
+    heldout_settings.timing.enabled &= cfg.schedule.heldout_timing;
     let mut heldout_tasks = Vec::new();
     for s in &cfg.data.heldout {
-        let t =
-            tritonforge_rl::setup::load_tasks(std::slice::from_ref(s), &builtin, &settings, device)
-                .map_err(usage)?;
+        let t = tritonforge_rl::setup::load_tasks(
+            std::slice::from_ref(s),
+            &builtin,
+            &heldout_settings,
+            device,
+        )
+        .map_err(usage)?;
         heldout_tasks.push((source_name(s), t));
     }
     let pool = args.pool.config(usize::MAX)?;

@@ -320,7 +320,17 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     with_weights(&model);
     let out = dir.path().join("out");
     let cfg = dir.path().join("rl.toml");
-    std::fs::write(&cfg, suite_config(&out, &model, "heldout_max_tokens = 12")).unwrap();
+    // Two heldout sets, played together, two samples each at their own temperature.
+    let two_sets = suite_config(
+        &out,
+        &model,
+        "heldout_max_tokens = 12\nheldout_samples = 2\nheldout_temperature = 0.5",
+    )
+    .replace(
+        "heldout = [",
+        "heldout = [{ suite = \"builtin\", split = \"heldout\", level = 1, name = \"l1-heldout\" }, ",
+    );
+    std::fs::write(&cfg, two_sets).unwrap();
     let o =
         run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg));
     let err = text(&o.stderr);
@@ -328,11 +338,19 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     let events: Vec<Value> =
         text(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["ready", "heldout", "step", "saved", "step", "saved", "heldout"], "{err}");
-    let held = &events[1]["heldout"];
-    assert_eq!((held["set"].as_str(), held["step"].as_u64()), (Some("l2-heldout"), Some(0)));
+    assert_eq!(
+        kinds,
+        ["ready", "heldout", "heldout", "step", "saved", "step", "saved", "heldout", "heldout"],
+        "{err}"
+    );
+    let sets: Vec<&str> =
+        events[1..3].iter().map(|e| e["heldout"]["set"].as_str().unwrap()).collect();
+    assert_eq!(sets, ["l1-heldout", "l2-heldout"], "in the config's order");
+    let held = &events[2]["heldout"];
+    assert_eq!(held["step"].as_u64(), Some(0));
     assert_eq!(held["problems"], 20);
     assert_eq!(held["max_tokens"], 12, "heldout at its own cap, rollouts at 8: {held}");
+    assert_eq!((held["samples"].as_u64(), held["temperature"].as_f64()), (Some(2), Some(0.5)));
     for e in events.iter().filter(|e| e["event"] == "step") {
         let m = &e["metrics"];
         assert_eq!(m["updates"], 0, "no signal, no update: {m}");
@@ -343,7 +361,7 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
         assert_eq!(m["pass_by_turn"].as_array().unwrap().len(), 2);
     }
     assert_eq!(jsonl(&out.join("metrics.jsonl")).len(), 2);
-    assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 2);
+    assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 4);
     // The run's row for the dashboard: named after the output directory, its config, done.
     let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
     let (id, kind, status, settings): (String, String, String, String) = db

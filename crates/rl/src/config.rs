@@ -273,6 +273,11 @@ pub struct ScheduleCfg {
     pub heldout_temperature: Option<f32>,
     /// Top-p of heldout turns [default: `rollout.top_p`].
     pub heldout_top_p: Option<f32>,
+    /// Time heldout candidates on a GPU [default: false]. Heldout reports correctness
+    /// (pass@1, solved, compiled), never a speedup, and timing its correct candidates one
+    /// at a time took most of a heldout pass in run 5 (docs/rl.md). Untimed, a correct
+    /// answer ends its episode as in CPU mode.
+    pub heldout_timing: bool,
     /// Completion cap of heldout turns (0: `rollout.max_tokens`). Rollouts may be kept
     /// short for speed while heldout is measured at `run`'s cap: a level-2 answer needs
     /// 400 to 1,300 tokens, so a 512-token cap scores level 2 at 0% whatever the model.
@@ -311,6 +316,7 @@ impl Default for ScheduleCfg {
             heldout_samples: 1,
             heldout_temperature: None,
             heldout_top_p: None,
+            heldout_timing: false,
             heldout_max_tokens: 0,
             max_steps_now: 0,
         }
@@ -544,6 +550,8 @@ mod tests {
         assert_eq!((c.loss.clip_low, c.loss.clip_high, c.loss.kl_coef), (0.2, 0.28, 0.0));
         assert_eq!(c.optim.lr, 1e-6);
         assert_eq!(c.schedule.max_staleness, 1);
+        // Heldout reports correctness only: its candidates are not timed.
+        assert!(!c.schedule.heldout_timing);
         let r = c.reward.resolve().unwrap();
         assert_eq!(r.gamma, 0.4);
         assert_eq!(c.data.train[0].split, "train");
