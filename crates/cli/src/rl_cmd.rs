@@ -224,10 +224,29 @@ fn describe(e: &RlEvent) -> String {
                     100.0 * w.idle
                 )
             });
+            let sources: Vec<String> = m
+                .by_source
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} {:.2} ({:.0}% first turn, {:.0}% no code, {:.0}% cut)",
+                        s.source,
+                        s.reward_mean,
+                        100.0 * s.solved_first,
+                        100.0 * s.no_code,
+                        100.0 * s.truncated
+                    )
+                })
+                .collect();
+            let sources = if sources.len() > 1 {
+                format!("; by source: {}", sources.join(", "))
+            } else {
+                String::new()
+            };
             format!(
                 "step {}: reward {:.3}±{:.3}, solved by turn [{}], groups {}/{} kept, loss {:.4}, clip {:.3}, \
                  entropy {:.3}, {:.1} s (rollout {:.1}: gen {:.1}, eval {:.1}; train {:.1}), idle {:.0}%, {:.0} tok/s\
-                 {worker}",
+                 {worker}{sources}",
                 m.step,
                 m.reward_mean,
                 m.reward_std,

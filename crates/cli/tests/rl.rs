@@ -329,7 +329,9 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     .replace(
         "heldout = [",
         "heldout = [{ suite = \"builtin\", split = \"heldout\", level = 1, name = \"l1-heldout\" }, ",
-    );
+    )
+    // The training source's own completion cap, under the rollouts' 8.
+    .replace("level = 1 }]", "level = 1, max_tokens = 6, name = \"l1\" }]");
     std::fs::write(&cfg, two_sets).unwrap();
     let o =
         run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg));
@@ -359,6 +361,12 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
         assert_eq!(m["fill_rounds"], 1, "one further draw to find signal: {m}");
         assert_eq!(m["reward_terms"], "compile+correct (no timing: CPU mode)");
         assert_eq!(m["pass_by_turn"].as_array().unwrap().len(), 2);
+        // One source: its share is the whole step, each turn within its own cap.
+        let src = &m["by_source"][0];
+        assert_eq!((src["source"].as_str(), &src["episodes"]), (Some("l1"), &m["episodes"]));
+        let episodes = m["episodes"].as_u64().unwrap();
+        let tokens = m["generated_tokens"].as_u64().unwrap();
+        assert!(tokens > 0 && tokens <= episodes * 2 * 6, "{tokens} tokens: {m}");
     }
     assert_eq!(jsonl(&out.join("metrics.jsonl")).len(), 2);
     assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 4);

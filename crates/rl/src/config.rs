@@ -102,6 +102,11 @@ pub struct SourceCfg {
     pub weight: f64,
     /// The name reports use [default: the suite's directory name, split and level].
     pub name: Option<String>,
+    /// Completion cap of this source's rollout turns [default: `rollout.max_tokens`]: a
+    /// level-2 answer takes 400 to 1,300 tokens where a level-1 one fits in 512, and a
+    /// source whose answers are cut short rewards only the short ones.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -440,6 +445,12 @@ impl RlConfig {
             return bad("data.train", "no problem source");
         }
         for (i, s) in self.data.train.iter().chain(&self.data.heldout).enumerate() {
+            if s.max_tokens == Some(0) {
+                return bad(
+                    &format!("data source {i} ({})", s.suite.display()),
+                    "max_tokens must be at least 1",
+                );
+            }
             if !(s.weight.is_finite() && s.weight > 0.0) {
                 return bad(
                     &format!("data source {i} ({})", s.suite.display()),

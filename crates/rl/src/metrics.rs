@@ -1,6 +1,7 @@
 //! What a step reports, and where it is kept.
 
 use serde::{Deserialize, Serialize};
+use tritonforge_agent::{Episode, TurnOutcome};
 use tritonforge_protocol::DeviceUse;
 
 /// One RL step, as `metrics.jsonl` and the store keep it.
@@ -79,6 +80,54 @@ pub struct StepMetrics {
     /// generation copy, and the share of its wall time it waited for work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<WorkerShare>,
+    /// The same rollouts by source, in `data.train` order (sources drawn this step).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_source: Vec<SourceStep>,
+}
+
+/// One source's share of a step's rollouts (`data.train` sources by name): a mixed pool's
+/// average hides a source the policy is getting worse at, or one whose answers the
+/// completion cap cuts short.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SourceStep {
+    pub source: String,
+    pub groups: usize,
+    pub episodes: usize,
+    /// Mean reward of its turns.
+    pub reward_mean: f64,
+    /// Episodes correct at the first turn, and by the last.
+    pub solved_first: f64,
+    pub solved: f64,
+    /// Turns with no candidate to evaluate (no code, no `ModelNew`, ...).
+    pub no_code: f64,
+    /// Completions that stopped at the cap (`finish_reason` "length").
+    pub truncated: f64,
+}
+
+impl SourceStep {
+    /// The statistics of `episodes`, played in `groups` groups of source `source`.
+    pub fn of(source: String, groups: usize, episodes: &[&Episode]) -> SourceStep {
+        let turns: Vec<&tritonforge_agent::Turn> = episodes.iter().flat_map(|e| &e.turns).collect();
+        let nt = turns.len().max(1) as f64;
+        let ne = episodes.len().max(1) as f64;
+        let share = |f: &dyn Fn(&tritonforge_agent::Turn) -> bool| {
+            turns.iter().filter(|t| f(t)).count() as f64 / nt
+        };
+        SourceStep {
+            source,
+            groups,
+            episodes: episodes.len(),
+            reward_mean: turns.iter().map(|t| t.reward).sum::<f64>() / nt,
+            solved_first: episodes
+                .iter()
+                .filter(|e| e.turns.first().is_some_and(|t| t.outcome.is_correct()))
+                .count() as f64
+                / ne,
+            solved: episodes.iter().filter(|e| e.solved()).count() as f64 / ne,
+            no_code: share(&|t| matches!(t.outcome, TurnOutcome::NotExtracted(_))),
+            truncated: share(&|t| t.completion.finish_reason.as_deref() == Some("length")),
+        }
+    }
 }
 
 /// The worker's time over one step (differences of [`DeviceUse`] totals).
@@ -182,6 +231,39 @@ mod tests {
             graphs_compiled: gpu.map(|g| g.0 as u64),
             alloc_retries: None,
         }
+    }
+
+    fn turn(outcome: TurnOutcome, reward: f64, finish: &str) -> tritonforge_agent::Turn {
+        let mut t = tritonforge_agent::Turn { outcome, reward, ..Default::default() };
+        t.completion.finish_reason = Some(finish.into());
+        t
+    }
+
+    /// A source's figures by hand: one episode cut at the cap with no code, then right;
+    /// one right at once.
+    #[test]
+    fn a_source_step_counts_its_own_episodes() {
+        use tritonforge_agent::NotExtracted;
+        use tritonforge_protocol::Status;
+        let cut = Episode {
+            turns: vec![
+                turn(NotExtracted::NoCode.into(), 0.0, "length"),
+                turn(Status::Correct.into(), 0.8, "stop"),
+            ],
+            ..Default::default()
+        };
+        let right = Episode {
+            turns: vec![turn(Status::Correct.into(), 0.9, "stop")],
+            ..Default::default()
+        };
+        let s = SourceStep::of("suite-l2".into(), 1, &[&cut, &right]);
+        assert_eq!((s.source.as_str(), s.groups, s.episodes), ("suite-l2", 1, 2));
+        assert!((s.reward_mean - 1.7 / 3.0).abs() < 1e-12, "{s:?}");
+        assert_eq!((s.solved_first, s.solved), (0.5, 1.0));
+        assert!((s.no_code - 1.0 / 3.0).abs() < 1e-12 && (s.truncated - 1.0 / 3.0).abs() < 1e-12);
+        // No episodes: zeros, not NaN.
+        let none = SourceStep::of("synth".into(), 0, &[]);
+        assert_eq!((none.reward_mean, none.solved, none.no_code), (0.0, 0.0, 0.0));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::batch;
 use crate::config::RlConfig;
 use crate::env::{Activity, BoxFuture, Environment, Play, TimedBackend, Timeline};
 use crate::layout::{lay_out, Sequence};
-use crate::metrics::{HeldoutMetrics, StepMetrics, WorkerShare};
+use crate::metrics::{HeldoutMetrics, SourceStep, StepMetrics, WorkerShare};
 use crate::pool::{Pool, PoolState};
 use crate::rng::Rng;
 use crate::staleness::Gate;
@@ -113,6 +113,8 @@ struct Rollout {
 }
 
 struct Group {
+    /// Index of the `data.train` source its problem came from.
+    source: usize,
     episodes: Vec<Episode>,
     /// Per episode, per turn; `None`: no signal.
     advantages: Option<Vec<Vec<f64>>>,
@@ -236,12 +238,18 @@ struct Producer {
 }
 
 impl Producer {
-    fn sampling(&self, seed: u64) -> Sampling {
+    /// The source (index into `data.train`) problem `task` was drawn from.
+    fn source(&self, task: usize) -> usize {
+        self.pool.entries.get(task).map_or(0, |e| e.source)
+    }
+
+    fn sampling(&self, seed: u64, task: usize) -> Sampling {
         let r = &self.cfg.rollout;
+        let cap = self.cfg.data.train.get(self.source(task)).and_then(|s| s.max_tokens);
         Sampling {
             temperature: r.temperature,
             top_p: r.top_p,
-            max_tokens: r.max_tokens,
+            max_tokens: cap.unwrap_or(r.max_tokens),
             seed: Some(seed),
         }
     }
@@ -274,7 +282,7 @@ impl Producer {
                         sample,
                         id: format!("{}/step-{b:06}/{}/{sample}", self.run, keys[task]),
                         run: self.run.clone(),
-                        sampling: self.sampling(seed_of(seed, b, task, sample)),
+                        sampling: self.sampling(seed_of(seed, b, task, sample), task),
                     });
                 }
             }
@@ -308,7 +316,7 @@ impl Producer {
                         })
                         .collect()
                 });
-                groups.push(Group { episodes: mine, advantages });
+                groups.push(Group { source: self.source(task), episodes: mine, advantages });
             }
         }
         Rollout {
@@ -571,7 +579,8 @@ async fn heldout(
     let (temperature, top_p) = cfg.schedule.heldout_sampling(&cfg.rollout);
     let slots = Arc::new(Semaphore::new(cfg.rollout.parallel.max(1)));
     let started = Instant::now();
-    let sets = parts.heldout.iter().map(|(name, env)| {
+    let sets = parts.heldout.iter().enumerate().map(|(i, (name, env))| {
+        let max_tokens = cfg.data.heldout.get(i).and_then(|s| s.max_tokens).unwrap_or(max_tokens);
         let keys = env.keys();
         let mut plays = Vec::new();
         for (task, key) in keys.iter().enumerate() {
@@ -593,12 +602,12 @@ async fn heldout(
         let slots = slots.clone();
         async move {
             let eps = play_in(env, &parts.generator, &parts.timeline, plays, slots).await;
-            (name, keys.len(), eps, started.elapsed().as_secs_f64())
+            (name, keys.len(), max_tokens, eps, started.elapsed().as_secs_f64())
         }
     });
     let played = futures_util::future::join_all(sets).await;
     let mut out = Vec::new();
-    for (name, problems, eps, wall_s) in played {
+    for (name, problems, max_tokens, eps, wall_s) in played {
         if let Some(s) = store {
             link_evaluations(s, &parts.run, &eps)?;
         }
@@ -711,6 +720,17 @@ async fn train_step(
         .map(|t| t.completion.token_ids.as_ref().map_or(0, |v| v.len() as u64))
         .sum();
     m.tokens_per_s = m.generated_tokens as f64 / m.rollout_s.max(1e-9);
+    m.by_source = cfg
+        .data
+        .train
+        .iter()
+        .enumerate()
+        .filter_map(|(i, src)| {
+            let groups: Vec<&Group> = rollout.groups.iter().filter(|g| g.source == i).collect();
+            let eps: Vec<&Episode> = groups.iter().flat_map(|g| &g.episodes).collect();
+            (!groups.is_empty()).then(|| SourceStep::of(source_name(src), groups.len(), &eps))
+        })
+        .collect();
     // Sequences from the groups with signal.
     let mut seqs: Vec<Sequence> = Vec::new();
     let mut abs_adv = (0.0, 0usize);
