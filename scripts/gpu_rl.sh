@@ -9,8 +9,9 @@
 #   PHASE bench:    scripts/bench_colocated.py on the bundled model (generation through the
 #                   trained model against the generation copy; score and rl_step per
 #                   attention kernel) to OUTDIR/bench-colocated.json;
-#   PHASE train SECONDS [KEY=VALUE ...]: run (or resume) the RL job for at most SECONDS
-#                   (it stops after the step in progress and resumes next time); settings
+#   PHASE train SECONDS [KEY=VALUE ...]: run (or resume) the RL job for about SECONDS
+#                   (it starts no step that would end past them, checkpoints, and resumes
+#                   there next time; a heldout pass already written is not played again); settings
 #                   override [schedule] keys of the config; logs, metrics and heldout
 #                   figures to OUTDIR.
 set -uo pipefail
@@ -49,8 +50,11 @@ case "$PHASE" in
       if grep -q "^$k = " "$S/rl-now.toml"; then sed -i "s|^$k = .*|$k = $v|" "$S/rl-now.toml"
       else sed -i "s|^\[schedule\]|[schedule]\n$k = $v|" "$S/rl-now.toml"; fi
     done
+    # The run stops itself before a step that would end past SECONDS (max_seconds_now) and
+    # checkpoints there; `timeout` is only the backstop, 45 s later.
+    grep -q "^max_seconds_now = " "$S/rl-now.toml" || sed -i "s|^\[schedule\]|[schedule]\nmax_seconds_now = $secs|" "$S/rl-now.toml"
     t0=$(date +%s)
-    timeout --signal=TERM "$secs" "$S/tritonforge" --python python3 --state-dir "$S/state" --device cuda \
+    timeout --signal=TERM "$(( secs + 45 ))" "$S/tritonforge" --python python3 --state-dir "$S/state" --device cuda \
       train rl --json --config "$S/rl-now.toml" >> "$S/events.jsonl" 2>> "$S/train.err"
     echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/train.err"
     cp "$S/events.jsonl" "$S/train.err" "$S/rl-now.toml" "$OUT/" 2>/dev/null

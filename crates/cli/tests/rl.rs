@@ -257,6 +257,25 @@ fn a_resumed_run_takes_the_same_steps() {
         lines.iter().map(|l| l["step"].as_u64().unwrap()).collect::<Vec<_>>(),
         vec![1, 2, 3, 4]
     );
+    // Stopped by the clock instead: each invocation takes at least one step and stops
+    // before a step that would end past one second (the worker's set-up alone takes
+    // longer), checkpointing where it stopped even between `save_every` marks; the
+    // invocations together take the same steps.
+    let timed = toy_config(&dir.path().join("c"), &model, 4, 0.002, "max_seconds_now = 1");
+    let mut c: Vec<StepMetrics> = Vec::new();
+    let mut taken = Vec::new();
+    while c.len() < 4 && taken.len() < 4 {
+        let part = toy_run(&timed, &model);
+        taken.push(part.len());
+        let latest = std::fs::read_to_string(dir.path().join("c/LATEST")).unwrap();
+        assert_eq!(latest.trim(), format!("step-{:06}", c.len() + part.len()), "{taken:?}");
+        c.extend(part);
+    }
+    assert!(taken.len() > 1 && taken.iter().all(|&n| n >= 1), "steps per invocation: {taken:?}");
+    for (x, y) in a.iter().zip(&c) {
+        assert_eq!((x.step, x.generated_tokens), (y.step, y.generated_tokens));
+        assert!((x.reward_mean - y.reward_mean).abs() < 1e-9, "step {}", x.step);
+    }
 }
 
 /// Random weights written into the model directory (seeded): a base model an adapter
@@ -417,6 +436,20 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     assert_eq!(played.status.code(), Some(0), "{}\n{}", text(&played.stderr), text(&played.stdout));
     let report: Value = serde_json::from_str(text(&played.stdout).trim()).unwrap();
     assert!(report["policy"].as_str().unwrap().contains("adapter"), "{report}");
+    // A stop before the first checkpoint (the checkpoints gone): the run starts over,
+    // but step 0's heldout pass, written with the same settings, is not played again.
+    std::fs::remove_dir_all(out.join("checkpoints")).unwrap();
+    std::fs::remove_file(out.join("LATEST")).unwrap();
+    let over =
+        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg));
+    assert_eq!(over.status.code(), Some(0), "{}", text(&over.stderr));
+    let over: Vec<Value> =
+        text(&over.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kinds: Vec<&str> = over.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["ready", "step", "saved", "step", "saved", "heldout", "heldout"]);
+    let steps: Vec<u64> =
+        jsonl(&out.join("heldout.jsonl")).iter().map(|h| h["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [0, 0, 2, 2], "step 0 kept once, step 2 measured again");
 }
 
 #[test]

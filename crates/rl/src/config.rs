@@ -258,6 +258,15 @@ impl Default for OptimCfg {
     }
 }
 
+/// How one heldout set is played.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeldoutPlan {
+    pub samples: u32,
+    pub max_tokens: u32,
+    pub temperature: f32,
+    pub top_p: f32,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ScheduleCfg {
@@ -290,6 +299,11 @@ pub struct ScheduleCfg {
     /// Stop after this many steps in this invocation (0: no limit): a run longer than
     /// one sitting checkpoints and resumes.
     pub max_steps_now: u64,
+    /// Start no step in this invocation once this many seconds have passed, or when the
+    /// step would likely end past them (the mean step so far) (0: no limit). The run
+    /// checkpoints where it stops and the next invocation resumes there: a device command
+    /// with a hard time limit ends cleanly instead of losing the step in flight.
+    pub max_seconds_now: u64,
 }
 
 impl ScheduleCfg {
@@ -299,6 +313,22 @@ impl ScheduleCfg {
         let temperature =
             self.heldout_temperature.unwrap_or(if samples > 1 { rollout.temperature } else { 0.0 });
         (temperature, self.heldout_top_p.unwrap_or(rollout.top_p))
+    }
+
+    /// Samples, completion cap, temperature and top-p of heldout set `i` (`data.heldout`
+    /// order): a source's own `max_tokens` overrides `heldout_max_tokens`.
+    pub fn heldout_plan(&self, data: &DataCfg, rollout: &RolloutCfg, i: usize) -> HeldoutPlan {
+        let (temperature, top_p) = self.heldout_sampling(rollout);
+        HeldoutPlan {
+            samples: self.heldout_samples.max(1),
+            max_tokens: data
+                .heldout
+                .get(i)
+                .and_then(|s| s.max_tokens)
+                .unwrap_or_else(|| self.heldout_tokens(rollout)),
+            temperature,
+            top_p,
+        }
     }
 
     /// The completion cap of heldout turns.
@@ -324,6 +354,7 @@ impl Default for ScheduleCfg {
             heldout_timing: false,
             heldout_max_tokens: 0,
             max_steps_now: 0,
+            max_seconds_now: 0,
         }
     }
 }

@@ -16,7 +16,7 @@ use tritonforge_store::Store;
 
 use crate::advantage::group_advantages;
 use crate::batch;
-use crate::config::RlConfig;
+use crate::config::{HeldoutPlan, RlConfig};
 use crate::env::{Activity, BoxFuture, Environment, Play, TimedBackend, Timeline};
 use crate::layout::{lay_out, Sequence};
 use crate::metrics::{HeldoutMetrics, SourceStep, StepMetrics, WorkerShare};
@@ -159,6 +159,57 @@ fn truncate_jsonl(path: &Path, step: u64) -> Result<(), RlError> {
         body.push('\n');
     }
     std::fs::write(path, body).map_err(|e| io_err(path, e))
+}
+
+/// Drops the lines of `path` written for `step` (a heldout pass about to be measured
+/// again, with other settings or after a stop cut it short).
+fn drop_step(path: &Path, step: u64) -> Result<(), RlError> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Ok(()) };
+    let keep: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .is_some_and(|s| s != step)
+        })
+        .collect();
+    let mut body = keep.join("\n");
+    if !body.is_empty() {
+        body.push('\n');
+    }
+    std::fs::write(path, body).map_err(|e| io_err(path, e))
+}
+
+/// Whether `path` holds step `step`'s figures of every heldout set, played as the config
+/// now says (samples, cap, temperature).
+fn heldout_written(path: &Path, cfg: &RlConfig, sets: &[&str], step: u64) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else { return false };
+    let written: Vec<HeldoutMetrics> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<HeldoutMetrics>(l).ok())
+        .filter(|h| h.step == step)
+        .collect();
+    sets.iter().enumerate().all(|(i, name)| {
+        let plan = cfg.schedule.heldout_plan(&cfg.data, &cfg.rollout, i);
+        written.iter().any(|h| {
+            h.set == *name
+                && h.samples == plan.samples
+                && h.max_tokens == plan.max_tokens
+                && (h.temperature - f64::from(plan.temperature)).abs() < 1e-6
+        })
+    })
+}
+
+/// Whether a step started now would likely end past `limit_s` seconds from `started`:
+/// `done` steps were taken since `steps_from`, and the next is taken to last their mean
+/// (0: no limit).
+fn out_of_time(limit_s: u64, started: Instant, steps_from: Instant, done: u64) -> bool {
+    if limit_s == 0 || done == 0 {
+        return false;
+    }
+    let mean = steps_from.elapsed().as_secs_f64() / done as f64;
+    started.elapsed().as_secs_f64() + mean > limit_s as f64
 }
 
 fn append_jsonl(path: &Path, value: &impl Serialize) -> Result<(), RlError> {
@@ -340,6 +391,7 @@ pub async fn train(
     store: Option<&Store>,
     events: &mut (dyn FnMut(RlEvent) + Send),
 ) -> Result<RlSummary, RlError> {
+    let started_now = Instant::now();
     let out = cfg.output.dir.clone();
     std::fs::create_dir_all(out.join("checkpoints")).map_err(|e| io_err(&out, e))?;
     let reward = cfg.reward.resolve().map_err(RlError::Config)?;
@@ -389,10 +441,15 @@ pub async fn train(
         s == cfg.schedule.steps
             || (cfg.schedule.heldout_every > 0 && s.is_multiple_of(cfg.schedule.heldout_every))
     };
-    if start == 0 {
-        for h in heldout(cfg, &parts, 0, store).await? {
+    // Heldout due where this invocation starts: before training, or a pass a stop cut
+    // short after its step's checkpoint. One already written with these settings is not
+    // played again (a first pass can take most of a device command).
+    let sets: Vec<&str> = parts.heldout.iter().map(|(n, _)| n.as_str()).collect();
+    if (start == 0 || heldout_due(start)) && !heldout_written(&heldout_path, cfg, &sets, start) {
+        drop_step(&heldout_path, start)?;
+        for h in heldout(cfg, &parts, start, store).await? {
             append_jsonl(&heldout_path, &h)?;
-            put_metric(store, &parts.run, 0, &format!("heldout:{}", h.set), &h)?;
+            put_metric(store, &parts.run, start, &format!("heldout:{}", h.set), &h)?;
             events(RlEvent::Heldout(h.clone()));
             summary.heldout.push(h);
         }
@@ -400,8 +457,11 @@ pub async fn train(
     if start >= end {
         return Ok(summary);
     }
+    // Steps are timed from here: a first heldout pass is not a step.
+    let steps_from = Instant::now();
 
     // The producer: batches start..end, each once the gate allows.
+    let producer_pool_state = pool.state.clone();
     let gate = Gate { max_staleness: cfg.schedule.max_staleness };
     let (version_tx, mut version_rx) = watch::channel(start);
     let (batch_tx, mut batch_rx) = mpsc::unbounded_channel::<Rollout>();
@@ -434,7 +494,19 @@ pub async fn train(
     // The worker's time totals at the previous update.
     let mut last_use: Option<DeviceUse> = None;
     let mut result = Ok(());
+    let mut last_pool = producer_pool_state;
     for step in start..end {
+        if step > start
+            && out_of_time(cfg.schedule.max_seconds_now, started_now, steps_from, step - start)
+        {
+            // Stopped by the clock: the last step's checkpoint is where the next resumes.
+            if !step.is_multiple_of(cfg.schedule.save_every) {
+                let dir = save(&parts, &out, step, &last_pool).await?;
+                events(RlEvent::Saved { dir: dir.clone(), step });
+                summary.last_checkpoint = Some(dir);
+            }
+            break;
+        }
         let Some(rollout) = batch_rx.recv().await else {
             result = Err(RlError::Schedule("the rollout producer stopped early".into()));
             break;
@@ -479,6 +551,7 @@ pub async fn train(
             parts.generator.refresh(&dir, &version).await.map_err(RlError::Generator)?;
         }
         let _ = version_tx.send(done);
+        last_pool = rollout.pool.clone();
         if done.is_multiple_of(cfg.schedule.save_every) || done == end {
             let dir = save(&parts, &out, done, &rollout.pool).await?;
             events(RlEvent::Saved { dir: dir.clone(), step: done });
@@ -574,13 +647,11 @@ async fn heldout(
     step: u64,
     store: Option<&Store>,
 ) -> Result<Vec<HeldoutMetrics>, RlError> {
-    let samples = cfg.schedule.heldout_samples.max(1);
-    let max_tokens = cfg.schedule.heldout_tokens(&cfg.rollout);
-    let (temperature, top_p) = cfg.schedule.heldout_sampling(&cfg.rollout);
     let slots = Arc::new(Semaphore::new(cfg.rollout.parallel.max(1)));
     let started = Instant::now();
     let sets = parts.heldout.iter().enumerate().map(|(i, (name, env))| {
-        let max_tokens = cfg.data.heldout.get(i).and_then(|s| s.max_tokens).unwrap_or(max_tokens);
+        let HeldoutPlan { samples, max_tokens, temperature, top_p } =
+            cfg.schedule.heldout_plan(&cfg.data, &cfg.rollout, i);
         let keys = env.keys();
         let mut plays = Vec::new();
         for (task, key) in keys.iter().enumerate() {
@@ -602,12 +673,20 @@ async fn heldout(
         let slots = slots.clone();
         async move {
             let eps = play_in(env, &parts.generator, &parts.timeline, plays, slots).await;
-            (name, keys.len(), max_tokens, eps, started.elapsed().as_secs_f64())
+            (
+                name,
+                keys.len(),
+                samples,
+                max_tokens,
+                temperature,
+                eps,
+                started.elapsed().as_secs_f64(),
+            )
         }
     });
     let played = futures_util::future::join_all(sets).await;
     let mut out = Vec::new();
-    for (name, problems, max_tokens, eps, wall_s) in played {
+    for (name, problems, samples, max_tokens, temperature, eps, wall_s) in played {
         if let Some(s) = store {
             link_evaluations(s, &parts.run, &eps)?;
         }
@@ -839,4 +918,65 @@ async fn train_step(
     let busy = tl.covered(&[Activity::Generate, Activity::Train], window.0, window.1);
     m.policy_idle = (1.0 - busy / (window.1 - window.0).max(1e-9)).clamp(0.0, 1.0);
     Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn ago(s: u64) -> Instant {
+        Instant::now().checked_sub(Duration::from_secs(s)).unwrap_or_else(Instant::now)
+    }
+
+    /// 100 s in, 3 steps over the last 90: the next (30 s) would end at 130.
+    #[test]
+    fn the_clock_stops_a_step_that_would_not_fit() {
+        assert!(out_of_time(120, ago(100), ago(90), 3));
+        assert!(!out_of_time(140, ago(100), ago(90), 3));
+        assert!(!out_of_time(0, ago(100), ago(90), 3), "0: no limit");
+        assert!(!out_of_time(10, ago(100), ago(90), 0), "no step taken yet: no mean to go by");
+    }
+
+    fn held(step: u64, set: &str, samples: u32, max_tokens: u32, temperature: f64) -> String {
+        let h = HeldoutMetrics {
+            step,
+            set: set.into(),
+            samples,
+            max_tokens,
+            temperature,
+            ..Default::default()
+        };
+        serde_json::to_string(&h).unwrap()
+    }
+
+    /// A heldout pass is written when every set has a record of that step played as the
+    /// config says; a pass measured again first drops that step's old lines.
+    #[test]
+    fn a_written_heldout_pass_is_recognised_and_replaced_by_step() {
+        let cfg: RlConfig = toml::from_str(
+            "[model]\npath = \"m\"\n[data]\ntrain = [{ suite = \"t\" }]\n\
+             heldout = [{ suite = \"a\", name = \"a\" }, { suite = \"b\", name = \"b\", max_tokens = 64 }]\n\
+             [rollout]\nmax_tokens = 32\n[schedule]\nheldout_samples = 2\nheldout_temperature = 0.5\n\
+             [output]\ndir = \"o\"\n",
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heldout.jsonl");
+        let sets = ["a", "b"];
+        assert!(!heldout_written(&path, &cfg, &sets, 0), "no file");
+        let lines = [held(0, "a", 2, 32, 0.5), held(0, "b", 2, 64, 0.5), held(4, "a", 2, 32, 0.5)];
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        assert!(heldout_written(&path, &cfg, &sets, 0));
+        assert!(!heldout_written(&path, &cfg, &sets, 4), "set b missing at step 4");
+        // Other settings than the config's: not the pass it asks for.
+        std::fs::write(&path, [held(0, "a", 2, 32, 0.5), held(0, "b", 2, 32, 0.5)].join("\n"))
+            .unwrap();
+        assert!(!heldout_written(&path, &cfg, &sets, 0), "b's own cap is 64");
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        drop_step(&path, 0).unwrap();
+        let left: Vec<String> =
+            std::fs::read_to_string(&path).unwrap().lines().map(String::from).collect();
+        assert_eq!(left, [lines[2].clone()]);
+    }
 }
