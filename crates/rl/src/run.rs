@@ -142,43 +142,34 @@ fn latest(out: &Path) -> Result<Option<(PathBuf, RlState)>, RlError> {
     Ok(Some((dir, state)))
 }
 
-/// Metrics lines of steps after `step` are dropped (a resumed run writes them again).
-fn truncate_jsonl(path: &Path, step: u64) -> Result<(), RlError> {
+/// Keeps the lines of `path` whose `step` passes `keep` (lines without one go).
+fn keep_steps(path: &Path, keep: impl Fn(u64) -> bool) -> Result<(), RlError> {
     let Ok(text) = std::fs::read_to_string(path) else { return Ok(()) };
-    let keep: Vec<&str> = text
+    let kept: Vec<&str> = text
         .lines()
         .filter(|l| {
             serde_json::from_str::<serde_json::Value>(l)
                 .ok()
                 .and_then(|v| v["step"].as_u64())
-                .is_some_and(|s| s <= step)
+                .is_some_and(&keep)
         })
         .collect();
-    let mut body = keep.join("\n");
+    let mut body = kept.join("\n");
     if !body.is_empty() {
         body.push('\n');
     }
     std::fs::write(path, body).map_err(|e| io_err(path, e))
 }
 
+/// Drops what a resumed run will write again: lines of steps after `step`.
+fn truncate_jsonl(path: &Path, step: u64) -> Result<(), RlError> {
+    keep_steps(path, |s| s <= step)
+}
+
 /// Drops the lines of `path` written for `step` (a heldout pass about to be measured
 /// again, with other settings or after a stop cut it short).
 fn drop_step(path: &Path, step: u64) -> Result<(), RlError> {
-    let Ok(text) = std::fs::read_to_string(path) else { return Ok(()) };
-    let keep: Vec<&str> = text
-        .lines()
-        .filter(|l| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .ok()
-                .and_then(|v| v["step"].as_u64())
-                .is_some_and(|s| s != step)
-        })
-        .collect();
-    let mut body = keep.join("\n");
-    if !body.is_empty() {
-        body.push('\n');
-    }
-    std::fs::write(path, body).map_err(|e| io_err(path, e))
+    keep_steps(path, |s| s != step)
 }
 
 /// Whether `path` holds step `step`'s figures of every heldout set, played as the config
