@@ -2,7 +2,8 @@
 """Where an RL run's evaluations spent their time, from the store it wrote.
 
 Reads every `*.sqlite` under STATE_DIR, takes the evaluation records the episodes of runs
-whose name starts with `rl-` point at (each turn's `record` key), and prints per status:
+whose name starts with `rl-` point at (each turn's `record` key), and prints per status
+(the rollouts at the top level, heldout passes, `rl-*/heldout`, under `heldout`):
 how many, and the mean / median / 90th percentile of the host's wall time, the executor's
 time, the wait for a started process, the wait for a GPU lease, exclusive (timing) time
 and the wait for memory admission, in milliseconds; also the whole sum of wall time against the rollouts' span.
@@ -30,45 +31,58 @@ def summary(values: list[float]) -> dict[str, float]:
             "p90": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))], 1), "sum": round(sum(ordered), 1)}
 
 
-def main() -> int:
-    if len(sys.argv) != 2:
-        sys.stderr.write(__doc__ or "")
-        return 2
-    by_status: dict[str, dict[str, list[float]]] = {}
-    stages: dict[str, int] = {}
-    created: list[int] = []
-    for db in Path(sys.argv[1]).rglob("*.sqlite"):
-        conn = sqlite3.connect(str(db))
-        try:
-            episodes = conn.execute("SELECT episode FROM episodes WHERE run LIKE 'rl-%'").fetchall()
-        except sqlite3.Error:
+def profile(conn: sqlite3.Connection, episodes: list[str], by_status: dict[str, dict[str, list[float]]],
+            stages: dict[str, int], created: list[int]) -> None:
+    """Adds the evaluations `episodes` (stored JSON) point at to the tallies."""
+    keys = []
+    for text in episodes:
+        for turn in json.loads(text).get("turns", []):
+            if turn.get("record"):
+                keys.append(turn["record"])
+            stage = turn.get("stage") or "-"
+            stages[stage] = stages.get(stage, 0) + 1
+    for key in keys:
+        row = conn.execute("SELECT status, record FROM evaluations WHERE key = ?", (key,)).fetchone()
+        if row is None:
             continue
-        keys = []
-        for (text,) in episodes:
-            for turn in json.loads(text).get("turns", []):
-                if turn.get("record"):
-                    keys.append(turn["record"])
-                stage = turn.get("stage") or "-"
-                stages[stage] = stages.get(stage, 0) + 1
-        for key in keys:
-            row = conn.execute("SELECT status, record FROM evaluations WHERE key = ?", (key,)).fetchone()
-            if row is None:
-                continue
-            record: dict[str, Any] = json.loads(row[1])
-            created.append(int(record.get("created_at", 0)))
-            slot = by_status.setdefault(row[0], {f: [] for f in FIELDS})
-            for f in FIELDS:
-                v = record.get(f)
-                if v is None and isinstance(record.get("memory"), dict):
-                    v = record["memory"].get(f)  # the memory admission's wait
-                if isinstance(v, (int, float)):
-                    slot[f].append(float(v))
+        record: dict[str, Any] = json.loads(row[1])
+        created.append(int(record.get("created_at", 0)))
+        slot = by_status.setdefault(row[0], {f: [] for f in FIELDS})
+        for f in FIELDS:
+            v = record.get(f)
+            if v is None and isinstance(record.get("memory"), dict):
+                v = record["memory"].get(f)  # the memory admission's wait
+            if isinstance(v, (int, float)):
+                slot[f].append(float(v))
+
+
+def report(by_status: dict[str, dict[str, list[float]]], stages: dict[str, int], created: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {"statuses": {s: {"count": len(v["wall_ms"]), **{f: summary(v[f]) for f in FIELDS}}
                                         for s, v in sorted(by_status.items())},
                            "turn_stages": stages}
     if created:
         out["records"] = len(created)
         out["span_s"] = max(created) - min(created)
+    return out
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        sys.stderr.write(__doc__ or "")
+        return 2
+    # Rollouts (runs `rl-*`) and heldout passes (`rl-*/heldout`), apart.
+    parts: dict[str, tuple[dict[str, dict[str, list[float]]], dict[str, int], list[int]]] = {
+        "rollouts": ({}, {}, []), "heldout": ({}, {}, [])}
+    for db in Path(sys.argv[1]).rglob("*.sqlite"):
+        conn = sqlite3.connect(str(db))
+        try:
+            rows = conn.execute("SELECT episode, run FROM episodes WHERE run LIKE 'rl-%'").fetchall()
+        except sqlite3.Error:
+            continue
+        for name, keep in (("rollouts", lambda r: not r.endswith("/heldout")), ("heldout", lambda r: r.endswith("/heldout"))):
+            profile(conn, [text for text, run in rows if keep(run)], *parts[name])
+    out = report(*parts["rollouts"])
+    out["heldout"] = report(*parts["heldout"])
     print(json.dumps(out))
     return 0
 

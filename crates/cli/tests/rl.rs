@@ -399,6 +399,12 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     assert_eq!((id.as_str(), kind.as_str(), status.as_str()), ("rl-out", "rl", "done"));
     let settings: Value = serde_json::from_str(&settings).unwrap();
     assert_eq!(settings["schedule"]["steps"], 2, "{settings}");
+    // Heldout episodes are stored apart from the rollouts': 2 sets × 20 problems × 2
+    // samples, at steps 0 and 2.
+    let held: i64 = db
+        .query_row("SELECT COUNT(*) FROM episodes WHERE run = 'rl-out/heldout'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(held, 160);
     drop(db);
     assert_eq!(std::fs::read_to_string(out.join("LATEST")).unwrap().trim(), "step-000002");
     let adapter = out.join("checkpoints/step-000002/adapter");

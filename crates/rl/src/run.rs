@@ -507,14 +507,8 @@ pub async fn train(
                 append_jsonl(&metrics_path, &m)?;
                 put_metric(store, &parts.run, step + 1, "rl", &m)?;
                 if let Some(s) = store {
-                    for g in &rollout.groups {
-                        for ep in &g.episodes {
-                            let text = serde_json::to_string(ep).map_err(|e| io_err(&out, e))?;
-                            s.put_episode(&ep.id, &ep.run, &ep.problem, ep.sample, &text)?;
-                        }
-                    }
                     let eps = rollout.groups.iter().flat_map(|g| &g.episodes);
-                    link_evaluations(s, &parts.run, eps)?;
+                    store_episodes(s, &parts.run, &out, eps)?;
                 }
                 events(RlEvent::Step(Box::new(m)));
             }
@@ -679,7 +673,7 @@ async fn heldout(
     let mut out = Vec::new();
     for (name, problems, samples, max_tokens, temperature, eps, wall_s) in played {
         if let Some(s) = store {
-            link_evaluations(s, &parts.run, &eps)?;
+            store_episodes(s, &parts.run, &cfg.output.dir, &eps)?;
         }
         let n = eps.len().max(1) as f64;
         let first =
@@ -701,6 +695,21 @@ async fn heldout(
         });
     }
     Ok(out)
+}
+
+/// `eps` into the store as they were played (heldout ones under `RUN/heldout`, so the
+/// episode viewer shows them apart), their evaluations linked to the run.
+fn store_episodes<'a>(
+    s: &Store,
+    run: &str,
+    out: &Path,
+    eps: impl IntoIterator<Item = &'a Episode> + Clone,
+) -> Result<(), RlError> {
+    for ep in eps.clone() {
+        let text = serde_json::to_string(ep).map_err(|e| io_err(out, e))?;
+        s.put_episode(&ep.id, &ep.run, &ep.problem, ep.sample, &text)?;
+    }
+    link_evaluations(s, run, eps)
 }
 
 /// Up to three distinct failure reasons of `eps`.
