@@ -3,8 +3,6 @@
 //! randomly initialised Llama-architecture model (`configs/models/tiny-llama`): fixture
 //! scripts run under the test interpreter and print what they measured.
 
-use std::path::Path;
-
 use serde_json::Value;
 
 mod common;
@@ -14,18 +12,7 @@ use common::*;
 /// it must succeed and print one JSON object.
 fn fixture_json(script: &str) -> Value {
     let model = repo().join("configs/models/tiny-llama");
-    let python = repo().join("python");
-    let args: [&Path; 2] = [&python, &model];
-    let out = std::process::Command::new(venv().join("bin/python"))
-        .arg(fixture(script))
-        .args(args)
-        .env("HF_HUB_OFFLINE", "1")
-        .env("PYTHONPATH", &python)
-        .output()
-        .unwrap();
-    let report = text(&out.stdout);
-    assert!(out.status.success(), "{report}\n{}", text(&out.stderr));
-    serde_json::from_str(report.trim()).unwrap()
+    fixture_report(script, &[&repo().join("python"), &model])
 }
 
 /// Log-probs against a full forward, batched rows the same as alone (a request joining a
@@ -80,16 +67,7 @@ fn the_colocated_worker_generates_from_the_weights_it_trains() {
 #[test]
 fn a_gguf_model_loads_from_its_converted_copy_as_from_the_file() {
     let cache = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(venv().join("bin/python"))
-        .arg(fixture("models/check_gguf_cache.py"))
-        .arg(cache.path())
-        .env("HF_HUB_OFFLINE", "1")
-        .env("PYTHONPATH", repo().join("python"))
-        .output()
-        .unwrap();
-    let report = text(&out.stdout);
-    assert!(out.status.success(), "{report}\n{}", text(&out.stderr));
-    let v: Value = serde_json::from_str(report.trim()).unwrap();
+    let v = fixture_report("models/check_gguf_cache.py", &[cache.path()]);
     assert_eq!(v["failures"], serde_json::json!([]), "{v}");
     assert_eq!(v["weights_equal"], true, "{v}");
 }

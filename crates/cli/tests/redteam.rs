@@ -400,15 +400,6 @@ fn with_no_guard_the_runtime_layers_keep_95_percent_of_the_corpus_from_correct()
 /// itself is a CUDA call (run on a GPU by `scripts/bench_gpu_pool.py redteam`).
 #[test]
 fn a_watched_call_holds_back_the_first_launch_on_each_other_stream() {
-    let python = repo().join("python");
-    let out = std::process::Command::new(venv().join("bin/python"))
-        .arg(fixture("guard/check_stream_hold.py"))
-        .arg(&python)
-        .env("PYTHONPATH", &python)
-        .output()
-        .unwrap();
-    let report = text(&out.stdout);
-    assert!(out.status.success(), "{report}\n{}", text(&out.stderr));
-    let v: Value = serde_json::from_str(report.trim()).unwrap();
+    let v = fixture_report("guard/check_stream_hold.py", &[&repo().join("python")]);
     assert_eq!(v["failures"], serde_json::json!([]), "{v}");
 }

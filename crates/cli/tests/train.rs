@@ -87,22 +87,8 @@ fn losses(events: &[Value], split: &str) -> Vec<(u64, f64)> {
         .collect()
 }
 
-/// Runs a fixture script under the test interpreter; it must succeed and print one JSON
-/// object.
-fn fixture_json(script: &str, args: &[&Path]) -> Value {
-    let out = std::process::Command::new(venv().join("bin/python"))
-        .arg(fixture(script))
-        .args(args)
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .unwrap();
-    let report = text(&out.stdout);
-    assert!(out.status.success(), "{report}\n{}", text(&out.stderr));
-    serde_json::from_str(report.trim()).unwrap()
-}
-
 fn check_checkpoint(dir: &Path) -> Value {
-    fixture_json("train/check_checkpoint.py", &[dir])
+    fixture_report("train/check_checkpoint.py", &[dir])
 }
 
 #[test]
@@ -337,7 +323,7 @@ fn two_ranks_train_like_one_and_resume_across_world_sizes() {
 /// writes).
 #[test]
 fn trainer_math_matches_plain_references() {
-    let v = fixture_json("train/check_trainer_math.py", &[&repo().join("python"), &tiny()]);
+    let v = fixture_report("train/check_trainer_math.py", &[&repo().join("python"), &tiny()]);
     for key in [
         "loss",
         "grad_hidden",
@@ -380,7 +366,7 @@ fn trainer_math_matches_plain_references() {
 /// beside generation, and refuses a malformed step by row while it keeps serving.
 #[test]
 fn rl_math_score_and_steps_match_plain_references() {
-    let v = fixture_json("train/check_rl.py", &[&repo().join("python"), &tiny()]);
+    let v = fixture_report("train/check_rl.py", &[&repo().join("python"), &tiny()]);
     assert_eq!(v["failures"], json!([]), "{v}");
     for key in [
         "logprob",
@@ -414,7 +400,7 @@ fn rl_math_score_and_steps_match_plain_references() {
 /// the same weights; a reference score it cannot give is refused and the ranks go on.
 #[test]
 fn rl_on_two_ranks_matches_one_process() {
-    let v = fixture_json("train/check_rl_ranks.py", &[&repo().join("python"), &tiny()]);
+    let v = fixture_report("train/check_rl_ranks.py", &[&repo().join("python"), &tiny()]);
     assert_eq!(v["failures"], json!([]), "{v}");
     assert!(v["score"].as_f64().unwrap() <= 1e-5, "{v}");
     assert!(v["score_after_step"].as_f64().unwrap() <= 1e-4, "{v}");

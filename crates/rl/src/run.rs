@@ -452,7 +452,8 @@ pub async fn train(
     let steps_from = Instant::now();
 
     // The producer: batches start..end, each once the gate allows.
-    let producer_pool_state = pool.state.clone();
+    // The pool state a stop by the clock checkpoints: the last trained batch's.
+    let mut last_pool = pool.state.clone();
     let gate = Gate { max_staleness: cfg.schedule.max_staleness };
     let (version_tx, mut version_rx) = watch::channel(start);
     let (batch_tx, mut batch_rx) = mpsc::unbounded_channel::<Rollout>();
@@ -485,7 +486,6 @@ pub async fn train(
     // The worker's time totals at the previous update.
     let mut last_use: Option<DeviceUse> = None;
     let mut result = Ok(());
-    let mut last_pool = producer_pool_state;
     for step in start..end {
         if step > start
             && out_of_time(cfg.schedule.max_seconds_now, started_now, steps_from, step - start)

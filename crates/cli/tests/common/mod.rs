@@ -25,6 +25,22 @@ pub fn fixture(rel: &str) -> PathBuf {
     repo().join("crates/cli/tests/fixtures").join(rel)
 }
 
+/// Runs a Python fixture in the managed environment (the worker package importable, no
+/// model hub) and returns its one-line JSON report, once it has exited cleanly.
+pub fn fixture_report(script: &str, args: &[&Path]) -> serde_json::Value {
+    let python = repo().join("python");
+    let out = Command::new(venv().join("bin/python"))
+        .arg(fixture(script))
+        .args(args)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("PYTHONPATH", &python)
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    assert!(out.status.success(), "{report}\n{}", text(&out.stderr));
+    serde_json::from_str(report.trim()).unwrap()
+}
+
 /// The real binary, run from the repo root with its own state directory.
 pub fn tf(state: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tritonforge"));
