@@ -618,28 +618,25 @@ mod tests {
     fn heldout_sampling_defaults_and_overrides() {
         let c: RlConfig = toml::from_str(MIN).unwrap();
         assert_eq!(c.schedule.heldout_sampling(&c.rollout), (0.0, 1.0));
-        let several = format!(
-            "{MIN}[schedule]
-heldout_samples = 4
-"
-        );
+        let several = format!("{MIN}[schedule]\nheldout_samples = 4\n");
         let c: RlConfig = toml::from_str(&several).unwrap();
         assert_eq!(c.schedule.heldout_sampling(&c.rollout), (1.0, 1.0));
-        let own = format!(
-            "{several}heldout_temperature = 0.7
-heldout_top_p = 0.95
-"
-        );
+        let own = format!("{several}heldout_temperature = 0.7\nheldout_top_p = 0.95\n");
         let c: RlConfig = toml::from_str(&own).unwrap();
         c.check().unwrap();
         assert_eq!(c.schedule.heldout_sampling(&c.rollout), (0.7, 0.95));
-        let bad: RlConfig = toml::from_str(&format!(
-            "{several}heldout_top_p = 1.5
-"
-        ))
-        .unwrap();
+        let bad: RlConfig = toml::from_str(&format!("{several}heldout_top_p = 1.5\n")).unwrap();
         let e = bad.check().unwrap_err().to_string();
         assert!(e.contains("heldout_top_p"), "{e}");
+    }
+
+    /// A source's own completion cap of 0 is named by its source.
+    #[test]
+    fn a_source_cap_of_zero_is_named() {
+        let text = MIN.replace("{ suite = \"bench\" }", "{ suite = \"bench\", max_tokens = 0 }");
+        let c: RlConfig = toml::from_str(&text).unwrap();
+        let e = c.check().unwrap_err().to_string();
+        assert!(e.contains("data source 0 (bench)") && e.contains("max_tokens"), "{e}");
     }
 
     /// A learner on several ranks only trains: it needs external engines, full weights
