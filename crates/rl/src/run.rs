@@ -658,41 +658,35 @@ async fn heldout(
         let slots = slots.clone();
         async move {
             let eps = play_in(env, &parts.generator, &parts.timeline, plays, slots).await;
-            (
-                name,
-                keys.len(),
+            let n = eps.len().max(1) as f64;
+            let first = eps
+                .iter()
+                .filter(|e| e.turns.first().is_some_and(|t| t.outcome.is_correct()))
+                .count();
+            let solved = eps.iter().filter(|e| e.solved()).count();
+            let turns: Vec<&tritonforge_agent::Turn> = eps.iter().flat_map(|e| &e.turns).collect();
+            let h = HeldoutMetrics {
+                step,
+                set: name.clone(),
+                problems: keys.len(),
                 samples,
                 max_tokens,
-                temperature,
-                eps,
-                started.elapsed().as_secs_f64(),
-            )
+                temperature: f64::from(temperature),
+                pass_at_1: first as f64 / n,
+                solved: solved as f64 / n,
+                compile_rate: compile_rate(&turns),
+                wall_s: started.elapsed().as_secs_f64(),
+                errors: errors(&eps),
+            };
+            (h, eps)
         }
     });
-    let played = futures_util::future::join_all(sets).await;
     let mut out = Vec::new();
-    for (name, problems, samples, max_tokens, temperature, eps, wall_s) in played {
+    for (h, eps) in futures_util::future::join_all(sets).await {
         if let Some(s) = store {
             store_episodes(s, &parts.run, &cfg.output.dir, &eps)?;
         }
-        let n = eps.len().max(1) as f64;
-        let first =
-            eps.iter().filter(|e| e.turns.first().is_some_and(|t| t.outcome.is_correct())).count();
-        let solved = eps.iter().filter(|e| e.solved()).count();
-        let turns: Vec<&tritonforge_agent::Turn> = eps.iter().flat_map(|e| &e.turns).collect();
-        out.push(HeldoutMetrics {
-            step,
-            set: name.clone(),
-            problems,
-            samples,
-            max_tokens,
-            temperature: f64::from(temperature),
-            pass_at_1: first as f64 / n,
-            solved: solved as f64 / n,
-            compile_rate: compile_rate(&turns),
-            wall_s,
-            errors: errors(&eps),
-        });
+        out.push(h);
     }
     Ok(out)
 }
