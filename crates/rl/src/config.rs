@@ -139,6 +139,12 @@ pub struct RolloutCfg {
     pub target_speedup: f64,
     /// Dynamic sampling: rounds of further draws to replace groups with no signal.
     pub fill_rounds: u32,
+    /// Problems drawn beyond `problems` in the first round and played with it, so that
+    /// groups with no signal are usually replaced without a further round: a fill round
+    /// is a second chain of turns, and each turn waits for its evaluations, so it about
+    /// doubles a rollout's wall time. Every group with signal is trained on, so a step
+    /// may train on more than `problems` groups.
+    pub oversample: usize,
     /// Episodes played at once.
     pub parallel: usize,
     /// Longest training sequence, in tokens (a longer turn is dropped and counted).
@@ -156,6 +162,7 @@ impl Default for RolloutCfg {
             top_p: 1.0,
             target_speedup: 1.0,
             fill_rounds: 2,
+            oversample: 0,
             parallel: 64,
             seq_len: 8192,
         }

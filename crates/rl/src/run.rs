@@ -310,7 +310,8 @@ impl Producer {
             if need == 0 {
                 break;
             }
-            let draw = self.pool.draw(need, seed, b * 64 + u64::from(round), &used);
+            let extra = if round == 0 { r.oversample } else { 0 };
+            let draw = self.pool.draw(need + extra, seed, b * 64 + u64::from(round), &used);
             if draw.is_empty() {
                 break;
             }
@@ -972,5 +973,143 @@ mod tests {
         let left: Vec<String> =
             std::fs::read_to_string(&path).unwrap().lines().map(String::from).collect();
         assert_eq!(left, [lines[2].clone()]);
+    }
+
+    /// Tasks whose key ends in `s` reward their samples unequally (signal); the others
+    /// reward all samples alike. Counts the episodes in flight at once.
+    struct Signal {
+        keys: Vec<String>,
+        live: std::sync::atomic::AtomicUsize,
+        most: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Environment for Signal {
+        fn keys(&self) -> Vec<String> {
+            self.keys.clone()
+        }
+
+        fn play<'a>(&'a self, _: &'a dyn Backend, play: Play) -> BoxFuture<'a, Episode> {
+            use std::sync::atomic::Ordering::SeqCst;
+            Box::pin(async move {
+                let now = self.live.fetch_add(1, SeqCst) + 1;
+                self.most.fetch_max(now, SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                self.live.fetch_sub(1, SeqCst);
+                let signal = self.keys[play.task].ends_with('s');
+                let reward = if signal && play.sample == 0 { 1.0 } else { 0.0 };
+                Episode {
+                    id: play.id,
+                    turns: vec![tritonforge_agent::Turn { reward, ..Default::default() }],
+                    ..Episode::default()
+                }
+            })
+        }
+    }
+
+    struct NoModel;
+
+    impl Backend for NoModel {
+        fn describe(&self) -> String {
+            "none".into()
+        }
+
+        fn complete<'a>(
+            &'a self,
+            _: &'a [tritonforge_agent::ChatMessage],
+            _: &'a Sampling,
+        ) -> BoxFuture<'a, Result<tritonforge_agent::Completion, tritonforge_agent::BackendError>>
+        {
+            Box::pin(async {
+                Err(tritonforge_agent::BackendError::Unreachable {
+                    url: "none".into(),
+                    reason: "no model".into(),
+                })
+            })
+        }
+    }
+
+    impl Generator for NoModel {
+        fn backend(&self) -> &dyn Backend {
+            self
+        }
+
+        fn refresh<'a>(&'a self, _: &'a Path, _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn needs_weights_on_disk(&self) -> bool {
+            false
+        }
+    }
+
+    fn producer(extra: &str, keys: &[&str]) -> (Producer, Arc<Signal>) {
+        let cfg: RlConfig = toml::from_str(&format!(
+            "[model]\npath = \"m\"\n[data]\ntrain = [{{ suite = \"t\" }}]\n\
+             [rollout]\nproblems = 2\nsamples = 4\nturns = 1\nparallel = 64\n{extra}\n\
+             [output]\ndir = \"o\"\n"
+        ))
+        .unwrap();
+        let env = Arc::new(Signal {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            live: 0.into(),
+            most: 0.into(),
+        });
+        let pool = Pool {
+            entries: keys
+                .iter()
+                .map(|k| crate::pool::Entry { key: k.to_string(), source: 0 })
+                .collect(),
+            source_weights: vec![1.0],
+            curriculum: Default::default(),
+            state: Default::default(),
+        };
+        let p = Producer {
+            cfg,
+            env: env.clone(),
+            generator: Arc::new(NoModel),
+            timeline: Arc::new(Timeline::new()),
+            pool,
+            run: "r".into(),
+            reward_gamma: 0.4,
+        };
+        (p, env)
+    }
+
+    /// Oversampled problems are played in the first round, together with the batch's, so
+    /// the groups with no signal are replaced without a second round; every group with
+    /// signal is kept. Without it, the same pool needs fill rounds.
+    #[tokio::test]
+    async fn oversampling_replaces_groups_without_signal_in_one_round() {
+        let keys = ["a", "b", "c", "d", "e", "f", "g", "1s", "2s", "3s"];
+        let (mut plain, env) = producer("fill_rounds = 6", &keys);
+        let r = plain.rollout(0, 0).await;
+        let kept = r.groups.iter().filter(|g| g.advantages.is_some()).count();
+        assert!(
+            r.fill_rounds >= 1,
+            "two of ten have signal: a first round of two rarely finds both"
+        );
+        assert_eq!(kept, 2, "filled to the batch: {}", r.drawn);
+        assert_eq!(env.most.load(std::sync::atomic::Ordering::SeqCst), 8, "a round is 2 × 4");
+
+        let (mut over, env) = producer("fill_rounds = 6\noversample = 8", &keys);
+        let r = over.rollout(0, 0).await;
+        assert_eq!(r.fill_rounds, 0, "every problem was drawn in the first round");
+        assert_eq!(r.drawn, 10);
+        let kept: Vec<bool> = r.groups.iter().map(|g| g.advantages.is_some()).collect();
+        assert_eq!(kept.iter().filter(|k| **k).count(), 3, "all three with signal kept");
+        assert_eq!(env.most.load(std::sync::atomic::Ordering::SeqCst), 40, "played at once");
+        // The same draw as without oversampling, then more.
+        let (mut again, _) = producer("fill_rounds = 6\noversample = 8", &keys);
+        assert_eq!(
+            again
+                .rollout(0, 0)
+                .await
+                .groups
+                .iter()
+                .map(|g| g.episodes[0].id.clone())
+                .collect::<Vec<_>>(),
+            r.groups.iter().map(|g| g.episodes[0].id.clone()).collect::<Vec<_>>(),
+            "seeded"
+        );
     }
 }
