@@ -13,7 +13,9 @@ usage: python3 scripts/rl_eval_profile.py STATE_DIR  (prints one JSON object)
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import sqlite3
 import statistics
 import sys
@@ -31,22 +33,41 @@ def summary(values: list[float]) -> dict[str, float]:
             "p90": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))], 1), "sum": round(sum(ordered), 1)}
 
 
+BATCH = re.compile(r"/(?:step|heldout)-(\d+)/")  # a rollout batch, or the step a heldout pass was at
+
+
+def ran_a_process(record: dict[str, Any]) -> bool:
+    """Whether the evaluation took a process of its own (on a GPU, a CUDA context): not a
+    guard rejection (no memory account) nor a failed import decided by the preflight."""
+    decided = (record.get("preflight") or {}).get("found") == "failed"
+    return record.get("memory") is not None and not decided
+
+
 def profile(conn: sqlite3.Connection, episodes: list[str], by_status: dict[str, dict[str, list[float]]],
-            stages: dict[str, int], created: list[int]) -> None:
+            stages: dict[str, int], created: list[int], batches: dict[int, dict[str, float]]) -> None:
     """Adds the evaluations `episodes` (stored JSON) point at to the tallies."""
     keys = []
     for text in episodes:
-        for turn in json.loads(text).get("turns", []):
+        episode = json.loads(text)
+        found = BATCH.search(episode.get("id", ""))
+        for turn in episode.get("turns", []):
             if turn.get("record"):
-                keys.append(turn["record"])
+                keys.append((int(found.group(1)) if found else -1, turn["record"]))
             stage = turn.get("stage") or "-"
             stages[stage] = stages.get(stage, 0) + 1
-    for key in keys:
+    seen: set[str] = set()
+    for batch, key in keys:
         row = conn.execute("SELECT status, record FROM evaluations WHERE key = ?", (key,)).fetchone()
         if row is None:
             continue
         record: dict[str, Any] = json.loads(row[1])
         created.append(int(record.get("created_at", 0)))
+        tally = batches.setdefault(batch, {"evaluations": 0, "gpu_processes": 0, "exclusive_s": 0.0})
+        tally["evaluations"] += 1
+        if key not in seen:  # a repeated candidate is answered from the store: no process
+            seen.add(key)
+            tally["gpu_processes"] += ran_a_process(record)
+            tally["exclusive_s"] += float(record.get("exclusive_ms") or 0.0) / 1000.0
         slot = by_status.setdefault(row[0], {f: [] for f in FIELDS})
         for f in FIELDS:
             v = record.get(f)
@@ -56,24 +77,30 @@ def profile(conn: sqlite3.Connection, episodes: list[str], by_status: dict[str, 
                 slot[f].append(float(v))
 
 
-def report(by_status: dict[str, dict[str, list[float]]], stages: dict[str, int], created: list[int]) -> dict[str, Any]:
+def report(by_status: dict[str, dict[str, list[float]]], stages: dict[str, int], created: list[int],
+           batches: dict[int, dict[str, float]], rate: float) -> dict[str, Any]:
     out: dict[str, Any] = {"statuses": {s: {"count": len(v["wall_ms"]), **{f: summary(v[f]) for f in FIELDS}}
                                         for s, v in sorted(by_status.items())},
                            "turn_stages": stages}
     if created:
         out["records"] = len(created)
         out["span_s"] = max(created) - min(created)
+    out["per_batch"] = [{"batch": b, "evaluations": t["evaluations"], "gpu_processes": t["gpu_processes"],
+                         "context_floor_s": round(t["gpu_processes"] / rate, 1),
+                         "exclusive_s": round(t["exclusive_s"], 1)}
+                        for b, t in sorted(batches.items())]
     return out
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
-        sys.stderr.write(__doc__ or "")
-        return 2
+    ap = argparse.ArgumentParser(description="Where an RL run's evaluations spent their time.")
+    ap.add_argument("state_dir")
+    ap.add_argument("--context-rate", type=float, default=3.2, help="CUDA contexts created per second on one GPU")
+    args = ap.parse_args()
     # Rollouts (runs `rl-*`) and heldout passes (`rl-*/heldout`), apart.
-    parts: dict[str, tuple[dict[str, dict[str, list[float]]], dict[str, int], list[int]]] = {
-        "rollouts": ({}, {}, []), "heldout": ({}, {}, [])}
-    for db in Path(sys.argv[1]).rglob("*.sqlite"):
+    Tally = tuple[dict[str, dict[str, list[float]]], dict[str, int], list[int], dict[int, dict[str, float]]]
+    parts: dict[str, Tally] = {"rollouts": ({}, {}, [], {}), "heldout": ({}, {}, [], {})}
+    for db in Path(args.state_dir).rglob("*.sqlite"):
         conn = sqlite3.connect(str(db))
         try:
             rows = conn.execute("SELECT episode, run FROM episodes WHERE run LIKE 'rl-%'").fetchall()
@@ -81,8 +108,8 @@ def main() -> int:
             continue
         for name, keep in (("rollouts", lambda r: not r.endswith("/heldout")), ("heldout", lambda r: r.endswith("/heldout"))):
             profile(conn, [text for text, run in rows if keep(run)], *parts[name])
-    out = report(*parts["rollouts"])
-    out["heldout"] = report(*parts["heldout"])
+    out = report(*parts["rollouts"], args.context_rate)
+    out["heldout"] = report(*parts["heldout"], args.context_rate)
     print(json.dumps(out))
     return 0
 

@@ -47,7 +47,7 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         python: py.interpreter.clone(),
         worker_path: py.worker_path.clone(),
         model: model.clone(),
-        label,
+        label: label.clone(),
         device,
         log: cfg.output.dir.join("learner.log"),
     };
@@ -111,6 +111,7 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         learner: engines.learner,
         setup,
         pad_id: 0,
+        policy: label,
         timeline,
         timed: !cpu && settings.timing.enabled,
         run: run_name,

@@ -157,6 +157,7 @@ fn toy_run(cfg: &RlConfig, model: &Path) -> Vec<StepMetrics> {
             learner: Arc::new(WorkerLearner { policy, timeout: Duration::from_secs(600) }),
             setup: tritonforge_rl::setup::train_setup(cfg, &model.display().to_string()),
             pad_id: 0,
+            policy: "tiny".into(),
             timeline: Arc::new(Timeline::new()),
             timed: false,
             run: "toy".into(),
@@ -456,6 +457,66 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     let steps: Vec<u64> =
         jsonl(&out.join("heldout.jsonl")).iter().map(|h| h["step"].as_u64().unwrap()).collect();
     assert_eq!(steps, [0, 0, 2, 2], "step 0 kept once, step 2 measured again");
+    // Another run from the same policy takes step 0's figures from this one's file
+    // instead of playing them; played otherwise (three samples), it stops at once.
+    let base_text = std::fs::read_to_string(&cfg).unwrap();
+    let other = dir.path().join("other");
+    let reuse =
+        base_text.replace(&out.display().to_string(), &other.display().to_string()).replace(
+            "[schedule]",
+            &format!(
+                "[schedule]\nmax_steps_now = 1\nheldout_baseline = \"{}\"",
+                out.join("heldout.jsonl").display()
+            ),
+        );
+    let cfg2 = dir.path().join("rl2.toml");
+    std::fs::write(&cfg2, &reuse).unwrap();
+    let o =
+        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg2));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let ev: Vec<Value> =
+        text(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kinds: Vec<&str> = ev.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["ready", "heldout", "heldout", "step", "saved"]);
+    let first = jsonl(&out.join("heldout.jsonl"));
+    for (e, h) in ev[1..3].iter().zip(&first) {
+        assert_eq!(
+            e["heldout"]["reused_from"].as_str(),
+            Some(out.join("heldout.jsonl").to_str().unwrap())
+        );
+        assert_eq!(
+            (&e["heldout"]["set"], &e["heldout"]["pass_at_1"]),
+            (&h["set"], &h["pass_at_1"])
+        );
+        assert_eq!(e["heldout"]["policy"].as_str(), Some(model.to_str().unwrap()), "the label");
+    }
+    std::fs::remove_dir_all(&other).unwrap();
+    std::fs::write(&cfg2, reuse.replace("heldout_samples = 2", "heldout_samples = 3")).unwrap();
+    let o =
+        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg2));
+    let err = text(&o.stderr);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(err.contains("heldout_baseline") && err.contains("samples 2, this run 3"), "{err}");
+    assert!(
+        !other.join("heldout.jsonl").exists() || jsonl(&other.join("heldout.jsonl")).is_empty()
+    );
+    // A heldout pass that used up the invocation's clock (over half of it, no step timed
+    // yet): no step is started after it, where the device's limit would only kill it.
+    std::fs::remove_dir_all(out.join("checkpoints")).unwrap();
+    std::fs::remove_file(out.join("LATEST")).unwrap();
+    std::fs::remove_file(out.join("heldout.jsonl")).unwrap();
+    std::fs::remove_file(out.join("metrics.jsonl")).unwrap();
+    let text_cfg = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text_cfg.replace("[schedule]", "[schedule]\nmax_seconds_now = 1"))
+        .unwrap();
+    let late =
+        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg));
+    assert_eq!(late.status.code(), Some(0), "{}", text(&late.stderr));
+    let late: Vec<Value> =
+        text(&late.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kinds: Vec<&str> = late.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["ready", "heldout", "heldout"], "{late:?}");
+    assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 2, "kept for the next invocation");
 }
 
 #[test]

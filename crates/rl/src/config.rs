@@ -311,6 +311,12 @@ pub struct ScheduleCfg {
     /// checkpoints where it stops and the next invocation resumes there: a device command
     /// with a hard time limit ends cleanly instead of losing the step in flight.
     pub max_seconds_now: u64,
+    /// A `heldout.jsonl` of an earlier run from the same starting policy: its step-0
+    /// figures stand for this run's instead of being played again (a first pass took 455
+    /// of a 600 s device command in run 6, docs/rl.md). Taken only when every set was
+    /// played exactly as this run would play it (policy, seed, timing, samples, cap,
+    /// temperature, problems); otherwise the run stops and says what differs.
+    pub heldout_baseline: Option<PathBuf>,
 }
 
 impl ScheduleCfg {
@@ -362,6 +368,7 @@ impl Default for ScheduleCfg {
             heldout_max_tokens: 0,
             max_steps_now: 0,
             max_seconds_now: 0,
+            heldout_baseline: None,
         }
     }
 }

@@ -206,6 +206,18 @@ pub struct HeldoutMetrics {
     /// were greedy).
     #[serde(default)]
     pub temperature: f64,
+    /// The sampling seed, whether its correct candidates were timed, the starting
+    /// policy (`run`'s label: the bundled model's names its adapter's hash) and a digest
+    /// of the set's problem keys: with the fields above, what makes two passes the same
+    /// measurement (empty in files written before they were recorded).
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub timed: bool,
+    #[serde(default)]
+    pub policy: String,
+    #[serde(default)]
+    pub tasks: String,
     /// Correct at the first turn.
     pub pass_at_1: f64,
     /// Correct by the last turn.
@@ -214,6 +226,41 @@ pub struct HeldoutMetrics {
     pub wall_s: f64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// The earlier run's `heldout.jsonl` these figures were taken from
+    /// (`schedule.heldout_baseline`) instead of being played.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<String>,
+}
+
+impl HeldoutMetrics {
+    /// The first way `self` was not played as `want` says (`None`: the same measurement).
+    pub fn differs_from(&self, want: &HeldoutMetrics) -> Option<String> {
+        let fields = [
+            ("step", self.step.to_string(), want.step.to_string()),
+            ("set", self.set.clone(), want.set.clone()),
+            ("policy", self.policy.clone(), want.policy.clone()),
+            ("problems", self.problems.to_string(), want.problems.to_string()),
+            ("tasks", self.tasks.clone(), want.tasks.clone()),
+            ("samples", self.samples.to_string(), want.samples.to_string()),
+            ("max_tokens", self.max_tokens.to_string(), want.max_tokens.to_string()),
+            ("temperature", format!("{:.4}", self.temperature), format!("{:.4}", want.temperature)),
+            ("seed", self.seed.to_string(), want.seed.to_string()),
+            ("timed", self.timed.to_string(), want.timed.to_string()),
+        ];
+        fields
+            .into_iter()
+            .find(|(_, have, wanted)| have != wanted)
+            .map(|(name, have, wanted)| format!("{name} {have}, this run {wanted}"))
+    }
+}
+
+/// A digest of a set's problem keys (FNV-1a, hex): the same set, problem for problem.
+pub fn tasks_digest(keys: &[String]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in keys.join("\n").bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 #[cfg(test)]

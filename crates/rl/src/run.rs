@@ -57,6 +57,8 @@ pub struct Parts {
     pub setup: TrainSetup,
     /// The token rows are padded with.
     pub pad_id: u32,
+    /// The starting policy as `run` labels it (heldout figures record it).
+    pub policy: String,
     pub timeline: Arc<Timeline>,
     /// Whether the evaluator times candidates (GPU) or not (CPU mode): only then can the
     /// speed term of the reward pay.
@@ -172,35 +174,65 @@ fn drop_step(path: &Path, step: u64) -> Result<(), RlError> {
     keep_steps(path, |s| s != step)
 }
 
-/// Whether `path` holds step `step`'s figures of every heldout set, played as the config
-/// now says (samples, cap, temperature).
-fn heldout_written(path: &Path, cfg: &RlConfig, sets: &[&str], step: u64) -> bool {
+/// Whether `path` holds figures played as each of `want` says (one per heldout set).
+fn heldout_written(path: &Path, want: &[HeldoutMetrics]) -> bool {
     let Ok(text) = std::fs::read_to_string(path) else { return false };
-    let written: Vec<HeldoutMetrics> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<HeldoutMetrics>(l).ok())
-        .filter(|h| h.step == step)
-        .collect();
-    sets.iter().enumerate().all(|(i, name)| {
-        let plan = cfg.schedule.heldout_plan(&cfg.data, &cfg.rollout, i);
-        written.iter().any(|h| {
-            h.set == *name
-                && h.samples == plan.samples
-                && h.max_tokens == plan.max_tokens
-                && (h.temperature - f64::from(plan.temperature)).abs() < 1e-6
-        })
-    })
+    let written: Vec<HeldoutMetrics> =
+        text.lines().filter_map(|l| serde_json::from_str::<HeldoutMetrics>(l).ok()).collect();
+    want.iter().all(|w| written.iter().any(|h| h.differs_from(w).is_none()))
 }
 
-/// Whether a step started now would likely end past `limit_s` seconds from `started`:
-/// `done` steps were taken since `steps_from`, and the next is taken to last their mean
-/// (0: no limit).
-fn out_of_time(limit_s: u64, started: Instant, steps_from: Instant, done: u64) -> bool {
-    if limit_s == 0 || done == 0 {
+/// Step 0's figures of every set from an earlier run's `heldout.jsonl`, when each was
+/// played as `want` says; otherwise an error naming the set and what differs.
+fn from_baseline(path: &Path, want: &[HeldoutMetrics]) -> Result<Vec<HeldoutMetrics>, RlError> {
+    let named = |reason: String| {
+        RlError::Config(format!("schedule.heldout_baseline {}: {reason}", path.display()))
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| named(e.to_string()))?;
+    let lines: Vec<HeldoutMetrics> =
+        text.lines().filter_map(|l| serde_json::from_str::<HeldoutMetrics>(l).ok()).collect();
+    want.iter()
+        .map(|w| {
+            let same_set: Vec<&HeldoutMetrics> =
+                lines.iter().filter(|h| h.step == w.step && h.set == w.set).collect();
+            match same_set.iter().find(|h| h.differs_from(w).is_none()) {
+                Some(h) => Ok(HeldoutMetrics {
+                    reused_from: Some(path.display().to_string()),
+                    ..(*h).clone()
+                }),
+                None => Err(named(match same_set.first().and_then(|h| h.differs_from(w)) {
+                    Some(diff) => format!("set {} was played otherwise: {diff}", w.set),
+                    None => format!("no step-{} figures of set {}", w.step, w.set),
+                })),
+            }
+        })
+        .collect()
+}
+
+/// Whether a step started now would likely end past `limit_s` seconds from `started`,
+/// the step taken to last `estimate` seconds. Without an estimate (no step of this run
+/// timed yet), whether half the limit is gone: a first step also compiles the engine, and
+/// one started late is only killed by the backstop, its work lost. 0: no limit.
+fn out_of_time(limit_s: u64, started: Instant, estimate: Option<f64>) -> bool {
+    if limit_s == 0 {
         return false;
     }
-    let mean = steps_from.elapsed().as_secs_f64() / done as f64;
-    started.elapsed().as_secs_f64() + mean > limit_s as f64
+    let used = started.elapsed().as_secs_f64();
+    match estimate {
+        Some(step) => used + step > limit_s as f64,
+        None => used > limit_s as f64 / 2.0,
+    }
+}
+
+/// The mean `step_s` of the steps `metrics.jsonl` holds (earlier invocations' steps).
+fn earlier_step_mean(path: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let steps: Vec<f64> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<StepMetrics>(l).ok())
+        .map(|m| m.step_s)
+        .collect();
+    (!steps.is_empty()).then(|| steps.iter().sum::<f64>() / steps.len() as f64)
 }
 
 fn append_jsonl(path: &Path, value: &impl Serialize) -> Result<(), RlError> {
@@ -436,10 +468,18 @@ pub async fn train(
     // Heldout due where this invocation starts: before training, or a pass a stop cut
     // short after its step's checkpoint. One already written with these settings is not
     // played again (a first pass can take most of a device command).
-    let sets: Vec<&str> = parts.heldout.iter().map(|(n, _)| n.as_str()).collect();
-    if (start == 0 || heldout_due(start)) && !heldout_written(&heldout_path, cfg, &sets, start) {
+    let want = planned(cfg, &parts, start);
+    let mut heldout_now = false;
+    if (start == 0 || heldout_due(start)) && !heldout_written(&heldout_path, &want) {
         drop_step(&heldout_path, start)?;
-        for h in heldout(cfg, &parts, start, store).await? {
+        let figures = match &cfg.schedule.heldout_baseline {
+            Some(path) if start == 0 && !want.is_empty() => from_baseline(path, &want)?,
+            _ => {
+                heldout_now = true;
+                heldout(cfg, &parts, start, store).await?
+            }
+        };
+        for h in figures {
             append_jsonl(&heldout_path, &h)?;
             put_metric(store, &parts.run, start, &format!("heldout:{}", h.set), &h)?;
             events(RlEvent::Heldout(h.clone()));
@@ -487,12 +527,24 @@ pub async fn train(
     // The worker's time totals at the previous update.
     let mut last_use: Option<DeviceUse> = None;
     let mut result = Ok(());
+    // What a step is taken to last before this invocation has timed one: the earlier
+    // invocations' mean.
+    let earlier = earlier_step_mean(&metrics_path);
     for step in start..end {
-        if step > start
-            && out_of_time(cfg.schedule.max_seconds_now, started_now, steps_from, step - start)
+        // The first step of an invocation is always taken unless a heldout pass used the
+        // time first (otherwise a limit under one step would never let the run move on).
+        let estimate = if step > start {
+            Some(steps_from.elapsed().as_secs_f64() / (step - start) as f64)
+        } else {
+            earlier
+        };
+        if (step > start || heldout_now)
+            && out_of_time(cfg.schedule.max_seconds_now, started_now, estimate)
         {
-            // Stopped by the clock: the last step's checkpoint is where the next resumes.
-            if !step.is_multiple_of(cfg.schedule.save_every) {
+            // Stopped by the clock: the last step's checkpoint is where the next resumes
+            // (at the first step, the one this invocation resumed from, or none at 0:
+            // the heldout pass is written and is not played again).
+            if step > start && !step.is_multiple_of(cfg.schedule.save_every) {
                 let dir = save(&parts, &out, step, &last_pool).await?;
                 events(RlEvent::Saved { dir: dir.clone(), step });
                 summary.last_checkpoint = Some(dir);
@@ -627,6 +679,32 @@ fn link_evaluations<'a>(
 /// start, where one after another left the engine and the evaluator waiting on a few
 /// episodes each time. Each set's `wall_s` is from the common start to its own last
 /// episode. Its evaluations are linked to the run.
+/// How each heldout set is played at `step`: its identity fields set, no figures yet.
+fn planned(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics> {
+    parts
+        .heldout
+        .iter()
+        .enumerate()
+        .map(|(i, (name, env))| {
+            let plan = cfg.schedule.heldout_plan(&cfg.data, &cfg.rollout, i);
+            let keys = env.keys();
+            HeldoutMetrics {
+                step,
+                set: name.clone(),
+                problems: keys.len(),
+                samples: plan.samples,
+                max_tokens: plan.max_tokens,
+                temperature: f64::from(plan.temperature),
+                seed: cfg.optim.seed,
+                timed: parts.timed && cfg.schedule.heldout_timing,
+                policy: parts.policy.clone(),
+                tasks: crate::metrics::tasks_digest(&keys),
+                ..HeldoutMetrics::default()
+            }
+        })
+        .collect()
+}
+
 async fn heldout(
     cfg: &RlConfig,
     parts: &Parts,
@@ -635,7 +713,8 @@ async fn heldout(
 ) -> Result<Vec<HeldoutMetrics>, RlError> {
     let slots = Arc::new(Semaphore::new(cfg.rollout.parallel.max(1)));
     let started = Instant::now();
-    let sets = parts.heldout.iter().enumerate().map(|(i, (name, env))| {
+    let plans = planned(cfg, parts, step);
+    let sets = parts.heldout.iter().zip(plans).enumerate().map(|(i, ((_, env), plan))| {
         let HeldoutPlan { samples, max_tokens, temperature, top_p } =
             cfg.schedule.heldout_plan(&cfg.data, &cfg.rollout, i);
         let keys = env.keys();
@@ -667,17 +746,12 @@ async fn heldout(
             let solved = eps.iter().filter(|e| e.solved()).count();
             let turns: Vec<&tritonforge_agent::Turn> = eps.iter().flat_map(|e| &e.turns).collect();
             let h = HeldoutMetrics {
-                step,
-                set: name.clone(),
-                problems: keys.len(),
-                samples,
-                max_tokens,
-                temperature: f64::from(temperature),
                 pass_at_1: first as f64 / n,
                 solved: solved as f64 / n,
                 compile_rate: compile_rate(&turns),
                 wall_s: started.elapsed().as_secs_f64(),
                 errors: errors(&eps),
+                ..plan
             };
             (h, eps)
         }
@@ -924,55 +998,96 @@ mod tests {
         Instant::now().checked_sub(Duration::from_secs(s)).unwrap_or_else(Instant::now)
     }
 
-    /// 100 s in, 3 steps over the last 90: the next (30 s) would end at 130.
+    /// 100 s in, steps of 30 s: the next would end at 130.
     #[test]
     fn the_clock_stops_a_step_that_would_not_fit() {
-        assert!(out_of_time(120, ago(100), ago(90), 3));
-        assert!(!out_of_time(140, ago(100), ago(90), 3));
-        assert!(!out_of_time(0, ago(100), ago(90), 3), "0: no limit");
-        assert!(!out_of_time(10, ago(100), ago(90), 0), "no step taken yet: no mean to go by");
+        assert!(out_of_time(120, ago(100), Some(30.0)));
+        assert!(!out_of_time(140, ago(100), Some(30.0)));
+        assert!(!out_of_time(0, ago(100), Some(30.0)), "0: no limit");
+        // No step timed yet (a first heldout pass took the time): half the limit.
+        assert!(out_of_time(180, ago(100), None));
+        assert!(!out_of_time(220, ago(100), None));
     }
 
-    fn held(step: u64, set: &str, samples: u32, max_tokens: u32, temperature: f64) -> String {
-        let h = HeldoutMetrics {
+    /// The earlier invocations' steps, as `metrics.jsonl` holds them.
+    #[test]
+    fn earlier_steps_give_the_estimate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics.jsonl");
+        assert_eq!(earlier_step_mean(&path), None, "no file");
+        let line = |s: u64, t: f64| {
+            serde_json::to_string(&StepMetrics { step: s, step_s: t, ..Default::default() })
+                .unwrap()
+        };
+        std::fs::write(&path, [line(1, 100.0), line(2, 40.0)].join("\n") + "\n").unwrap();
+        assert_eq!(earlier_step_mean(&path), Some(70.0));
+    }
+
+    fn held(step: u64, set: &str, max_tokens: u32, temperature: f64) -> HeldoutMetrics {
+        HeldoutMetrics {
             step,
             set: set.into(),
-            samples,
+            problems: 3,
+            samples: 2,
             max_tokens,
             temperature,
+            seed: 1,
+            policy: "p@1".into(),
+            tasks: "t".into(),
             ..Default::default()
-        };
-        serde_json::to_string(&h).unwrap()
+        }
     }
 
-    /// A heldout pass is written when every set has a record of that step played as the
-    /// config says; a pass measured again first drops that step's old lines.
+    fn lines(hs: &[HeldoutMetrics]) -> String {
+        hs.iter().map(|h| serde_json::to_string(h).unwrap() + "\n").collect()
+    }
+
+    /// A heldout pass is written when every set has a record of that step played as
+    /// planned; a pass measured again first drops that step's old lines.
     #[test]
     fn a_written_heldout_pass_is_recognised_and_replaced_by_step() {
-        let cfg: RlConfig = toml::from_str(
-            "[model]\npath = \"m\"\n[data]\ntrain = [{ suite = \"t\" }]\n\
-             heldout = [{ suite = \"a\", name = \"a\" }, { suite = \"b\", name = \"b\", max_tokens = 64 }]\n\
-             [rollout]\nmax_tokens = 32\n[schedule]\nheldout_samples = 2\nheldout_temperature = 0.5\n\
-             [output]\ndir = \"o\"\n",
-        )
-        .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("heldout.jsonl");
-        let sets = ["a", "b"];
-        assert!(!heldout_written(&path, &cfg, &sets, 0), "no file");
-        let lines = [held(0, "a", 2, 32, 0.5), held(0, "b", 2, 64, 0.5), held(4, "a", 2, 32, 0.5)];
-        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-        assert!(heldout_written(&path, &cfg, &sets, 0));
-        assert!(!heldout_written(&path, &cfg, &sets, 4), "set b missing at step 4");
-        // Other settings than the config's: not the pass it asks for.
-        std::fs::write(&path, [held(0, "a", 2, 32, 0.5), held(0, "b", 2, 32, 0.5)].join("\n"))
-            .unwrap();
-        assert!(!heldout_written(&path, &cfg, &sets, 0), "b's own cap is 64");
-        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let want = [held(0, "a", 32, 0.5), held(0, "b", 64, 0.5)];
+        assert!(!heldout_written(&path, &want), "no file");
+        let all = [held(0, "a", 32, 0.5), held(0, "b", 64, 0.5), held(4, "a", 32, 0.5)];
+        std::fs::write(&path, lines(&all)).unwrap();
+        assert!(heldout_written(&path, &want));
+        assert!(!heldout_written(&path, &[held(4, "a", 32, 0.5), held(4, "b", 64, 0.5)]));
+        // Other settings than planned: not the pass asked for.
+        std::fs::write(&path, lines(&[held(0, "a", 32, 0.5), held(0, "b", 32, 0.5)])).unwrap();
+        assert!(!heldout_written(&path, &want), "b's own cap is 64");
+        let other = HeldoutMetrics { policy: "p@2".into(), ..held(0, "a", 32, 0.5) };
+        std::fs::write(&path, lines(&[other, held(0, "b", 64, 0.5)])).unwrap();
+        assert!(!heldout_written(&path, &want), "another starting policy");
+        std::fs::write(&path, lines(&all)).unwrap();
         drop_step(&path, 0).unwrap();
-        let left: Vec<String> =
-            std::fs::read_to_string(&path).unwrap().lines().map(String::from).collect();
-        assert_eq!(left, [lines[2].clone()]);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), lines(&all[2..]));
+    }
+
+    /// An earlier run's step-0 figures stand in only when every set was played the same
+    /// way; otherwise the error names the set and what differs.
+    #[test]
+    fn a_baseline_is_taken_only_when_played_the_same_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("earlier.jsonl");
+        let want = [held(0, "a", 32, 0.5), held(0, "b", 64, 0.5)];
+        let played = [
+            HeldoutMetrics { pass_at_1: 0.25, ..held(0, "a", 32, 0.5) },
+            HeldoutMetrics { pass_at_1: 0.5, ..held(0, "b", 64, 0.5) },
+            HeldoutMetrics { pass_at_1: 0.75, ..held(6, "a", 32, 0.5) },
+        ];
+        std::fs::write(&path, lines(&played)).unwrap();
+        let got = from_baseline(&path, &want).unwrap();
+        assert_eq!(got.iter().map(|h| h.pass_at_1).collect::<Vec<_>>(), [0.25, 0.5], "step 0's");
+        assert!(got.iter().all(|h| h.reused_from.as_deref() == Some(path.to_str().unwrap())));
+        let timed = [HeldoutMetrics { timed: true, ..held(0, "a", 32, 0.5) }, want[1].clone()];
+        let e = from_baseline(&path, &timed).unwrap_err().to_string();
+        assert!(e.contains("set a was played otherwise: timed false, this run true"), "{e}");
+        let e = from_baseline(&path, &[held(0, "c", 32, 0.5)]).unwrap_err().to_string();
+        assert!(e.contains("no step-0 figures of set c"), "{e}");
+        let e = from_baseline(&dir.path().join("none.jsonl"), &want).unwrap_err().to_string();
+        assert!(e.contains("none.jsonl"), "{e}");
     }
 
     /// Tasks whose key ends in `s` reward their samples unequally (signal); the others

@@ -165,6 +165,7 @@ fn the_runs_evaluations_are_linked_and_heldout_rows_are_stored_by_step() {
         learner: Arc::new(NoTraining),
         setup: tritonforge_rl::setup::train_setup(&cfg, "none"),
         pad_id: 0,
+        policy: "none".into(),
         timeline: Arc::new(Timeline::new()),
         timed: false,
         run: "rl-toy".into(),
