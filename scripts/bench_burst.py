@@ -29,7 +29,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,22 +36,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_serve import http, pairs
+from bench_serve import http, pairs, start_server
 
 WRONG = "\n\n_TFRight = ModelNew\n\n\nclass ModelNew(_TFRight):\n    def forward(self, *args):\n" \
         "        return super().forward(*args) + 0.5\n"
-
-
-def start(binary: str, python: str | None, state: Path, flags: list[str]) -> tuple[subprocess.Popen, str]:
-    cmd = [binary, "--state-dir", str(state)] + (["--python", python] if python else [])
-    # No guard: the wrong variants compute in PyTorch, which it would reject unrun.
-    cmd += ["serve", "--bind", "127.0.0.1:0", "--no-suite", "--no-guard", *flags]
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    assert p.stderr is not None
-    for line in p.stderr:
-        if line.startswith("serving on "):
-            return p, line.split()[2]
-    raise SystemExit(f"serve {' '.join(flags)} did not start (exit {p.wait()})")
 
 
 def submit_all(url: str, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
@@ -69,7 +56,8 @@ def submit_all(url: str, items: list[dict[str, Any]]) -> tuple[list[dict[str, An
 def arm(args: argparse.Namespace, name: str, flags: list[str]) -> dict[str, Any]:
     ps = pairs(args.problems)
     state = Path(tempfile.mkdtemp(prefix=f"tf-burst-{name}-"))
-    p, url = start(args.binary, args.python, state, flags)
+    # No guard: the wrong variants compute in PyTorch, which it would reject unrun.
+    p, url = start_server(args.binary, args.python, state, None, ("--no-guard", *flags))
     try:
         prime = [{"problem": {"name": n, "source": pr}, "candidate": {"name": n, "source": so}} for n, pr, so in ps]
         primed, prime_s = submit_all(url, prime)

@@ -46,8 +46,9 @@ def base_cmd(binary: str, python: Optional[str], state: Path) -> List[str]:
     return cmd
 
 
-def start_server(binary: str, python: Optional[str], state: Path, jobs: Optional[int]) -> Tuple[subprocess.Popen, str]:
-    cmd = base_cmd(binary, python, state) + ["serve", "--bind", "127.0.0.1:0", "--no-suite"]
+def start_server(binary: str, python: Optional[str], state: Path, jobs: Optional[int],
+                 flags: Tuple[str, ...] = ()) -> Tuple[subprocess.Popen, str]:
+    cmd = base_cmd(binary, python, state) + ["serve", "--bind", "127.0.0.1:0", "--no-suite", *flags]
     if jobs:
         cmd += ["--jobs", str(jobs)]
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)

@@ -328,6 +328,17 @@ dir = "{out}"
     )
 }
 
+/// `train rl --json` on the CPU: the process's output and the events on its stdout.
+fn train_rl(state: &Path, cfg: &Path) -> (std::process::Output, Vec<Value>) {
+    let o = run(tf(state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(cfg));
+    let events = text(&o.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    (o, events)
+}
+
+fn event_kinds(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["event"].as_str().unwrap_or("?")).collect()
+}
+
 /// The real binary on the built-in suite with the real evaluator (CPU mode). The random
 /// model writes no code, so every reward is equal: both steps say so and train nothing,
 /// while the heldout set, the metrics, the store and the checkpoints are all kept, and a
@@ -353,15 +364,11 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     // The training source's own completion cap, under the rollouts' 8.
     .replace("level = 1 }]", "level = 1, max_tokens = 6, name = \"l1\" }]");
     std::fs::write(&cfg, two_sets).unwrap();
-    let o =
-        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg));
+    let (o, events) = train_rl(&state, &cfg);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
-    let events: Vec<Value> =
-        text(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
     assert_eq!(
-        kinds,
+        event_kinds(&events),
         ["ready", "heldout", "heldout", "step", "saved", "step", "saved", "heldout", "heldout"],
         "{err}"
     );
@@ -415,11 +422,8 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     .unwrap();
     assert_eq!(acfg["base_model_name_or_path"].as_str().map(PathBuf::from), Some(model.clone()));
     // Run again: the run is complete, nothing more is done.
-    let again =
-        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg));
-    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
-    let again: Vec<Value> =
-        text(&again.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (o, again) = train_rl(&state, &cfg);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(again.iter().all(|e| e["event"] != "step"), "{again:?}");
     assert_eq!(again[0]["start"], 2);
     // The checkpoint plays.
@@ -447,13 +451,12 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     // but step 0's heldout pass, written with the same settings, is not played again.
     std::fs::remove_dir_all(out.join("checkpoints")).unwrap();
     std::fs::remove_file(out.join("LATEST")).unwrap();
-    let over =
-        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg));
-    assert_eq!(over.status.code(), Some(0), "{}", text(&over.stderr));
-    let over: Vec<Value> =
-        text(&over.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let kinds: Vec<&str> = over.iter().map(|e| e["event"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["ready", "step", "saved", "step", "saved", "heldout", "heldout"]);
+    let (o, over) = train_rl(&state, &cfg);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(
+        event_kinds(&over),
+        ["ready", "step", "saved", "step", "saved", "heldout", "heldout"]
+    );
     let steps: Vec<u64> =
         jsonl(&out.join("heldout.jsonl")).iter().map(|h| h["step"].as_u64().unwrap()).collect();
     assert_eq!(steps, [0, 0, 2, 2], "step 0 kept once, step 2 measured again");
@@ -471,13 +474,9 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
         );
     let cfg2 = dir.path().join("rl2.toml");
     std::fs::write(&cfg2, &reuse).unwrap();
-    let o =
-        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg2));
+    let (o, ev) = train_rl(&state, &cfg2);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let ev: Vec<Value> =
-        text(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let kinds: Vec<&str> = ev.iter().map(|e| e["event"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["ready", "heldout", "heldout", "step", "saved"]);
+    assert_eq!(event_kinds(&ev), ["ready", "heldout", "heldout", "step", "saved"]);
     let first = jsonl(&out.join("heldout.jsonl"));
     for (e, h) in ev[1..3].iter().zip(&first) {
         assert_eq!(
@@ -492,8 +491,7 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     }
     std::fs::remove_dir_all(&other).unwrap();
     std::fs::write(&cfg2, reuse.replace("heldout_samples = 2", "heldout_samples = 3")).unwrap();
-    let o =
-        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg2));
+    let (o, _) = train_rl(&state, &cfg2);
     let err = text(&o.stderr);
     assert_ne!(o.status.code(), Some(0));
     assert!(err.contains("heldout_baseline") && err.contains("samples 2, this run 3"), "{err}");
@@ -509,13 +507,9 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     let text_cfg = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(&cfg, text_cfg.replace("[schedule]", "[schedule]\nmax_seconds_now = 1"))
         .unwrap();
-    let late =
-        run(tf(&state).args(["--device", "cpu", "train", "rl", "--json", "--config"]).arg(&cfg));
-    assert_eq!(late.status.code(), Some(0), "{}", text(&late.stderr));
-    let late: Vec<Value> =
-        text(&late.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let kinds: Vec<&str> = late.iter().map(|e| e["event"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["ready", "heldout", "heldout"], "{late:?}");
+    let (o, late) = train_rl(&state, &cfg);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(event_kinds(&late), ["ready", "heldout", "heldout"], "{late:?}");
     assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 2, "kept for the next invocation");
 }
 
