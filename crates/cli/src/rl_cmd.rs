@@ -194,15 +194,18 @@ fn describe(e: &RlEvent) -> String {
             } else {
                 String::new()
             };
+            let took = match &h.reused_from {
+                Some(path) => format!("taken from {path}"),
+                None => format!("{:.0} s", h.wall_s),
+            };
             format!(
-                "heldout {} at step {}: pass@1 {:.1}%, solved {:.1}%, compiled {:.1}% ({} problems{sampled}, {:.0} s)",
+                "heldout {} at step {}: pass@1 {:.1}%, solved {:.1}%, compiled {:.1}% ({} problems{sampled}, {took})",
                 h.set,
                 h.step,
                 100.0 * h.pass_at_1,
                 100.0 * h.solved,
                 100.0 * h.compile_rate,
                 h.problems,
-                h.wall_s
             )
         }
         RlEvent::Step(m) if m.updates == 0 => format!(
