@@ -13,7 +13,8 @@
 #                   (it starts no step that would end past them, checkpoints, and resumes
 #                   there next time; a heldout pass already written is not played again); settings
 #                   override [schedule] keys of the config; logs, metrics and heldout
-#                   figures to OUTDIR.
+#                   figures to OUTDIR. TF_RL_FLAGS adds evaluator and pool flags
+#                   (e.g. TF_RL_FLAGS="--spares 48").
 set -uo pipefail
 B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}
 S=/tmp/tf-rl; mkdir -p "$S" "$OUT"
@@ -54,8 +55,10 @@ case "$PHASE" in
     # checkpoints there; `timeout` is only the backstop, 45 s later.
     grep -q "^max_seconds_now = " "$S/rl-now.toml" || sed -i "s|^\[schedule\]|[schedule]\nmax_seconds_now = $secs|" "$S/rl-now.toml"
     t0=$(date +%s)
+    # TF_RL_FLAGS: evaluator and pool flags for `train rl` (e.g. "--spares 48"), unquoted on purpose.
+    # shellcheck disable=SC2086
     timeout --signal=TERM "$(( secs + 45 ))" "$S/tritonforge" --python python3 --state-dir "$S/state" --device cuda \
-      train rl --json --config "$S/rl-now.toml" >> "$S/events.jsonl" 2>> "$S/train.err"
+      train rl --json --config "$S/rl-now.toml" ${TF_RL_FLAGS:-} >> "$S/events.jsonl" 2>> "$S/train.err"
     echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/train.err"
     cp "$S/events.jsonl" "$S/train.err" "$S/rl-now.toml" "$OUT/" 2>/dev/null
     cp "$S/out/metrics.jsonl" "$S/out/heldout.jsonl" "$OUT/" 2>/dev/null
