@@ -470,10 +470,13 @@ pub async fn train(
     // played again (a first pass can take most of a device command).
     let want = planned(cfg, &parts, start);
     let mut heldout_now = false;
-    if (start == 0 || heldout_due(start)) && !heldout_written(&heldout_path, &want) {
+    if !want.is_empty()
+        && (start == 0 || heldout_due(start))
+        && !heldout_written(&heldout_path, &want)
+    {
         drop_step(&heldout_path, start)?;
         let figures = match &cfg.schedule.heldout_baseline {
-            Some(path) if start == 0 && !want.is_empty() => from_baseline(path, &want)?,
+            Some(path) if start == 0 => from_baseline(path, &want)?,
             _ => {
                 heldout_now = true;
                 heldout(cfg, &parts, start, store).await?
