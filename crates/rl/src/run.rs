@@ -174,11 +174,15 @@ fn drop_step(path: &Path, step: u64) -> Result<(), RlError> {
     keep_steps(path, |s| s != step)
 }
 
+/// The lines of `path` that read as `T` (others, e.g. from an older version, skipped).
+fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> std::io::Result<Vec<T>> {
+    let text = std::fs::read_to_string(path)?;
+    Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+}
+
 /// Whether `path` holds figures played as each of `want` says (one per heldout set).
 fn heldout_written(path: &Path, want: &[HeldoutMetrics]) -> bool {
-    let Ok(text) = std::fs::read_to_string(path) else { return false };
-    let written: Vec<HeldoutMetrics> =
-        text.lines().filter_map(|l| serde_json::from_str::<HeldoutMetrics>(l).ok()).collect();
+    let Ok(written) = read_jsonl::<HeldoutMetrics>(path) else { return false };
     want.iter().all(|w| written.iter().any(|h| h.differs_from(w).is_none()))
 }
 
@@ -188,9 +192,7 @@ fn from_baseline(path: &Path, want: &[HeldoutMetrics]) -> Result<Vec<HeldoutMetr
     let named = |reason: String| {
         RlError::Config(format!("schedule.heldout_baseline {}: {reason}", path.display()))
     };
-    let text = std::fs::read_to_string(path).map_err(|e| named(e.to_string()))?;
-    let lines: Vec<HeldoutMetrics> =
-        text.lines().filter_map(|l| serde_json::from_str::<HeldoutMetrics>(l).ok()).collect();
+    let lines: Vec<HeldoutMetrics> = read_jsonl(path).map_err(|e| named(e.to_string()))?;
     want.iter()
         .map(|w| {
             let same_set: Vec<&HeldoutMetrics> =
@@ -226,12 +228,8 @@ fn out_of_time(limit_s: u64, started: Instant, estimate: Option<f64>) -> bool {
 
 /// The mean `step_s` of the steps `metrics.jsonl` holds (earlier invocations' steps).
 fn earlier_step_mean(path: &Path) -> Option<f64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let steps: Vec<f64> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<StepMetrics>(l).ok())
-        .map(|m| m.step_s)
-        .collect();
+    let steps: Vec<f64> =
+        read_jsonl::<StepMetrics>(path).ok()?.into_iter().map(|m| m.step_s).collect();
     (!steps.is_empty()).then(|| steps.iter().sum::<f64>() / steps.len() as f64)
 }
 
@@ -676,12 +674,6 @@ fn link_evaluations<'a>(
     Ok(())
 }
 
-/// Pass@1 of every heldout set, played through the generator (sampled as configured for
-/// heldout: greedy by default, one sample). The sets are played together, within one
-/// `rollout.parallel` cap: a set's tail of long answers then overlaps the next set's
-/// start, where one after another left the engine and the evaluator waiting on a few
-/// episodes each time. Each set's `wall_s` is from the common start to its own last
-/// episode. Its evaluations are linked to the run.
 /// How each heldout set is played at `step`: its identity fields set, no figures yet.
 fn planned(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics> {
     parts
@@ -708,6 +700,12 @@ fn planned(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics> {
         .collect()
 }
 
+/// Pass@1 of every heldout set, played through the generator (sampled as configured for
+/// heldout: greedy by default, one sample). The sets are played together, within one
+/// `rollout.parallel` cap: a set's tail of long answers then overlaps the next set's
+/// start, where one after another left the engine and the evaluator waiting on a few
+/// episodes each time. Each set's `wall_s` is from the common start to its own last
+/// episode. Its evaluations are linked to the run.
 async fn heldout(
     cfg: &RlConfig,
     parts: &Parts,
