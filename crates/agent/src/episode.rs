@@ -5,6 +5,7 @@
 //! below the evaluator, and are re-exported here at their old paths.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use tritonforge_eval::EvalService;
 use tritonforge_protocol::{EvalConfig, EvalRecord, Status};
@@ -15,7 +16,7 @@ use crate::extract::extract_code;
 use crate::prompts::{Attempt, PromptError, Prompts, Target};
 use crate::reward::RewardConfig;
 
-pub use tritonforge_episode::{Episode, NotExtracted, Turn, TurnOutcome};
+pub use tritonforge_episode::{Episode, NotExtracted, Turn, TurnOutcome, TurnTimes};
 
 #[derive(Debug, Clone)]
 pub struct EpisodeConfig {
@@ -114,6 +115,7 @@ pub async fn run_episode(
                     reward: cfg.reward.no_code,
                     ret: 0.0,
                     repeats,
+                    times: TurnTimes::default(),
                 };
                 (turn, fb, false)
             }
@@ -124,12 +126,22 @@ pub async fn run_episode(
                     path: PathBuf::from(format!("{}_s{sample}_t{t}.py", problem.name)),
                     source: code.clone(),
                 };
-                let record: EvalRecord = match evaluator.evaluate(problem, &candidate, eval).await {
-                    Ok(ev) => ev.record,
-                    Err(e) => {
-                        ep.error = Some(format!("turn {t}: evaluation failed: {e}"));
-                        break;
-                    }
+                let sent_at = Instant::now();
+                let (record, cached): (EvalRecord, bool) =
+                    match evaluator.evaluate(problem, &candidate, eval).await {
+                        Ok(ev) => (ev.record, ev.cached),
+                        Err(e) => {
+                            ep.error = Some(format!("turn {t}: evaluation failed: {e}"));
+                            break;
+                        }
+                    };
+                // A stored verdict's waits were another evaluation's: only the time here.
+                let part = |ms: f64| if cached { 0.0 } else { ms / 1000.0 };
+                let times = TurnTimes {
+                    evaluate_s: sent_at.elapsed().as_secs_f64(),
+                    start_wait_s: part(record.start_wait_ms),
+                    lease_wait_s: part(record.lease_wait_ms),
+                    exclusive_s: part(record.exclusive_ms),
                 };
                 let fb = prompts.feedback(&Attempt::Evaluated(&record), cfg.target_speedup)?;
                 let speedup = record.verdict.timing.as_ref().map(|x| x.speedup);
@@ -148,6 +160,7 @@ pub async fn run_episode(
                     reward: cfg.reward.score(&record),
                     ret: 0.0,
                     repeats,
+                    times,
                 };
                 (turn, fb, done)
             }

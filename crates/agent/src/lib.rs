@@ -17,7 +17,9 @@ pub mod sglang;
 pub mod vllm;
 
 pub use backend::{Backend, BackendError, ChatMessage, Completion, Sampling};
-pub use episode::{run_episode, Episode, EpisodeConfig, NotExtracted, Turn, TurnOutcome};
+pub use episode::{
+    run_episode, Episode, EpisodeConfig, NotExtracted, Turn, TurnOutcome, TurnTimes,
+};
 pub use prompts::{Prompts, Target};
 pub use reward::{RewardConfig, RewardPreset, SpeedTerm};
 pub use runner::{BackendSpec, RunEvent, RunResult, RunSpec};

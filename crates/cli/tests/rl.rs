@@ -394,6 +394,13 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
         let episodes = m["episodes"].as_u64().unwrap();
         let tokens = m["generated_tokens"].as_u64().unwrap();
         assert!(tokens > 0 && tokens <= episodes * 2 * 6, "{tokens} tokens: {m}");
+        // The slowest chain of turns is one of the step's episodes, at least the mean.
+        let (slow, mean) = (&m["slowest"], &m["mean_chain"]);
+        let total =
+            |c: &Value| c["generate_s"].as_f64().unwrap() + c["evaluate_s"].as_f64().unwrap();
+        assert!(slow["episode"].as_str().is_some_and(|s| !s.is_empty()), "{slow}");
+        assert!(slow["generate_s"].as_f64().unwrap() > 0.0, "{slow}");
+        assert!(total(slow) >= total(mean) && total(mean) > 0.0, "{slow} {mean}");
     }
     assert_eq!(jsonl(&out.join("metrics.jsonl")).len(), 2);
     assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 4);

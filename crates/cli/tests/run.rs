@@ -153,6 +153,16 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
     assert!(turns[1]["completion"]["text"].as_str().unwrap().starts_with("<think>"));
     assert!(!turns[1]["code"].as_str().unwrap().contains("think"));
     assert_eq!(turns[0]["completion"]["prompt_tokens"], 100);
+    // Each evaluated turn says how long its verdict took and what it waited on within.
+    for t in turns {
+        let times = &t["times"];
+        let total = times["evaluate_s"].as_f64().unwrap();
+        assert!(total > 0.0, "{times}");
+        for part in ["start_wait_s", "lease_wait_s", "exclusive_s"] {
+            let p = times[part].as_f64().unwrap();
+            assert!((0.0..=total).contains(&p), "{part} within evaluate_s: {times}");
+        }
+    }
     // The run's row for the dashboard, with both turns' evaluations linked to it.
     let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
     let (id, kind, status, settings): (String, String, String, String) = db

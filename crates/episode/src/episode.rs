@@ -121,10 +121,35 @@ pub struct Turn {
     /// kept is the last asked).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub repeats: u32,
+    /// Where the turn's evaluation time went; all zero when nothing was evaluated.
+    #[serde(default, skip_serializing_if = "TurnTimes::is_empty")]
+    pub times: TurnTimes,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// A turn's evaluation as the episode waited for it: the seconds from sending the
+/// candidate to its verdict, and the parts of them the record names (waiting for a
+/// started process, waiting for a GPU lease, holding the GPU alone to be timed). A step
+/// of multi-turn RL lasts as long as its slowest chain of turns, and these say what
+/// that chain waited on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct TurnTimes {
+    pub evaluate_s: f64,
+    #[serde(default)]
+    pub start_wait_s: f64,
+    #[serde(default)]
+    pub lease_wait_s: f64,
+    #[serde(default)]
+    pub exclusive_s: f64,
+}
+
+impl TurnTimes {
+    pub fn is_empty(&self) -> bool {
+        *self == TurnTimes::default()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]

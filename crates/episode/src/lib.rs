@@ -13,6 +13,6 @@ pub mod episode;
 pub mod message;
 pub mod prompts;
 
-pub use episode::{Episode, NotExtracted, Turn, TurnOutcome};
+pub use episode::{Episode, NotExtracted, Turn, TurnOutcome, TurnTimes};
 pub use message::{ChatMessage, Completion};
 pub use prompts::{Attempt, PromptError, Prompts, Target};

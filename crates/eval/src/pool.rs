@@ -446,6 +446,24 @@ enum Warm {
     Ready(Box<Ready>),
 }
 
+impl Warm {
+    /// Whether taking it waits for nothing.
+    fn started(&self) -> bool {
+        match self {
+            Warm::Ready(_) => true,
+            Warm::Starting(h) => h.is_finished(),
+        }
+    }
+}
+
+/// The first process of `warm` already started, else the oldest. Processes finish
+/// starting out of order (a GPU creates their contexts one at a time, in no fixed
+/// order), so the oldest may still be starting while a younger one waits, ready.
+fn take_started(warm: &mut VecDeque<Warm>) -> Option<Warm> {
+    let at = warm.iter().position(Warm::started).unwrap_or(0);
+    warm.remove(at)
+}
+
 /// Everything a process needs to be started for one device.
 #[derive(Debug)]
 struct Launch {
@@ -513,7 +531,7 @@ impl Slot {
     }
 
     async fn take_ready(&self, spares: usize) -> Result<Ready, EvalError> {
-        let slot = self.warm.lock().ok().and_then(|mut w| w.pop_front());
+        let slot = self.warm.lock().ok().and_then(|mut w| take_started(&mut w));
         let slot = match slot {
             Some(s) => s,
             None => self.spawn_warm(),
@@ -1608,6 +1626,36 @@ async fn await_hello(mut worker: Worker, timeout: Duration) -> Result<Ready, Eva
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process that has started is taken before older ones still starting; with none
+    /// started, the oldest is.
+    #[tokio::test]
+    async fn a_started_process_is_taken_before_older_ones_still_starting() {
+        let starting = || {
+            Warm::Starting(tokio::spawn(async {
+                tokio::time::sleep(Duration::from_secs(600)).await;
+                Err(EvalError::PoolClosed)
+            }))
+        };
+        let done = tokio::spawn(async { Err(EvalError::PoolClosed) });
+        while !done.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        let mut warm: VecDeque<Warm> =
+            VecDeque::from([starting(), starting(), Warm::Starting(done)]);
+        let first = warm.iter().map(Warm::started).collect::<Vec<_>>();
+        assert_eq!(first, [false, false, true]);
+        let taken = take_started(&mut warm).unwrap();
+        assert!(taken.started(), "the started one, third in line");
+        assert_eq!(warm.len(), 2);
+        assert!(warm.iter().all(|w| !w.started()));
+        // None started: the oldest, as before.
+        let Some(Warm::Starting(oldest)) = warm.front() else { panic!("starting") };
+        let oldest_id = oldest.id();
+        let Some(Warm::Starting(taken)) = take_started(&mut warm) else { panic!("starting") };
+        assert_eq!(taken.id(), oldest_id);
+        assert!(take_started(&mut warm).is_some() && take_started(&mut warm).is_none());
+    }
 
     #[test]
     fn the_baseline_moves_the_budget_by_what_it_used_and_at_most_its_allowance() {

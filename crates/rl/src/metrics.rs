@@ -83,6 +83,78 @@ pub struct StepMetrics {
     /// The same rollouts by source, in `data.train` order (sources drawn this step).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub by_source: Vec<SourceStep>,
+    /// The slowest episode's chain of turns (what the rollout waited for last) and the
+    /// mean chain, split into generation and evaluation and the evaluation's waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowest: Option<ChainTimes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_chain: Option<ChainTimes>,
+}
+
+/// One episode's turns end to end: generation (each completion's latency), then the
+/// evaluation of its candidate, turn after turn. A multi-turn rollout ends with its
+/// slowest chain, so this says which of the two, and which wait within the evaluator,
+/// a shorter step must cut.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChainTimes {
+    /// The episode's id (empty for a mean).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub episode: String,
+    pub turns: f64,
+    pub generate_s: f64,
+    pub evaluate_s: f64,
+    /// Parts of `evaluate_s`: waiting for a started process, waiting for a GPU lease,
+    /// holding the GPU alone (timing).
+    pub start_wait_s: f64,
+    pub lease_wait_s: f64,
+    pub exclusive_s: f64,
+    /// Each turn's outcome, in order (empty for a mean).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outcomes: Vec<String>,
+}
+
+impl ChainTimes {
+    pub fn of(ep: &Episode) -> ChainTimes {
+        let mut c = ChainTimes {
+            episode: ep.id.clone(),
+            turns: ep.turns.len() as f64,
+            outcomes: ep.turns.iter().map(|t| t.outcome.to_string()).collect(),
+            ..Default::default()
+        };
+        for t in &ep.turns {
+            c.generate_s += t.completion.latency_ms / 1000.0;
+            c.evaluate_s += t.times.evaluate_s;
+            c.start_wait_s += t.times.start_wait_s;
+            c.lease_wait_s += t.times.lease_wait_s;
+            c.exclusive_s += t.times.exclusive_s;
+        }
+        c
+    }
+
+    pub fn total_s(&self) -> f64 {
+        self.generate_s + self.evaluate_s
+    }
+
+    /// The slowest chain and the mean chain of `episodes` (`None` when there are none).
+    pub fn of_step<'a>(
+        episodes: impl IntoIterator<Item = &'a Episode>,
+    ) -> Option<(ChainTimes, ChainTimes)> {
+        let chains: Vec<ChainTimes> = episodes.into_iter().map(ChainTimes::of).collect();
+        let slowest = chains.iter().max_by(|a, b| a.total_s().total_cmp(&b.total_s()))?.clone();
+        let n = chains.len() as f64;
+        let mean = |f: fn(&ChainTimes) -> f64| chains.iter().map(f).sum::<f64>() / n;
+        let mean_chain = ChainTimes {
+            episode: String::new(),
+            turns: mean(|c| c.turns),
+            generate_s: mean(|c| c.generate_s),
+            evaluate_s: mean(|c| c.evaluate_s),
+            start_wait_s: mean(|c| c.start_wait_s),
+            lease_wait_s: mean(|c| c.lease_wait_s),
+            exclusive_s: mean(|c| c.exclusive_s),
+            outcomes: Vec::new(),
+        };
+        Some((slowest, mean_chain))
+    }
 }
 
 /// One source's share of a step's rollouts (`data.train` sources by name): a mixed pool's
@@ -284,6 +356,63 @@ mod tests {
         let mut t = tritonforge_agent::Turn { outcome, reward, ..Default::default() };
         t.completion.finish_reason = Some(finish.into());
         t
+    }
+
+    fn timed(
+        outcome: TurnOutcome,
+        gen_ms: f64,
+        eval_s: f64,
+        start: f64,
+        lease: f64,
+        excl: f64,
+    ) -> tritonforge_agent::Turn {
+        let mut t = turn(outcome, 0.0, "stop");
+        t.completion.latency_ms = gen_ms;
+        t.times = tritonforge_agent::TurnTimes {
+            evaluate_s: eval_s,
+            start_wait_s: start,
+            lease_wait_s: lease,
+            exclusive_s: excl,
+        };
+        t
+    }
+
+    /// The slowest chain is the episode with the most generation plus evaluation, not the
+    /// most turns; the mean chain averages every episode, untimed turns counting zero.
+    #[test]
+    fn chains_add_each_turns_generation_and_evaluation() {
+        use tritonforge_protocol::Status;
+        let long = Episode {
+            id: "a".into(),
+            turns: vec![
+                timed(Status::CompileError.into(), 2000.0, 1.0, 0.5, 0.0, 0.0),
+                timed(Status::Correct.into(), 1000.0, 9.0, 4.0, 2.0, 0.5),
+            ],
+            ..Default::default()
+        };
+        let many = Episode {
+            id: "b".into(),
+            turns: vec![
+                timed(Status::Incorrect.into(), 1000.0, 1.0, 0.0, 0.0, 0.0),
+                timed(Status::Incorrect.into(), 1000.0, 1.0, 0.0, 0.0, 0.0),
+                timed(TurnOutcome::default(), 500.0, 0.0, 0.0, 0.0, 0.0),
+            ],
+            ..Default::default()
+        };
+        let (slowest, mean) = ChainTimes::of_step([&long, &many]).unwrap();
+        assert_eq!(slowest.episode, "a");
+        assert_eq!(slowest.turns, 2.0);
+        assert_eq!(slowest.outcomes, ["compile_error", "correct"]);
+        assert!((slowest.generate_s - 3.0).abs() < 1e-12);
+        assert!((slowest.evaluate_s - 10.0).abs() < 1e-12);
+        assert!((slowest.start_wait_s - 4.5).abs() < 1e-12);
+        assert!((slowest.lease_wait_s - 2.0).abs() < 1e-12);
+        assert!((slowest.exclusive_s - 0.5).abs() < 1e-12);
+        assert_eq!(mean.episode, "");
+        assert!((mean.turns - 2.5).abs() < 1e-12);
+        assert!((mean.generate_s - 2.75).abs() < 1e-12);
+        assert!((mean.evaluate_s - 6.0).abs() < 1e-12);
+        assert!(ChainTimes::of_step(std::iter::empty::<&Episode>()).is_none());
     }
 
     /// A source's figures by hand: one episode cut at the cap with no code, then right;

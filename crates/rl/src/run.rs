@@ -19,7 +19,7 @@ use crate::batch;
 use crate::config::{HeldoutPlan, RlConfig};
 use crate::env::{Activity, BoxFuture, Environment, Play, TimedBackend, Timeline};
 use crate::layout::{lay_out, Sequence};
-use crate::metrics::{HeldoutMetrics, SourceStep, StepMetrics, WorkerShare};
+use crate::metrics::{ChainTimes, HeldoutMetrics, SourceStep, StepMetrics, WorkerShare};
 use crate::pool::{Pool, PoolState};
 use crate::rng::Rng;
 use crate::staleness::Gate;
@@ -869,6 +869,10 @@ async fn train_step(
         .map(|t| t.completion.token_ids.as_ref().map_or(0, |v| v.len() as u64))
         .sum();
     m.tokens_per_s = m.generated_tokens as f64 / m.rollout_s.max(1e-9);
+    if let Some((slowest, mean)) = ChainTimes::of_step(all.iter().copied()) {
+        m.slowest = Some(slowest);
+        m.mean_chain = Some(mean);
+    }
     m.by_source = cfg
         .data
         .train

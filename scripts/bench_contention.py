@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""The policy engine's decode speed beside the evaluator's kinds of neighbours.
+
+In run 6 (docs/rl.md) the colocated worker made 1.4k-5k tokens/s of its own generating
+time, where the same engine alone makes 30k-40k at batch 64. This measures which
+neighbour costs what, one arm at a time, in one process on one device:
+
+- `alone`: the engine with nothing else on the machine;
+- `gpu:K`: K processes, each with its own CUDA context, running small kernels in a loop
+  (a candidate's correctness trials): the GPU time-slices between contexts;
+- `cpu:K`: K processes burning a core each in Python (Triton compiling candidates);
+- `cpu_nice:K`: the same at nice 10 (what the pool could do to its candidates);
+- `ctx:K`: K processes creating and destroying CUDA contexts in a loop (the pool
+  starting candidate processes, about 3.2 a second on one GPU);
+- `gpu_nice:K`: `gpu:K` at nice 10.
+
+Each arm: B prompts of P random tokens, N new tokens each sampled at temperature 1
+(end of sequence ignored), through the engine as `train rl` runs it (CUDA graphs; not
+compiled unless --compile). The neighbours start 3 s before the timed run and are killed
+after it. Per arm: tokens/s, seconds, and the neighbours' own progress (loops done).
+
+usage: PYTHONPATH=python python3 scripts/bench_contention.py [--model configs/models/smollm2-135m-shape]
+       [--batch 96] [--prompt-tokens 1200] [--tokens 384] [--arms alone,gpu:16,cpu:16,...] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))
+
+DEFAULT_ARMS = "alone,gpu:16,cpu:16,cpu_nice:16,ctx:4,gpu_nice:16,alone"
+
+
+def neighbour(kind: str, counter: str) -> int:
+    """One neighbour process's loop; it writes its loop count to `counter` every second."""
+    n, last = 0, time.perf_counter()
+
+    def tick() -> None:
+        nonlocal last
+        if time.perf_counter() - last > 1.0:
+            Path(counter).write_text(str(n))
+            last = time.perf_counter()
+
+    if kind == "gpu":
+        import torch
+
+        x = torch.randn(1 << 22, device="cuda")
+        while True:
+            for _ in range(8):
+                x = x * 0.5 + 1.0
+            torch.cuda.synchronize()
+            time.sleep(0.001)
+            n += 1
+            tick()
+    if kind == "cpu":
+        while True:
+            s = 0
+            for i in range(100_000):
+                s += i * i
+            n += 1
+            tick()
+    if kind == "ctx":
+        cuda = ctypes.CDLL("libcuda.so.1")
+        if cuda.cuInit(0) != 0:
+            raise SystemExit("cuInit failed")
+        dev = ctypes.c_int()
+        cuda.cuDeviceGet(ctypes.byref(dev), 0)
+        while True:
+            ctx = ctypes.c_void_p()
+            if cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) != 0:
+                raise SystemExit("cuCtxCreate failed")
+            cuda.cuCtxDestroy_v2(ctx)
+            n += 1
+            tick()
+    raise SystemExit(f"unknown neighbour kind {kind!r}")
+
+
+def start_neighbours(kind: str, k: int, tmp: Path) -> List[Any]:
+    base = kind.removesuffix("_nice")
+    procs = []
+    for i in range(k):
+        cmd = [sys.executable, __file__, "--neighbour", base, "--counter", str(tmp / f"n{i}")]
+        if kind.endswith("_nice"):
+            cmd = ["nice", "-n", "10"] + cmd
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True))
+    return procs
+
+
+def stop_neighbours(procs: List[Any]) -> None:
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        p.wait()
+
+
+def loops(tmp: Path, k: int) -> int:
+    """The neighbours' loops so far (each writes its running count once a second)."""
+    total = 0
+    for i in range(k):
+        f = tmp / f"n{i}"
+        try:
+            total += int(f.read_text() or 0)
+        except (OSError, ValueError):
+            pass
+    return total
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--neighbour")
+    ap.add_argument("--counter")
+    ap.add_argument("--model", default=str(REPO / "configs/models/smollm2-135m-shape"))
+    ap.add_argument("--batch", type=int, default=96)
+    ap.add_argument("--prompt-tokens", type=int, default=1200)
+    ap.add_argument("--tokens", type=int, default=384)
+    ap.add_argument("--arms", default=DEFAULT_ARMS)
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--settle", type=float, default=3.0)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a.neighbour:
+        return neighbour(a.neighbour, a.counter)
+
+    import torch
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench_rollouts import load_model, prompts
+
+    from tritonforge_worker.engine import Engine, Request
+
+    net = load_model(a.model, "cuda", "bfloat16")
+    ps = prompts(net, a.batch, a.prompt_tokens)
+    eng = Engine(net, "cuda", max_slots=a.batch, max_len=a.prompt_tokens + a.tokens + 8, compile=a.compile)
+
+    def once() -> Dict[str, Any]:
+        eng.forget_prefixes()
+        reqs = [Request(key=i, prompt=p, max_tokens=a.tokens, temperature=1.0, seed=i) for i, p in enumerate(ps)]
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        cpu0 = time.process_time()
+        out = eng.run(reqs)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t
+        n = sum(len(f.tokens) for f in out)
+        return {"tokens": n, "seconds": round(dt, 3), "tokens_per_s": round(n / dt, 1),
+                "engine_cpu_s": round(time.process_time() - cpu0, 3)}
+
+    warm = once()
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"contention-{os.getpid()}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    rows: List[Dict[str, Any]] = []
+    for j, arm in enumerate(a.arms.split(",")):
+        kind, _, k_text = arm.partition(":")
+        k = int(k_text or 0)
+        arm_tmp = tmp / str(j)
+        arm_tmp.mkdir()
+        procs = [] if kind == "alone" else start_neighbours(kind, k, arm_tmp)
+        try:
+            time.sleep(a.settle if procs else 0.0)
+            before = loops(arm_tmp, k)
+            row: Dict[str, Any] = {"arm": arm}
+            row.update(once())
+            row["neighbour_loops_per_s"] = round((loops(arm_tmp, k) - before) / row["seconds"], 1) if procs else None
+            row["neighbours_alive"] = sum(p.poll() is None for p in procs)
+        finally:
+            stop_neighbours(procs)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    nvidia_mps = subprocess.run(["sh", "-c", "command -v nvidia-cuda-mps-control"], capture_output=True, text=True)
+    result = {"model": a.model, "batch": a.batch, "prompt_tokens": a.prompt_tokens, "tokens": a.tokens,
+              "compiled": a.compile, "warmup": warm, "arms": rows, "cpus": os.cpu_count(),
+              "mps_control": nvidia_mps.stdout.strip() or None, "gpu": torch.cuda.get_device_name(0)}
+    text = json.dumps(result, indent=1)
+    if a.out:
+        Path(a.out).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
