@@ -6,7 +6,9 @@ whose name starts with `rl-` point at (each turn's `record` key), and prints per
 (the rollouts at the top level, heldout passes, `rl-*/heldout`, under `heldout`):
 how many, and the mean / median / 90th percentile of the host's wall time, the executor's
 time, the wait for a started process, the wait for a GPU lease, exclusive (timing) time
-and the wait for memory admission, in milliseconds; also the whole sum of wall time against the rollouts' span.
+and the wait for memory admission, then the executor's own phases (building, correctness trials,
+trials at unseen shapes, timing with its lease wait), in milliseconds; also the whole sum of wall
+time against the rollouts' span.
 
 usage: python3 scripts/rl_eval_profile.py STATE_DIR  (prints one JSON object)
 """
@@ -22,7 +24,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-FIELDS = ("wall_ms", "executor_ms", "start_wait_ms", "lease_wait_ms", "exclusive_ms", "admission_wait_ms")
+FIELDS = ("wall_ms", "executor_ms", "start_wait_ms", "lease_wait_ms", "exclusive_ms", "admission_wait_ms",
+          "build_ms", "trials_ms", "shape_check_ms", "timing_ms")
+# The executor's phases (the verdict's `phases`): where its own time went.
+PHASES = ("build_ms", "trials_ms", "shape_check_ms", "timing_ms")
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -73,6 +78,8 @@ def profile(conn: sqlite3.Connection, episodes: list[str], by_status: dict[str, 
             v = record.get(f)
             if v is None and isinstance(record.get("memory"), dict):
                 v = record["memory"].get(f)  # the memory admission's wait
+            if f in PHASES:
+                v = (record.get("phases") or {}).get(f)
             if isinstance(v, (int, float)):
                 slot[f].append(float(v))
 
