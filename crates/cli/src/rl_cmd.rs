@@ -97,7 +97,21 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
             episode: episode.clone(),
         })
     };
-    let heldout = heldout_tasks.into_iter().map(|(n, t)| (n, env_of(t))).collect();
+    // Heldout episodes play their own number of turns (`schedule.heldout_turns`).
+    let heldout_episode =
+        EpisodeConfig { turns: cfg.schedule.heldout_turns(&cfg.rollout), ..episode.clone() };
+    let heldout = heldout_tasks
+        .into_iter()
+        .map(|(n, tasks)| -> (String, Arc<dyn Environment>) {
+            let env = SuiteEnv {
+                tasks,
+                evaluator: timed.clone(),
+                prompts: prompts.clone(),
+                episode: heldout_episode.clone(),
+            };
+            (n, Arc::new(env))
+        })
+        .collect();
     let cpu = evaluator.device() == DeviceKind::Cpu;
     let run_name = format!(
         "rl-{}",

@@ -355,7 +355,7 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     let two_sets = suite_config(
         &out,
         &model,
-        "heldout_max_tokens = 12\nheldout_samples = 2\nheldout_temperature = 0.5",
+        "heldout_max_tokens = 12\nheldout_samples = 2\nheldout_temperature = 0.5\nheldout_turns = 1",
     )
     .replace(
         "heldout = [",
@@ -380,6 +380,7 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     assert_eq!(held["problems"], 20);
     assert_eq!(held["max_tokens"], 12, "heldout at its own cap, rollouts at 8: {held}");
     assert_eq!((held["samples"].as_u64(), held["temperature"].as_f64()), (Some(2), Some(0.5)));
+    assert_eq!(held["turns"], 1, "heldout plays its own turns, rollouts 2: {held}");
     for e in events.iter().filter(|e| e["event"] == "step") {
         let m = &e["metrics"];
         assert_eq!(m["updates"], 0, "no signal, no update: {m}");
@@ -420,6 +421,17 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
         .query_row("SELECT COUNT(*) FROM episodes WHERE run = 'rl-out/heldout'", [], |r| r.get(0))
         .unwrap();
     assert_eq!(held, 160);
+    // One turn each for heldout; the rollouts went on to their second.
+    let most_turns = |run: &str| -> usize {
+        let mut q = db.prepare("SELECT episode FROM episodes WHERE run = ?1").unwrap();
+        let eps: Vec<String> =
+            q.query_map([run], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+        eps.iter()
+            .map(|e| serde_json::from_str::<Value>(e).unwrap()["turns"].as_array().unwrap().len())
+            .max()
+            .unwrap_or(0)
+    };
+    assert_eq!((most_turns("rl-out/heldout"), most_turns("rl-out")), (1, 2));
     drop(db);
     assert_eq!(std::fs::read_to_string(out.join("LATEST")).unwrap().trim(), "step-000002");
     let adapter = out.join("checkpoints/step-000002/adapter");

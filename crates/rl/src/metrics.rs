@@ -278,6 +278,9 @@ pub struct HeldoutMetrics {
     /// were greedy).
     #[serde(default)]
     pub temperature: f64,
+    /// Turns its episodes could play (0 in files written before it was recorded).
+    #[serde(default)]
+    pub turns: u32,
     /// The sampling seed, whether its correct candidates were timed, the starting
     /// policy (`run`'s label: the bundled model's names its adapter's hash) and a digest
     /// of the set's problem keys: with the fields above, what makes two passes the same
@@ -314,6 +317,7 @@ impl HeldoutMetrics {
             ("problems", self.problems.to_string(), want.problems.to_string()),
             ("tasks", self.tasks.clone(), want.tasks.clone()),
             ("samples", self.samples.to_string(), want.samples.to_string()),
+            ("turns", self.turns.to_string(), want.turns.to_string()),
             ("max_tokens", self.max_tokens.to_string(), want.max_tokens.to_string()),
             ("temperature", format!("{:.4}", self.temperature), format!("{:.4}", want.temperature)),
             ("seed", self.seed.to_string(), want.seed.to_string()),

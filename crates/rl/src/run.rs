@@ -688,6 +688,7 @@ fn planned(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics> {
                 set: name.clone(),
                 problems: keys.len(),
                 samples: plan.samples,
+                turns: plan.turns,
                 max_tokens: plan.max_tokens,
                 temperature: f64::from(plan.temperature),
                 seed: cfg.optim.seed,
@@ -716,7 +717,7 @@ async fn heldout(
     let started = Instant::now();
     let plans = planned(cfg, parts, step);
     let sets = parts.heldout.iter().zip(plans).enumerate().map(|(i, ((_, env), plan))| {
-        let HeldoutPlan { samples, max_tokens, temperature, top_p } =
+        let HeldoutPlan { samples, max_tokens, temperature, top_p, .. } =
             cfg.schedule.heldout_plan(&cfg.data, &cfg.rollout, i);
         let keys = env.keys();
         let mut plays = Vec::new();
