@@ -12,12 +12,22 @@ neighbour costs what, one arm at a time, in one process on one device:
 - `cpu_nice:K`: the same at nice 10 (what the pool could do to its candidates);
 - `ctx:K`: K processes creating and destroying CUDA contexts in a loop (the pool
   starting candidate processes, about 3.2 a second on one GPU);
-- `gpu_nice:K`: `gpu:K` at nice 10.
+- `gpu_nice:K`: `gpu:K` at nice 10;
+- `busy:K`: K processes keeping the GPU busy with back-to-back kernels, as a candidate
+  being timed does;
+- a `_1conn` suffix on a kind starts its processes with CUDA_DEVICE_MAX_CONNECTIONS=1
+  (fewer hardware queues per context: does a context then come up faster?).
+
+Groups join with `+` (`ctx:4+busy:1`: contexts created while the GPU is kept busy). An
+arm ending in `@idle` does not run the engine: its neighbours are measured for
+--idle-seconds alone (`ctx:4@idle`: the rate contexts are created on an idle GPU, to
+set beside `ctx:4` with the engine decoding).
 
 Each arm: B prompts of P random tokens, N new tokens each sampled at temperature 1
 (end of sequence ignored), through the engine as `train rl` runs it (CUDA graphs; not
-compiled unless --compile). The neighbours start 3 s before the timed run and are killed
-after it. Per arm: tokens/s, seconds, and the neighbours' own progress (loops done).
+compiled unless --compile). The neighbours start --settle seconds before the timed run
+and are killed after it. Per arm: tokens/s, seconds, and each group's progress (loops
+a second: for `ctx`, contexts created and destroyed).
 
 usage: PYTHONPATH=python python3 scripts/bench_contention.py [--model configs/models/smollm2-135m-shape]
        [--batch 96] [--prompt-tokens 1200] [--tokens 384] [--arms alone,gpu:16,cpu:16,...] [--out F]
@@ -39,7 +49,8 @@ from typing import Any, Dict, List
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
-DEFAULT_ARMS = "alone,gpu:16,cpu:16,cpu_nice:16,ctx:4,gpu_nice:16,alone"
+DEFAULT_ARMS = ("alone,gpu:16,cpu:16,cpu_nice:16,ctx:4,gpu_nice:16,alone,"
+                "ctx:4@idle,ctx_1conn:4@idle,ctx:4+busy:1@idle,ctx:4+gpu:16@idle")
 
 
 def neighbour(kind: str, counter: str) -> int:
@@ -61,6 +72,16 @@ def neighbour(kind: str, counter: str) -> int:
                 x = x * 0.5 + 1.0
             torch.cuda.synchronize()
             time.sleep(0.001)
+            n += 1
+            tick()
+    if kind == "busy":
+        import torch
+
+        x = torch.randn(1 << 22, device="cuda")
+        while True:
+            for _ in range(64):
+                x = x * 0.5 + 1.0
+            torch.cuda.synchronize()
             n += 1
             tick()
     if kind == "cpu":
@@ -87,14 +108,18 @@ def neighbour(kind: str, counter: str) -> int:
 
 
 def start_neighbours(kind: str, k: int, tmp: Path) -> List[Any]:
-    base = kind.removesuffix("_nice")
+    """K processes of `kind` (`_nice`, `_1conn` suffixes as in the module's doc), each
+    counting into a file under `tmp`."""
+    nice, one_conn = "_nice" in kind, "_1conn" in kind
+    base = kind.replace("_nice", "").replace("_1conn", "")
+    env = dict(os.environ, CUDA_DEVICE_MAX_CONNECTIONS="1") if one_conn else None
     procs = []
     for i in range(k):
         cmd = [sys.executable, __file__, "--neighbour", base, "--counter", str(tmp / f"n{i}")]
-        if kind.endswith("_nice"):
+        if nice:
             cmd = ["nice", "-n", "10"] + cmd
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      start_new_session=True))
+                                      start_new_session=True, env=env))
     return procs
 
 
@@ -120,6 +145,15 @@ def loops(tmp: Path, k: int) -> int:
     return total
 
 
+def gpu_name() -> Any:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--neighbour")
@@ -131,10 +165,15 @@ def main() -> int:
     ap.add_argument("--arms", default=DEFAULT_ARMS)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--settle", type=float, default=3.0)
+    ap.add_argument("--idle-seconds", type=float, default=5.0)
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.neighbour:
         return neighbour(a.neighbour, a.counter)
+
+    arms = a.arms.split(",")
+    if all(arm.endswith("@idle") for arm in arms):
+        return report(a, arms, None, {})  # no engine: neighbours alone (also a CPU check)
 
     import torch
 
@@ -160,22 +199,38 @@ def main() -> int:
         return {"tokens": n, "seconds": round(dt, 3), "tokens_per_s": round(n / dt, 1),
                 "engine_cpu_s": round(time.process_time() - cpu0, 3)}
 
-    warm = once()
+    return report(a, arms, once, once())
+
+
+def report(a: Any, arms: List[str], once: Any, warm: Dict[str, Any]) -> int:
+    """Run every arm (`once` runs the engine; None: only idle arms), print and write the result."""
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"contention-{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)
     rows: List[Dict[str, Any]] = []
-    for j, arm in enumerate(a.arms.split(",")):
-        kind, _, k_text = arm.partition(":")
-        k = int(k_text or 0)
-        arm_tmp = tmp / str(j)
-        arm_tmp.mkdir()
-        procs = [] if kind == "alone" else start_neighbours(kind, k, arm_tmp)
+    for j, arm in enumerate(arms):
+        spec, idle = arm.removesuffix("@idle"), arm.endswith("@idle")
+        groups = [] if spec == "alone" else [(g.partition(":")[0], int(g.partition(":")[2] or 0))
+                                              for g in spec.split("+")]
+        procs: List[Any] = []
+        dirs = []
+        for g, (kind, k) in enumerate(groups):
+            d = tmp / f"{j}-{g}"
+            d.mkdir()
+            dirs.append(d)
+            procs += start_neighbours(kind, k, d)
         try:
             time.sleep(a.settle if procs else 0.0)
-            before = loops(arm_tmp, k)
+            before = [loops(d, k) for d, (_, k) in zip(dirs, groups)]
             row: Dict[str, Any] = {"arm": arm}
-            row.update(once())
-            row["neighbour_loops_per_s"] = round((loops(arm_tmp, k) - before) / row["seconds"], 1) if procs else None
+            if idle:
+                time.sleep(a.idle_seconds)
+                row["seconds"] = a.idle_seconds
+            else:
+                row.update(once())
+            time.sleep(1.1)  # every counter written once more
+            row["neighbour_loops_per_s"] = {
+                f"{kind}:{k}": round((loops(d, k) - b) / (row["seconds"] + 1.1), 1)
+                for d, (kind, k), b in zip(dirs, groups, before)}
             row["neighbours_alive"] = sum(p.poll() is None for p in procs)
         finally:
             stop_neighbours(procs)
@@ -184,7 +239,7 @@ def main() -> int:
     nvidia_mps = subprocess.run(["sh", "-c", "command -v nvidia-cuda-mps-control"], capture_output=True, text=True)
     result = {"model": a.model, "batch": a.batch, "prompt_tokens": a.prompt_tokens, "tokens": a.tokens,
               "compiled": a.compile, "warmup": warm, "arms": rows, "cpus": os.cpu_count(),
-              "mps_control": nvidia_mps.stdout.strip() or None, "gpu": torch.cuda.get_device_name(0)}
+              "mps_control": nvidia_mps.stdout.strip() or None, "gpu": gpu_name()}
     text = json.dumps(result, indent=1)
     if a.out:
         Path(a.out).write_text(text)
