@@ -70,6 +70,15 @@ case "$PHASE" in
     fi
     # Where the evaluations' time went (wall, process start, leases, timing, admission).
     python3 scripts/rl_eval_profile.py "$S/state" > "$OUT/eval-profile.json" 2>> "$S/train.err"
+    # The store itself (every episode and record), compressed, for questions asked later:
+    # the device keeps nothing. A consistent copy (WAL included) through sqlite's backup.
+    for db in $(find "$S/state" -name '*.sqlite'); do
+      python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
+        "$db" "/tmp/store-copy.sqlite" && xz -T4 -3 -c /tmp/store-copy.sqlite > "$OUT/store.sqlite.xz"
+      rm -f /tmp/store-copy.sqlite
+    done
+    [ -f "$OUT/store.sqlite.xz" ] && [ "$(stat -c %s "$OUT/store.sqlite.xz")" -gt 16000000 ] && \
+      { echo "store.sqlite.xz over 16 MB: not brought back" >> "$S/train.err"; rm -f "$OUT/store.sqlite.xz"; }
     echo "$latest"; tail -n 8 "$S/train.err"
     ;;
 esac

@@ -67,8 +67,11 @@ def profile(conn: sqlite3.Connection, episodes: list[str], by_status: dict[str, 
             continue
         record: dict[str, Any] = json.loads(row[1])
         created.append(int(record.get("created_at", 0)))
-        tally = batches.setdefault(batch, {"evaluations": 0, "gpu_processes": 0, "exclusive_s": 0.0})
+        tally = batches.setdefault(batch, {"evaluations": 0, "gpu_processes": 0, "exclusive_s": 0.0,
+                                           "retried_alone": 0})
         tally["evaluations"] += 1
+        # Out of memory beside others, evaluated again holding the device alone.
+        tally["retried_alone"] += bool((record.get("memory") or {}).get("retried_alone"))
         if key not in seen:  # a repeated candidate is answered from the store: no process
             seen.add(key)
             tally["gpu_processes"] += ran_a_process(record)
@@ -94,7 +97,7 @@ def report(by_status: dict[str, dict[str, list[float]]], stages: dict[str, int],
         out["span_s"] = max(created) - min(created)
     out["per_batch"] = [{"batch": b, "evaluations": t["evaluations"], "gpu_processes": t["gpu_processes"],
                          "context_floor_s": round(t["gpu_processes"] / rate, 1),
-                         "exclusive_s": round(t["exclusive_s"], 1)}
+                         "exclusive_s": round(t["exclusive_s"], 1), "retried_alone": t["retried_alone"]}
                         for b, t in sorted(batches.items())]
     return out
 
