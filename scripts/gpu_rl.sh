@@ -15,6 +15,9 @@
 #                   override [schedule] keys of the config; logs, metrics and heldout
 #                   figures to OUTDIR. TF_RL_FLAGS adds evaluator and pool flags
 #                   (e.g. TF_RL_FLAGS="--spares 48").
+#   PHASE train2 SECONDS [KEY=VALUE ...]: the same on a machine of two GPUs, the candidates
+#                   evaluated by `serve` on the second (its own state under /tmp/tf-rl,
+#                   TF_SERVE_FLAGS for its pool), the policy alone on the first.
 set -uo pipefail
 B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}
 S=/tmp/tf-rl; mkdir -p "$S" "$OUT"
@@ -42,8 +45,19 @@ case "$PHASE" in
       > "$OUT/bench-colocated.json" 2> "$OUT/bench-colocated.err"
     echo "bench exit $?"; cat "$OUT/bench-colocated.json"; tail -n 5 "$OUT/bench-colocated.err"
     ;;
-  train)
+  train|train2)
     install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
+    if [ "$PHASE" = train2 ]; then
+      port=18777
+      # shellcheck disable=SC2086
+      CUDA_VISIBLE_DEVICES=1 "$S/tritonforge" --python python3 --state-dir "$S/serve-state" --device cuda \
+        serve --bind "127.0.0.1:$port" ${TF_SERVE_FLAGS:-} >> "$S/serve.log" 2>&1 &
+      serve_pid=$!
+      if ! python3 scripts/wait_http.py "http://127.0.0.1:$port/health" 180; then
+        echo "serve did not come up"; tail -n 20 "$S/serve.log"; kill "$serve_pid"; exit 1
+      fi
+      export CUDA_VISIBLE_DEVICES=0 TF_RL_FLAGS="--eval-server http://127.0.0.1:$port ${TF_RL_FLAGS:-}"
+    fi
     secs=${4:?seconds}; shift 4
     cp "$S/rl.toml" "$S/rl-now.toml"
     for kv in "$@"; do
@@ -60,6 +74,9 @@ case "$PHASE" in
     timeout --signal=TERM "$(( secs + 45 ))" "$S/tritonforge" --python python3 --state-dir "$S/state" --device cuda \
       train rl --json --config "$S/rl-now.toml" ${TF_RL_FLAGS:-} >> "$S/events.jsonl" 2>> "$S/train.err"
     echo "exit $? wall $(( $(date +%s) - t0 )) s" >> "$S/train.err"
+    if [ "$PHASE" = train2 ]; then
+      kill -TERM "$serve_pid"; wait "$serve_pid"; cp "$S/serve.log" "$OUT/" 2>/dev/null
+    fi
     cp "$S/events.jsonl" "$S/train.err" "$S/rl-now.toml" "$OUT/" 2>/dev/null
     cp "$S/out/metrics.jsonl" "$S/out/heldout.jsonl" "$OUT/" 2>/dev/null
     # The latest adapter in bf16 (an fp32 one is over the 16 MiB a file from $OUT may be).
@@ -69,16 +86,18 @@ case "$PHASE" in
         "$OUT/adapter-$latest" --keep-base >> "$S/train.err" 2>&1
     fi
     # Where the evaluations' time went (wall, process start, leases, timing, admission).
-    python3 scripts/rl_eval_profile.py "$S/state" > "$OUT/eval-profile.json" 2>> "$S/train.err"
+    # (With train2 the records are in the server's store: both are read.)
+    python3 scripts/rl_eval_profile.py "$S" > "$OUT/eval-profile.json" 2>> "$S/train.err"
     # The store itself (every episode and record), compressed, for questions asked later:
     # the device keeps nothing. A consistent copy (WAL included) through sqlite's backup.
-    for db in $(find "$S/state" -name '*.sqlite'); do
+    for db in $(find "$S/state" "$S/serve-state" -name '*.sqlite' 2>/dev/null); do
+      name="store-$(basename "$(dirname "$db")").sqlite.xz"
       python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
-        "$db" "/tmp/store-copy.sqlite" && xz -T4 -3 -c /tmp/store-copy.sqlite > "$OUT/store.sqlite.xz"
+        "$db" "/tmp/store-copy.sqlite" && xz -T4 -3 -c /tmp/store-copy.sqlite > "$OUT/$name"
       rm -f /tmp/store-copy.sqlite
+      [ "$(stat -c %s "$OUT/$name" 2>/dev/null || echo 0)" -gt 16000000 ] && \
+        { echo "$name over 16 MB: not brought back" >> "$S/train.err"; rm -f "$OUT/$name"; }
     done
-    [ -f "$OUT/store.sqlite.xz" ] && [ "$(stat -c %s "$OUT/store.sqlite.xz")" -gt 16000000 ] && \
-      { echo "store.sqlite.xz over 16 MB: not brought back" >> "$S/train.err"; rm -f "$OUT/store.sqlite.xz"; }
     echo "$latest"; tail -n 8 "$S/train.err"
     ;;
 esac

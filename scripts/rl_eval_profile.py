@@ -10,6 +10,9 @@ and the wait for memory admission, then the executor's own phases (building, cor
 trials at unseen shapes, timing with its lease wait), in milliseconds; also the whole sum of wall
 time against the rollouts' span.
 
+Records are looked up in every store under STATE_DIR, so a directory holding both the
+run's state and an evaluation server's finds them where they ran.
+
 usage: python3 scripts/rl_eval_profile.py STATE_DIR  (prints one JSON object)
 """
 
@@ -48,7 +51,7 @@ def ran_a_process(record: dict[str, Any]) -> bool:
     return record.get("memory") is not None and not decided
 
 
-def profile(conn: sqlite3.Connection, episodes: list[str], by_status: dict[str, dict[str, list[float]]],
+def profile(conns: list[sqlite3.Connection], episodes: list[str], by_status: dict[str, dict[str, list[float]]],
             stages: dict[str, int], created: list[int], batches: dict[int, dict[str, float]]) -> None:
     """Adds the evaluations `episodes` (stored JSON) point at to the tallies."""
     keys = []
@@ -62,7 +65,7 @@ def profile(conn: sqlite3.Connection, episodes: list[str], by_status: dict[str, 
             stages[stage] = stages.get(stage, 0) + 1
     seen: set[str] = set()
     for batch, key in keys:
-        row = conn.execute("SELECT status, record FROM evaluations WHERE key = ?", (key,)).fetchone()
+        row = lookup(conns, key)
         if row is None:
             continue
         record: dict[str, Any] = json.loads(row[1])
@@ -85,6 +88,19 @@ def profile(conn: sqlite3.Connection, episodes: list[str], by_status: dict[str, 
                 v = (record.get("phases") or {}).get(f)
             if isinstance(v, (int, float)):
                 slot[f].append(float(v))
+
+
+def lookup(conns: list[sqlite3.Connection], key: str) -> Any:
+    """(status, record JSON) of evaluation `key` from the first store holding it: the run's
+    own, or an evaluation server's (`--eval-server`: records are kept where they ran)."""
+    for conn in conns:
+        try:
+            row = conn.execute("SELECT status, record FROM evaluations WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error:
+            continue
+        if row is not None:
+            return row
+    return None
 
 
 def report(by_status: dict[str, dict[str, list[float]]], stages: dict[str, int], created: list[int],
@@ -110,14 +126,14 @@ def main() -> int:
     # Rollouts (runs `rl-*`) and heldout passes (`rl-*/heldout`), apart.
     Tally = tuple[dict[str, dict[str, list[float]]], dict[str, int], list[int], dict[int, dict[str, float]]]
     parts: dict[str, Tally] = {"rollouts": ({}, {}, [], {}), "heldout": ({}, {}, [], {})}
-    for db in Path(args.state_dir).rglob("*.sqlite"):
-        conn = sqlite3.connect(str(db))
+    conns = [sqlite3.connect(str(db)) for db in sorted(Path(args.state_dir).rglob("*.sqlite"))]
+    for conn in conns:
         try:
             rows = conn.execute("SELECT episode, run FROM episodes WHERE run LIKE 'rl-%'").fetchall()
         except sqlite3.Error:
             continue
         for name, keep in (("rollouts", lambda r: not r.endswith("/heldout")), ("heldout", lambda r: r.endswith("/heldout"))):
-            profile(conn, [text for text, run in rows if keep(run)], *parts[name])
+            profile(conns, [text for text, run in rows if keep(run)], *parts[name])
     out = report(*parts["rollouts"], args.context_rate)
     out["heldout"] = report(*parts["heldout"], args.context_rate)
     print(json.dumps(out))
