@@ -89,7 +89,7 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         repeat_retries: 0,
     };
     let prompts = Arc::new(Prompts::load(None).map_err(usage)?);
-    let env_of = |tasks| -> Arc<dyn Environment> {
+    let env_of = |tasks, episode: &EpisodeConfig| -> Arc<dyn Environment> {
         Arc::new(SuiteEnv {
             tasks,
             evaluator: timed.clone(),
@@ -100,18 +100,8 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     // Heldout episodes play their own number of turns (`schedule.heldout_turns`).
     let heldout_episode =
         EpisodeConfig { turns: cfg.schedule.heldout_turns(&cfg.rollout), ..episode.clone() };
-    let heldout = heldout_tasks
-        .into_iter()
-        .map(|(n, tasks)| -> (String, Arc<dyn Environment>) {
-            let env = SuiteEnv {
-                tasks,
-                evaluator: timed.clone(),
-                prompts: prompts.clone(),
-                episode: heldout_episode.clone(),
-            };
-            (n, Arc::new(env))
-        })
-        .collect();
+    let heldout =
+        heldout_tasks.into_iter().map(|(n, t)| (n, env_of(t, &heldout_episode))).collect();
     let cpu = evaluator.device() == DeviceKind::Cpu;
     let run_name = format!(
         "rl-{}",
@@ -119,7 +109,7 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     );
     let setup = tritonforge_rl::setup::train_setup(&cfg, &model);
     let parts = Parts {
-        env: env_of(tasks),
+        env: env_of(tasks, &episode),
         heldout,
         generator: engines.generator,
         learner: engines.learner,
