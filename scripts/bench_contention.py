@@ -63,25 +63,19 @@ def neighbour(kind: str, counter: str) -> int:
             Path(counter).write_text(str(n))
             last = time.perf_counter()
 
-    if kind == "gpu":
+    if kind in ("gpu", "busy"):
         import torch
 
+        # `gpu`: short bursts with a pause (a candidate's trials); `busy`: back to back
+        # (a candidate being timed).
+        ops, pause = (8, 0.001) if kind == "gpu" else (64, 0.0)
         x = torch.randn(1 << 22, device="cuda")
         while True:
-            for _ in range(8):
+            for _ in range(ops):
                 x = x * 0.5 + 1.0
             torch.cuda.synchronize()
-            time.sleep(0.001)
-            n += 1
-            tick()
-    if kind == "busy":
-        import torch
-
-        x = torch.randn(1 << 22, device="cuda")
-        while True:
-            for _ in range(64):
-                x = x * 0.5 + 1.0
-            torch.cuda.synchronize()
+            if pause:
+                time.sleep(pause)
             n += 1
             tick()
     if kind == "cpu":

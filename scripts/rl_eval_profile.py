@@ -27,10 +27,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-FIELDS = ("wall_ms", "executor_ms", "start_wait_ms", "lease_wait_ms", "exclusive_ms", "admission_wait_ms",
-          "build_ms", "trials_ms", "shape_check_ms", "timing_ms")
 # The executor's phases (the verdict's `phases`): where its own time went.
 PHASES = ("build_ms", "trials_ms", "shape_check_ms", "timing_ms")
+FIELDS = ("wall_ms", "executor_ms", "start_wait_ms", "lease_wait_ms", "exclusive_ms", "admission_wait_ms") + PHASES
 
 
 def summary(values: list[float]) -> dict[str, float]:
