@@ -177,7 +177,7 @@ pub fn load_rules(path: Option<&Path>) -> anyhow::Result<tritonforge_guard::Guar
 }
 
 /// How the executor pool runs candidates.
-#[derive(Args, Clone, Default)]
+#[derive(Args, Clone)]
 pub struct PoolArgs {
     /// Candidates evaluated at once per device [default: number of CPUs].
     #[arg(long)]
@@ -211,6 +211,29 @@ pub struct PoolArgs {
     /// `off`.
     #[arg(long, value_enum, default_value_t = PreflightArg::Auto)]
     pub preflight: PreflightArg,
+    /// CUDA_DEVICE_MAX_CONNECTIONS for candidate processes: hardware queues per CUDA
+    /// context. One lets the driver create a candidate's context about three times as
+    /// fast; 0 leaves the driver's default (8) for candidates that overlap streams.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=32))]
+    pub cuda_connections: u32,
+}
+
+/// The flags' own defaults, for commands that build a pool without these flags.
+impl Default for PoolArgs {
+    fn default() -> Self {
+        PoolArgs {
+            jobs: None,
+            spares: None,
+            exclusive: false,
+            gpus: Vec::new(),
+            naive: false,
+            gpu_mem_fraction: None,
+            no_landlock: false,
+            no_fork: false,
+            preflight: PreflightArg::Auto,
+            cuda_connections: 1,
+        }
+    }
 }
 
 /// `--preflight`.
@@ -250,6 +273,7 @@ impl PoolArgs {
         let base = PoolConfig {
             gpu_memory_fraction: self.gpu_mem_fraction,
             landlock: !self.no_landlock,
+            cuda_connections: (self.cuda_connections > 0).then_some(self.cuda_connections),
             ..PoolConfig::default()
         };
         if self.naive {
@@ -373,5 +397,32 @@ pub fn short(path: &Path) -> String {
     match cwd.as_deref().and_then(|c| path.strip_prefix(c).ok()) {
         Some(rel) => rel.display().to_string(),
         None => path.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapped {
+        #[command(flatten)]
+        pool: PoolArgs,
+    }
+
+    /// A pool built without the flags (e.g. by `data`) is the one the flags' defaults give.
+    #[test]
+    fn pool_args_default_is_the_flags_defaults() {
+        let parsed = Wrapped::parse_from(["x"]).pool;
+        let default = PoolArgs::default();
+        assert_eq!(parsed.cuda_connections, default.cuda_connections);
+        assert_eq!(parsed.preflight, default.preflight);
+        let (a, b) = (parsed.config(4).unwrap(), default.config(4).unwrap());
+        assert_eq!(a.cuda_connections, Some(1));
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        let off = Wrapped::parse_from(["x", "--cuda-connections", "0"]).pool.config(4).unwrap();
+        assert_eq!(off.cuda_connections, None);
+        assert!(Wrapped::try_parse_from(["x", "--cuda-connections", "33"]).is_err());
     }
 }

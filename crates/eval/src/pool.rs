@@ -119,6 +119,11 @@ pub struct PoolConfig {
     /// Whether a candidate's import is first tried in a process forked without a GPU
     /// context (see [`Preflight`]).
     pub preflight: Preflight,
+    /// `CUDA_DEVICE_MAX_CONNECTIONS` for candidate processes; `None` leaves the driver's
+    /// default (8). One hardware queue per context makes the driver create contexts about
+    /// three times as fast (H200: 16 a second against 5.5), and a candidate process is
+    /// started per candidate; its cost is that a candidate's own streams share one queue.
+    pub cuda_connections: Option<u32>,
 }
 
 /// When a candidate's import is tried first in a process that never touched the GPU.
@@ -190,6 +195,7 @@ impl Default for PoolConfig {
             cpu_timing_lease: false,
             fork: true,
             preflight: Preflight::Auto,
+            cuda_connections: Some(1),
         }
     }
 }
@@ -480,6 +486,7 @@ struct Launch {
     reserved_cpus: Vec<usize>,
     timing_cpu: Option<usize>,
     cpu_timing_lease: bool,
+    cuda_connections: Option<u32>,
     /// A Triton cache holding only what the warm-up compiled (kernel and launcher),
     /// copied into each new process's own cache: its warm-up then compiles nothing.
     cache_template: Option<PathBuf>,
@@ -592,6 +599,7 @@ impl Pool {
                 restarts: tokio::sync::Mutex::new(0),
                 cache_template,
                 cpu_timing_lease: cfg.cpu_timing_lease,
+                cuda_connections: cfg.cuda_connections,
                 reserved_cpus: reserved_cpus.clone(),
                 timing_cpu: reserved_cpus.get(index).copied(),
                 spec: spec.clone(),
@@ -1320,6 +1328,9 @@ fn worker_env(launch: &Launch, scratch: &std::path::Path) -> Vec<(&'static str, 
     }
     if let Some(gpu) = launch.gpu {
         env.push(("CUDA_VISIBLE_DEVICES", gpu.to_string()));
+    }
+    if let Some(n) = launch.cuda_connections {
+        env.push(("CUDA_DEVICE_MAX_CONNECTIONS", n.to_string()));
     }
     if launch.cpu_timing_lease {
         env.push(("TRITONFORGE_CPU_TIMING_LEASE", "1".to_string()));

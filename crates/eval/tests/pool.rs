@@ -77,3 +77,28 @@ async fn a_worker_that_never_says_hello_times_out_at_start_up() {
     assert!(err.to_string().contains("no hello"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// Candidate processes get `CUDA_DEVICE_MAX_CONNECTIONS` as configured (one hardware
+/// queue by default: contexts come up faster), and `None` leaves what they inherit.
+#[tokio::test]
+async fn candidate_processes_get_the_configured_cuda_connections() {
+    let said = |cuda_connections: Option<u32>| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = fake_worker(
+            dir.path(),
+            "import os, sys\nsys.stderr.write('connections=%s\\n' % os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))\nsys.exit(1)\n",
+        );
+        let err = Pool::start(spec, PoolConfig { cuda_connections, fork: false, ..cfg() })
+            .await
+            .err()
+            .expect("the stand-in always exits");
+        let text = err.to_string();
+        let line = text.lines().find_map(|l| l.strip_prefix("connections=")).map(str::to_owned);
+        line.unwrap_or_else(|| panic!("no connections line in: {text}"))
+    };
+    assert_eq!(PoolConfig::default().cuda_connections, Some(1));
+    assert_eq!(said(PoolConfig::default().cuda_connections).await, "1");
+    assert_eq!(said(Some(4)).await, "4");
+    let inherited = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").unwrap_or_else(|_| "None".into());
+    assert_eq!(said(None).await, inherited);
+}
