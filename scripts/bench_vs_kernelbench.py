@@ -26,7 +26,7 @@ The work directory (`--work`, default /tmp/tf-vs-kb) keeps every result between 
 `summary` writes summary.json and copies the raw files to `--out`.
 
 usage: python3 scripts/bench_vs_kernelbench.py --binary B --python python3 --kb KB \
-           [--kb-wheels DIR] --out OUT [--work DIR] [--kb-deadline 540] PHASE...
+           [--kb-wheels DIR] [--ours-flags FLAGS] --out OUT [--work DIR] [--kb-deadline 540] PHASE...
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def prepare(work_dir: Path) -> Work:
 def phase_ours(args: argparse.Namespace, work: Work) -> None:
     state = Path(tempfile.mkdtemp(prefix="tf-state-"))
     cmd = [args.binary, "--python", args.python, "--state-dir", str(state), "eval", "--json",
-           "--problems", str(work.problems), "--candidates", str(work.candidates)]
+           "--problems", str(work.problems), "--candidates", str(work.candidates)] + args.ours_flags.split()
     wd = Path(args.work)
     start = time.perf_counter()
     with open(wd / "ours.jsonl", "w") as so, open(wd / "ours.err", "w") as se:
@@ -221,6 +221,8 @@ def main() -> int:
     ap.add_argument("--kb-wheels", help="wheels for KernelBench's imports (pydantic, ...), installed if missing")
     ap.add_argument("--kb-deadline", type=float, default=540.0,
                     help="the kb phase starts no candidate after this many seconds from the script's start")
+    ap.add_argument("--ours-flags", default="",
+                    help="extra `eval` flags for the ours phase, e.g. '--cuda-connections 0' (an A/B arm; give it its own --work)")
     ap.add_argument("--work", default="/tmp/tf-vs-kb")
     ap.add_argument("--out", required=True)
     ap.add_argument("phases", nargs="+", choices=["ours", "kb", "summary"])
