@@ -8,7 +8,8 @@ how many, and the mean / median / 90th percentile of the host's wall time, the e
 time, the wait for a started process, the wait for a GPU lease, exclusive (timing) time
 and the wait for memory admission, then the executor's own phases (building, correctness trials,
 trials at unseen shapes, timing with its lease wait), in milliseconds; also the whole sum of wall
-time against the rollouts' span.
+time against the rollouts' span. `unaccounted_ms`: each evaluated turn's `evaluate_s` (as the
+episode waited) less the record's wall, queue wait and prepare time: time no field names.
 
 Records are looked up in every store under STATE_DIR, so a directory holding both the
 run's state and an evaluation server's finds them where they ran.
@@ -29,7 +30,8 @@ from typing import Any
 
 # The executor's phases (the verdict's `phases`): where its own time went.
 PHASES = ("build_ms", "trials_ms", "shape_check_ms", "timing_ms")
-FIELDS = ("wall_ms", "executor_ms", "start_wait_ms", "lease_wait_ms", "exclusive_ms", "admission_wait_ms") + PHASES
+FIELDS = ("wall_ms", "executor_ms", "start_wait_ms", "lease_wait_ms", "exclusive_ms", "admission_wait_ms",
+          "queue_wait_ms", "prepare_ms") + PHASES + ("unaccounted_ms",)
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -59,11 +61,12 @@ def profile(conns: list[sqlite3.Connection], episodes: list[str], by_status: dic
         found = BATCH.search(episode.get("id", ""))
         for turn in episode.get("turns", []):
             if turn.get("record"):
-                keys.append((int(found.group(1)) if found else -1, turn["record"]))
+                evaluate_s = (turn.get("times") or {}).get("evaluate_s")
+                keys.append((int(found.group(1)) if found else -1, turn["record"], evaluate_s))
             stage = turn.get("stage") or "-"
             stages[stage] = stages.get(stage, 0) + 1
     seen: set[str] = set()
-    for batch, key in keys:
+    for batch, key, evaluate_s in keys:
         row = lookup(conns, key)
         if row is None:
             continue
@@ -74,12 +77,19 @@ def profile(conns: list[sqlite3.Connection], episodes: list[str], by_status: dic
         tally["evaluations"] += 1
         # Out of memory beside others, evaluated again holding the device alone.
         tally["retried_alone"] += bool((record.get("memory") or {}).get("retried_alone"))
+        slot = by_status.setdefault(row[0], {f: [] for f in FIELDS})
         if key not in seen:  # a repeated candidate is answered from the store: no process
             seen.add(key)
             tally["gpu_processes"] += ran_a_process(record)
             tally["exclusive_s"] += float(record.get("exclusive_ms") or 0.0) / 1000.0
-        slot = by_status.setdefault(row[0], {f: [] for f in FIELDS})
+            # The turn's evaluation as the episode waited for it, less what the record
+            # explains (its wall, and the waits before that began): time nothing names.
+            if isinstance(evaluate_s, (int, float)):
+                named = sum(float(record.get(f) or 0.0) for f in ("wall_ms", "queue_wait_ms", "prepare_ms"))
+                slot["unaccounted_ms"].append(evaluate_s * 1000.0 - named)
         for f in FIELDS:
+            if f == "unaccounted_ms":
+                continue
             v = record.get(f)
             if v is None and isinstance(record.get("memory"), dict):
                 v = record["memory"].get(f)  # the memory admission's wait

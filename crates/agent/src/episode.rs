@@ -142,6 +142,8 @@ pub async fn run_episode(
                     start_wait_s: part(record.start_wait_ms),
                     lease_wait_s: part(record.lease_wait_ms),
                     exclusive_s: part(record.exclusive_ms),
+                    queue_wait_s: part(record.queue_wait_ms),
+                    prepare_s: part(record.prepare_ms),
                 };
                 let fb = prompts.feedback(&Attempt::Evaluated(&record), cfg.target_speedup)?;
                 let speedup = record.verdict.timing.as_ref().map(|x| x.speedup);

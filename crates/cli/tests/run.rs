@@ -158,10 +158,14 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
         let times = &t["times"];
         let total = times["evaluate_s"].as_f64().unwrap();
         assert!(total > 0.0, "{times}");
-        for part in ["start_wait_s", "lease_wait_s", "exclusive_s"] {
+        let parts = ["start_wait_s", "lease_wait_s", "exclusive_s", "queue_wait_s", "prepare_s"];
+        let mut waited = 0.0;
+        for part in parts {
             let p = times[part].as_f64().unwrap();
             assert!((0.0..=total).contains(&p), "{part} within evaluate_s: {times}");
+            waited += p;
         }
+        assert!(waited <= total, "the waits are disjoint parts of evaluate_s: {times}");
     }
     // The run's row for the dashboard, with both turns' evaluations linked to it.
     let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();

@@ -144,6 +144,12 @@ pub struct TurnTimes {
     pub lease_wait_s: f64,
     #[serde(default)]
     pub exclusive_s: f64,
+    /// Waiting for a place among the candidates the pool runs at once.
+    #[serde(default)]
+    pub queue_wait_s: f64,
+    /// Waiting for the problem's memory need to be measured (its first candidates).
+    #[serde(default)]
+    pub prepare_s: f64,
 }
 
 impl TurnTimes {

@@ -369,6 +369,7 @@ impl Evaluator {
         // that cannot depend on the device is the verdict (`Pool::preflight`).
         let preflight = self.pool.preflight(&job, budget).await;
         let preflight_ms = preflight.as_ref().map_or(0.0, |p| p.wall_ms);
+        record.queue_wait_ms = preflight.as_ref().map_or(0.0, |p| p.queue_wait_ms);
         if let Some(run) = preflight {
             let (found, reason) = match &run.outcome {
                 PreflightOutcome::Passed {} => (PreflightFound::Passed, None),
@@ -391,7 +392,9 @@ impl Evaluator {
         // Admitted once its problem's need fits the device beside those running, under a
         // cap that follows that need; a problem the device cannot hold is a problem error.
         let timed = config.timing && self.device() == DeviceKind::Cuda;
+        let preparing = std::time::Instant::now();
         let plan = self.memory_plan(problem, config, timed).await?;
+        record.prepare_ms = preparing.elapsed().as_secs_f64() * 1000.0;
         let job = EvalJob { gpu_memory_fraction: plan.cap, ..job };
         let mut execution = self.pool.run(&job, budget, plan.charge).await?;
         // Sharing a device, a candidate may still run out of memory: a neighbour took more
@@ -402,13 +405,15 @@ impl Evaluator {
         let retried = self.pool.shares_devices() && out_of_memory(&execution.exit);
         if retried {
             let first = &execution;
-            let spent = (first.wall_ms, first.lease_wait_ms, first.admission_wait_ms);
+            let spent =
+                (first.wall_ms, first.lease_wait_ms, first.admission_wait_ms, first.queue_wait_ms);
             let alone =
                 EvalJob { gpu_memory_fraction: Some(memory::ALONE_FRACTION), ..job.clone() };
             execution = self.pool.run_alone(&alone, budget).await?;
             execution.wall_ms += spent.0;
             execution.lease_wait_ms += spent.1;
             execution.admission_wait_ms += spent.2;
+            execution.queue_wait_ms += spent.3;
         }
         let alone = retried || !self.pool.shares_devices();
         record.memory = Some(MemoryUse {
@@ -423,6 +428,7 @@ impl Evaluator {
         record.lease_wait_ms = execution.lease_wait_ms;
         record.exclusive_ms = execution.exclusive_ms;
         record.start_wait_ms = execution.start_wait_ms;
+        record.queue_wait_ms += execution.queue_wait_ms;
         record.device_slot = u32::try_from(execution.slot).unwrap_or(u32::MAX);
         match execution.exit {
             Exit::Answered { outcome: Outcome::ProblemError(p), .. }
@@ -534,6 +540,8 @@ impl Evaluator {
             lease_wait_ms: 0.0,
             exclusive_ms: 0.0,
             start_wait_ms: 0.0,
+            queue_wait_ms: 0.0,
+            prepare_ms: 0.0,
             device_slot: 0,
             memory: None,
             preflight: None,

@@ -228,6 +228,8 @@ pub struct PreflightRun {
     pub wall_ms: f64,
     /// The process's own time on the import, when it answered.
     pub executor_ms: Option<f64>,
+    /// Time it waited for a place among the preflights run at once, before `wall_ms`.
+    pub queue_wait_ms: f64,
 }
 
 /// One job's run: how it ended plus what the host measured around it.
@@ -242,6 +244,8 @@ pub struct Execution {
     pub exclusive_ms: f64,
     /// Time the job waited for a started process.
     pub start_wait_ms: f64,
+    /// Time the job waited for a place among those the pool runs at once, before `wall_ms`.
+    pub queue_wait_ms: f64,
     /// Time the job waited to be admitted to its device's memory (not charged to its budget).
     pub admission_wait_ms: f64,
     /// Which device slot ran it.
@@ -891,7 +895,9 @@ impl Pool {
             return None;
         }
         let slot = self.pick_slot().ok()?;
+        let queued = Instant::now();
         let _permit = slot.preflights.acquire().await.ok()?;
+        let queue_wait_ms = queued.elapsed().as_secs_f64() * 1000.0;
         let started = Instant::now();
         let limit = budget.min(PREFLIGHT_LIMIT);
         let answer = tokio::time::timeout(limit, preflight_on(&slot.launch, job)).await;
@@ -912,6 +918,7 @@ impl Pool {
             outcome,
             wall_ms: started.elapsed().as_secs_f64() * 1000.0,
             executor_ms,
+            queue_wait_ms,
         })
     }
 
@@ -995,7 +1002,9 @@ impl Pool {
         charge: Charge,
         kind: JobKind,
     ) -> Result<Execution, EvalError> {
+        let queued = Instant::now();
         let _permit = slot.running.acquire().await.map_err(|_| EvalError::PoolClosed)?;
+        let queue_wait_ms = queued.elapsed().as_secs_f64() * 1000.0;
         let id = format!("job-{}", self.counter.fetch_add(1, Ordering::Relaxed));
         let started = Instant::now();
         let (mut room, admission_wait) = self.admit(slot, charge, kind, &id).await?;
@@ -1037,6 +1046,7 @@ impl Pool {
             lease_wait_ms: waited.as_secs_f64() * 1000.0,
             exclusive_ms: exclusive_ns.load(Ordering::Relaxed) as f64 / 1e6,
             start_wait_ms,
+            queue_wait_ms,
             admission_wait_ms: admission_wait.as_secs_f64() * 1000.0,
             slot: slot.index,
             env: env.clone(),

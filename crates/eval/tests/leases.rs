@@ -225,3 +225,32 @@ async fn out_of_memory_while_sharing_is_evaluated_again_alone() {
     assert!(!once.verdict.message.contains("alone"), "{}", once.verdict.message);
     assert_eq!(exclusive_holds(&alone), 1, "one run, one hold");
 }
+
+/// With one place to run, the second of two candidates sent together waits for the
+/// first: its record says so in `queue_wait_ms`, outside its `wall_ms`; the first waited
+/// for nothing. (On a GPU this wait hid in RL's turn times: docs/rl.md, run 8.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_waiting_for_a_place_to_run_records_the_wait() {
+    let state = tempfile::tempdir().unwrap();
+    let ev = evaluator(state.path(), PoolConfig { workers: 1, spares: 1, ..PoolConfig::default() })
+        .await;
+    let mut records = eval_all(&ev, &["sleepy_relu.py", "sleepy_relu.py"], 60_000).await;
+    records.sort_by(|a, b| a.queue_wait_ms.total_cmp(&b.queue_wait_ms));
+    let (first, second) = (&records[0], &records[1]);
+    for r in &records {
+        assert_eq!(r.verdict.status, Status::Correct, "{}", r.verdict.message);
+        assert!(r.prepare_ms < 50.0, "CPU mode measures no memory need: {}", r.prepare_ms);
+    }
+    assert!(
+        first.queue_wait_ms < 100.0,
+        "the first had the place at once: {}",
+        first.queue_wait_ms
+    );
+    // The second waited about the first's whole run (its sleeps alone are ~0.9 s).
+    assert!(
+        second.queue_wait_ms >= 0.5 * first.wall_ms && second.queue_wait_ms >= 500.0,
+        "second waited {} ms; the first ran {} ms",
+        second.queue_wait_ms,
+        first.wall_ms
+    );
+}

@@ -172,6 +172,14 @@ pub struct EvalRecord {
     /// falling behind shows here.
     #[serde(default)]
     pub start_wait_ms: f64,
+    /// Time it waited, before `wall_ms` began, for a place among the candidates the pool
+    /// runs at once (`--jobs`; its preflight's too): the pool's concurrency shows here.
+    #[serde(default)]
+    pub queue_wait_ms: f64,
+    /// Time it waited, before `wall_ms` began, for its problem's memory need to be
+    /// measured (once per problem, shared by every candidate that came meanwhile).
+    #[serde(default)]
+    pub prepare_ms: f64,
     /// Which device slot of the pool ran it.
     pub device_slot: u32,
     /// Memory need, grant and out-of-memory retry; `None` when no process ran (guard
@@ -233,6 +241,8 @@ mod tests {
             lease_wait_ms: 0.0,
             exclusive_ms: 0.0,
             start_wait_ms: 0.0,
+            queue_wait_ms: 0.0,
+            prepare_ms: 0.0,
             device_slot: 0,
             memory: Some(MemoryUse { need_bytes: Some(1 << 20), ..MemoryUse::default() }),
             preflight: Some(PreflightUse {

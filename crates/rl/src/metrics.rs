@@ -104,10 +104,15 @@ pub struct ChainTimes {
     pub generate_s: f64,
     pub evaluate_s: f64,
     /// Parts of `evaluate_s`: waiting for a started process, waiting for a GPU lease,
-    /// holding the GPU alone (timing).
+    /// holding the GPU alone (timing), waiting for a place among the candidates run at
+    /// once, waiting for the problem's memory need.
     pub start_wait_s: f64,
     pub lease_wait_s: f64,
     pub exclusive_s: f64,
+    #[serde(default)]
+    pub queue_wait_s: f64,
+    #[serde(default)]
+    pub prepare_s: f64,
     /// Each turn's outcome, in order (empty for a mean).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outcomes: Vec<String>,
@@ -127,6 +132,8 @@ impl ChainTimes {
             c.start_wait_s += t.times.start_wait_s;
             c.lease_wait_s += t.times.lease_wait_s;
             c.exclusive_s += t.times.exclusive_s;
+            c.queue_wait_s += t.times.queue_wait_s;
+            c.prepare_s += t.times.prepare_s;
         }
         c
     }
@@ -151,6 +158,8 @@ impl ChainTimes {
             start_wait_s: mean(|c| c.start_wait_s),
             lease_wait_s: mean(|c| c.lease_wait_s),
             exclusive_s: mean(|c| c.exclusive_s),
+            queue_wait_s: mean(|c| c.queue_wait_s),
+            prepare_s: mean(|c| c.prepare_s),
             outcomes: Vec::new(),
         };
         Some((slowest, mean_chain))
@@ -362,21 +371,24 @@ mod tests {
         t
     }
 
+    /// A turn generated for `gen_ms` and evaluated for `eval_s`, of which `waits` were
+    /// spent waiting for a process, a lease, alone, for a place and for the problem.
     fn timed(
         outcome: TurnOutcome,
         gen_ms: f64,
         eval_s: f64,
-        start: f64,
-        lease: f64,
-        excl: f64,
+        waits: [f64; 5],
     ) -> tritonforge_agent::Turn {
         let mut t = turn(outcome, 0.0, "stop");
         t.completion.latency_ms = gen_ms;
+        let [start, lease, excl, queue, prepare] = waits;
         t.times = tritonforge_agent::TurnTimes {
             evaluate_s: eval_s,
             start_wait_s: start,
             lease_wait_s: lease,
             exclusive_s: excl,
+            queue_wait_s: queue,
+            prepare_s: prepare,
         };
         t
     }
@@ -389,17 +401,17 @@ mod tests {
         let long = Episode {
             id: "a".into(),
             turns: vec![
-                timed(Status::CompileError.into(), 2000.0, 1.0, 0.5, 0.0, 0.0),
-                timed(Status::Correct.into(), 1000.0, 9.0, 4.0, 2.0, 0.5),
+                timed(Status::CompileError.into(), 2000.0, 1.0, [0.5, 0.0, 0.0, 0.25, 0.0]),
+                timed(Status::Correct.into(), 1000.0, 9.0, [4.0, 2.0, 0.5, 1.0, 1.5]),
             ],
             ..Default::default()
         };
         let many = Episode {
             id: "b".into(),
             turns: vec![
-                timed(Status::Incorrect.into(), 1000.0, 1.0, 0.0, 0.0, 0.0),
-                timed(Status::Incorrect.into(), 1000.0, 1.0, 0.0, 0.0, 0.0),
-                timed(TurnOutcome::default(), 500.0, 0.0, 0.0, 0.0, 0.0),
+                timed(Status::Incorrect.into(), 1000.0, 1.0, [0.0, 0.0, 0.0, 0.5, 0.0]),
+                timed(Status::Incorrect.into(), 1000.0, 1.0, [0.0, 0.0, 0.0, 0.5, 0.0]),
+                timed(TurnOutcome::default(), 500.0, 0.0, [0.0; 5]),
             ],
             ..Default::default()
         };
@@ -412,10 +424,14 @@ mod tests {
         assert!((slowest.start_wait_s - 4.5).abs() < 1e-12);
         assert!((slowest.lease_wait_s - 2.0).abs() < 1e-12);
         assert!((slowest.exclusive_s - 0.5).abs() < 1e-12);
+        assert!((slowest.queue_wait_s - 1.25).abs() < 1e-12);
+        assert!((slowest.prepare_s - 1.5).abs() < 1e-12);
         assert_eq!(mean.episode, "");
         assert!((mean.turns - 2.5).abs() < 1e-12);
         assert!((mean.generate_s - 2.75).abs() < 1e-12);
         assert!((mean.evaluate_s - 6.0).abs() < 1e-12);
+        assert!((mean.queue_wait_s - 0.875).abs() < 1e-12);
+        assert!((mean.prepare_s - 0.75).abs() < 1e-12);
         assert!(ChainTimes::of_step(std::iter::empty::<&Episode>()).is_none());
     }
 

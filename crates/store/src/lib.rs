@@ -534,6 +534,8 @@ mod tests {
             lease_wait_ms: 0.0,
             exclusive_ms: 0.0,
             start_wait_ms: 0.0,
+            queue_wait_ms: 0.0,
+            prepare_ms: 0.0,
             device_slot: 0,
             memory: None,
             preflight: None,
