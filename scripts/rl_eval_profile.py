@@ -5,8 +5,10 @@ Reads every `*.sqlite` under STATE_DIR, takes the evaluation records the episode
 whose name starts with `rl-` point at (each turn's `record` key), and prints per status
 (the rollouts at the top level, heldout passes, `rl-*/heldout`, under `heldout`):
 how many, and the mean / median / 90th percentile of the host's wall time, the executor's
-time, the wait for a started process, the wait for a GPU lease, exclusive (timing) time
-and the wait for memory admission, then the executor's own phases (building, correctness trials,
+time, the wait for a started process, the wait for a GPU lease, exclusive (timing) time,
+the wait for memory admission, the waits before the record's wall began (for a place to run,
+for the problem's memory measurement), how long its process took to start and had been banked,
+then the executor's own phases (building, correctness trials,
 trials at unseen shapes, timing with its lease wait), in milliseconds; also the whole sum of wall
 time against the rollouts' span. `unaccounted_ms`: each evaluated turn's `evaluate_s` (as the
 episode waited) less the record's wall, queue wait and prepare time: time no field names.
@@ -31,7 +33,7 @@ from typing import Any
 # The executor's phases (the verdict's `phases`): where its own time went.
 PHASES = ("build_ms", "trials_ms", "shape_check_ms", "timing_ms")
 FIELDS = ("wall_ms", "executor_ms", "start_wait_ms", "lease_wait_ms", "exclusive_ms", "admission_wait_ms",
-          "queue_wait_ms", "prepare_ms") + PHASES + ("unaccounted_ms",)
+          "queue_wait_ms", "prepare_ms", "process_start_ms", "process_banked_ms") + PHASES + ("unaccounted_ms",)
 
 
 def summary(values: list[float]) -> dict[str, float]:

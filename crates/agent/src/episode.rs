@@ -48,8 +48,30 @@ pub enum EpisodeError {
 
 /// Run one episode. Backend and evaluator failures end it with `error` set (the turns
 /// already played are kept); only a broken prompt template is an `Err`.
+///
+/// The evaluator prepares for the problem (measures its memory need) while the first
+/// completion is generated, so the first candidate does not wait for that. A failure
+/// there is left for the candidate's own evaluation to report.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_episode(
+    backend: &dyn Backend,
+    evaluator: &dyn EvalService,
+    prompts: &Prompts,
+    problem: &Problem,
+    eval: &EvalConfig,
+    cfg: &EpisodeConfig,
+    run: &str,
+    sample: u32,
+) -> Result<Episode, EpisodeError> {
+    let (_, played) = tokio::join!(
+        evaluator.prepare(problem, eval),
+        play_turns(backend, evaluator, prompts, problem, eval, cfg, run, sample)
+    );
+    played
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn play_turns(
     backend: &dyn Backend,
     evaluator: &dyn EvalService,
     prompts: &Prompts,

@@ -259,6 +259,17 @@ impl Evaluator {
         }
     }
 
+    /// Get ready for candidates of `problem`: measure its memory need now (once per
+    /// problem and shapes, then stored), so that its first candidates do not wait for
+    /// it. Worth calling as soon as the problem is known: an RL step draws its problems,
+    /// then generates for seconds before the first candidate exists. A problem too big
+    /// for the device is the same error its candidates would get.
+    pub async fn prepare(&self, problem: &Problem, config: &EvalConfig) -> Result<(), EvalError> {
+        let config = &self.effective(config);
+        let timed = config.timing && self.device() == DeviceKind::Cuda;
+        self.memory_plan(problem, config, timed).await.map(|_| ())
+    }
+
     /// Evaluate one pair (or return the stored verdict); the record is stored before this
     /// returns. With a store, identical pairs evaluated at once run once.
     pub async fn evaluate(
@@ -429,6 +440,8 @@ impl Evaluator {
         record.exclusive_ms = execution.exclusive_ms;
         record.start_wait_ms = execution.start_wait_ms;
         record.queue_wait_ms += execution.queue_wait_ms;
+        record.process_start_ms = execution.process_start_ms;
+        record.process_banked_ms = execution.process_banked_ms;
         record.device_slot = u32::try_from(execution.slot).unwrap_or(u32::MAX);
         match execution.exit {
             Exit::Answered { outcome: Outcome::ProblemError(p), .. }
@@ -542,6 +555,8 @@ impl Evaluator {
             start_wait_ms: 0.0,
             queue_wait_ms: 0.0,
             prepare_ms: 0.0,
+            process_start_ms: 0.0,
+            process_banked_ms: 0.0,
             device_slot: 0,
             memory: None,
             preflight: None,

@@ -246,6 +246,10 @@ pub struct Execution {
     pub start_wait_ms: f64,
     /// Time the job waited for a place among those the pool runs at once, before `wall_ms`.
     pub queue_wait_ms: f64,
+    /// How long its process took to start, and how long it had been ready when taken
+    /// (zero when the job waited for it).
+    pub process_start_ms: f64,
+    pub process_banked_ms: f64,
     /// Time the job waited to be admitted to its device's memory (not charged to its budget).
     pub admission_wait_ms: f64,
     /// Which device slot ran it.
@@ -449,6 +453,10 @@ struct Ready {
     env: EnvInfo,
     worker_version: String,
     sandbox: Sandbox,
+    /// How long the process took to start (fork or spawn to hello), and since when it
+    /// has been ready: whether the bank of spares keeps up shows in these.
+    start_ms: f64,
+    ready_at: Instant,
 }
 
 enum Warm {
@@ -641,7 +649,8 @@ impl Pool {
             } else {
                 Vec::new()
             };
-        let (first, fork_server) = match spawn(&first_launch, want_fork_server).await? {
+        let asked = Instant::now();
+        let (mut first, fork_server) = match spawn(&first_launch, want_fork_server).await? {
             First::Worker(ready) => (*ready, None),
             // A server that cannot fork is dropped (killed); processes are started.
             First::ForkServer(z) => match fork_worker(&first_launch, &z).await {
@@ -652,6 +661,8 @@ impl Pool {
                 }
             },
         };
+        // Its start includes the fork server's, where there is one.
+        first.start_ms = asked.elapsed().as_secs_f64() * 1000.0;
         // The first process has run nothing but the warm-up: its cache is a clean template.
         let template = spec.scratch_root.join(format!("cache-template-{}", std::process::id()));
         let cache_template = (cfg.prestart
@@ -1026,6 +1037,11 @@ impl Pool {
         let asked = Instant::now();
         let ready = slot.take_ready(self.spares()).await?;
         let start_wait_ms = asked.elapsed().as_secs_f64() * 1000.0;
+        let (process_start_ms, process_banked_ms) = (
+            ready.start_ms,
+            // Ready before it was asked for: banked that long; else the job waited for it.
+            asked.saturating_duration_since(ready.ready_at).as_secs_f64() * 1000.0,
+        );
         let env = ready.env.clone();
         let mut worker = ready.worker;
         let sent = Instant::now();
@@ -1047,6 +1063,8 @@ impl Pool {
             exclusive_ms: exclusive_ns.load(Ordering::Relaxed) as f64 / 1e6,
             start_wait_ms,
             queue_wait_ms,
+            process_start_ms,
+            process_banked_ms,
             admission_wait_ms: admission_wait.as_secs_f64() * 1000.0,
             slot: slot.index,
             env: env.clone(),
@@ -1378,6 +1396,13 @@ fn discard(early: Vec<JoinHandle<Result<Ready, EvalError>>>) {
 
 /// A process of `launch`, forked when the slot has a live fork server, else started.
 async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
+    let asked = Instant::now();
+    let mut ready = start_worker_once(launch).await?;
+    ready.start_ms = asked.elapsed().as_secs_f64() * 1000.0;
+    Ok(ready)
+}
+
+async fn start_worker_once(launch: Arc<Launch>) -> Result<Ready, EvalError> {
     // Any failure here is the server's or the fork's: a started process is the fallback,
     // and it reports its own failure if it has one. A failed fork marks its server dead,
     // so a second look replaces it (a death is often first seen that way).
@@ -1630,7 +1655,14 @@ async fn await_hello(mut worker: Worker, timeout: Duration) -> Result<Ready, Eva
         Message::Hello { env, worker_version, sandbox, pid, .. }
             if i64::from(pid) == i64::from(worker.pgid) =>
         {
-            Ok(Ready { worker, env, worker_version, sandbox })
+            Ok(Ready {
+                worker,
+                env,
+                worker_version,
+                sandbox,
+                start_ms: 0.0,
+                ready_at: Instant::now(),
+            })
         }
         // The process we started (or were told was forked) must be the one speaking.
         Message::Hello { pid, .. } => Err(EvalError::WorkerStart {

@@ -27,6 +27,17 @@ pub trait EvalService: Send + Sync {
         candidate: &'a Candidate,
         config: &'a EvalConfig,
     ) -> BoxFuture<'a, Result<Evaluation, EvalError>>;
+    /// Get ready for candidates of `problem` ahead of the first (what is measured once
+    /// per problem); nothing where there is nothing to prepare here (a remote server
+    /// measures at its first candidate).
+    fn prepare<'a>(
+        &'a self,
+        problem: &'a Problem,
+        config: &'a EvalConfig,
+    ) -> BoxFuture<'a, Result<(), EvalError>> {
+        let _ = (problem, config);
+        Box::pin(async { Ok(()) })
+    }
     /// Validate a problem at one shape (suite validation).
     fn check_problem<'a>(
         &'a self,
@@ -54,6 +65,14 @@ impl EvalService for Evaluator {
         config: &'a EvalConfig,
     ) -> BoxFuture<'a, Result<Evaluation, EvalError>> {
         Box::pin(Evaluator::evaluate(self, problem, candidate, config))
+    }
+
+    fn prepare<'a>(
+        &'a self,
+        problem: &'a Problem,
+        config: &'a EvalConfig,
+    ) -> BoxFuture<'a, Result<(), EvalError>> {
+        Box::pin(Evaluator::prepare(self, problem, config))
     }
 
     fn check_problem<'a>(

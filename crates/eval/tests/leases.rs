@@ -253,4 +253,17 @@ async fn a_candidate_waiting_for_a_place_to_run_records_the_wait() {
         second.queue_wait_ms,
         first.wall_ms
     );
+    // Each says how long its process took to start (fork to hello).
+    for r in &records {
+        assert!(
+            r.process_start_ms > 0.0 && r.process_start_ms < 60_000.0,
+            "{}",
+            r.process_start_ms
+        );
+    }
+    // A spare that had time to start waits, banked, for the next candidate.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let third = &eval_all(&ev, &["relu_ok.py"], 60_000).await[0];
+    assert!(third.process_banked_ms >= 1000.0, "banked {} ms", third.process_banked_ms);
+    assert!(third.start_wait_ms < third.process_banked_ms, "{} ms", third.start_wait_ms);
 }

@@ -202,3 +202,36 @@ async fn a_need_is_measured_once_and_stored() {
     let plain = evaluator(&dir.path().join("c"), None, None).await;
     assert_eq!(plain.memory_need(&small, &config()).await.unwrap(), Measured::Skipped);
 }
+
+/// A problem prepared ahead (as an episode does while its first completion is generated)
+/// has its need measured then: its first candidate waits for no measurement. One not
+/// prepared makes its first candidate wait for it, and the record says how long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_problem_s_first_candidate_waits_for_no_measurement() {
+    let dir = tempfile::tempdir().unwrap();
+    let (small, wide) = two_problems(dir.path());
+    let ev = evaluator(&dir.path().join("s"), Some(1 << 40), None).await;
+    // A measurement's admission is logged once its process is gone, just after its answer.
+    let unprepared = ev.evaluate(&small, &sleepy(), &config()).await.expect("evaluation").record;
+    assert_eq!(unprepared.verdict.status, Status::Correct, "{}", unprepared.verdict.message);
+    // A measurement is a job in a process of its own: milliseconds at least.
+    assert!(unprepared.prepare_ms >= 2.0, "waited for a measurement: {}", unprepared.prepare_ms);
+    assert_eq!(admitted(&ev, JobKind::MeasureMemory, 1).await.len(), 1);
+
+    ev.prepare(&wide, &config()).await.expect("prepared");
+    assert_eq!(
+        admitted(&ev, JobKind::MeasureMemory, 2).await.len(),
+        2,
+        "prepare measured the need"
+    );
+    let prepared = ev.evaluate(&wide, &sleepy(), &config()).await.expect("evaluation").record;
+    assert_eq!(prepared.verdict.status, Status::Correct, "{}", prepared.verdict.message);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(admitted(&ev, JobKind::MeasureMemory, 2).await.len(), 2, "not measured again");
+    assert!(
+        prepared.prepare_ms * 5.0 < unprepared.prepare_ms,
+        "a lookup, not a measurement: {} ms against {} ms",
+        prepared.prepare_ms,
+        unprepared.prepare_ms
+    );
+}

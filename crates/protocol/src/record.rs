@@ -180,6 +180,13 @@ pub struct EvalRecord {
     /// measured (once per problem, shared by every candidate that came meanwhile).
     #[serde(default)]
     pub prepare_ms: f64,
+    /// How long the process that ran it took to start (fork or spawn to hello, CUDA
+    /// context and warm-up included), and how long it had been ready, banked as a spare,
+    /// before it was asked for (zero when the candidate waited for it).
+    #[serde(default)]
+    pub process_start_ms: f64,
+    #[serde(default)]
+    pub process_banked_ms: f64,
     /// Which device slot of the pool ran it.
     pub device_slot: u32,
     /// Memory need, grant and out-of-memory retry; `None` when no process ran (guard
@@ -243,6 +250,8 @@ mod tests {
             start_wait_ms: 0.0,
             queue_wait_ms: 0.0,
             prepare_ms: 0.0,
+            process_start_ms: 0.0,
+            process_banked_ms: 0.0,
             device_slot: 0,
             memory: Some(MemoryUse { need_bytes: Some(1 << 20), ..MemoryUse::default() }),
             preflight: Some(PreflightUse {

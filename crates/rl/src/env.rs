@@ -155,6 +155,14 @@ impl EvalService for TimedEval {
         })
     }
 
+    fn prepare<'a>(
+        &'a self,
+        problem: &'a Problem,
+        config: &'a EvalConfig,
+    ) -> BoxFuture<'a, Result<(), tritonforge_eval::EvalError>> {
+        self.inner.prepare(problem, config)
+    }
+
     fn check_problem<'a>(
         &'a self,
         problem: &'a Problem,

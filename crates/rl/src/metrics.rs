@@ -430,7 +430,7 @@ mod tests {
         assert!((mean.turns - 2.5).abs() < 1e-12);
         assert!((mean.generate_s - 2.75).abs() < 1e-12);
         assert!((mean.evaluate_s - 6.0).abs() < 1e-12);
-        assert!((mean.queue_wait_s - 0.875).abs() < 1e-12);
+        assert!((mean.queue_wait_s - 1.125).abs() < 1e-12);
         assert!((mean.prepare_s - 0.75).abs() < 1e-12);
         assert!(ChainTimes::of_step(std::iter::empty::<&Episode>()).is_none());
     }

@@ -536,6 +536,8 @@ mod tests {
             start_wait_ms: 0.0,
             queue_wait_ms: 0.0,
             prepare_ms: 0.0,
+            process_start_ms: 0.0,
+            process_banked_ms: 0.0,
             device_slot: 0,
             memory: None,
             preflight: None,
