@@ -13,7 +13,8 @@ per arm (pool flags), each on a fresh `tritonforge serve` with its own state dir
 2. bank: wait `--bank` seconds (the pool tops up its spares meanwhile);
 3. burst: `--burst` candidates at once (the problems' solutions, each made unique by a
    comment so that none is answered from the store, and every fourth one wrong), streamed
-   back; the wall time, the verdicts, and the mean / p90 wait for a started process.
+   back; the wall time, the verdicts, and the mean / p90 wait for a started process, wait
+   for a place to run, process start time and time a process sat ready before use.
 
 The server runs with `--no-guard`: the wrong variants add 0.5 in PyTorch, which the guard
 would reject without a process, and a process is what is measured.
@@ -72,14 +73,19 @@ def arm(args: argparse.Namespace, name: str, flags: list[str]) -> dict[str, Any]
         p.terminate()
         p.wait()
         shutil.rmtree(state, ignore_errors=True)
-    waits = sorted(float(r.get("start_wait_ms") or 0.0) for r in records)
+    def spread(field: str) -> dict[str, float]:
+        v = sorted(float(r.get(field) or 0.0) for r in records)
+        return {"mean": round(statistics.fmean(v), 1), "p90": round(v[int(0.9 * (len(v) - 1))], 1)}
+
     counts: dict[str, int] = {}
     for r in records:
         counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
     return {"arm": name, "flags": flags, "prime_s": round(prime_s, 1),
             "primed": sum(r.get("status") == "correct" for r in primed), "burst": len(records),
             "wall_s": round(wall, 1), "per_minute": round(60 * len(records) / wall, 1), "counts": counts,
-            "start_wait_ms": {"mean": round(statistics.fmean(waits), 1), "p90": round(waits[int(0.9 * (len(waits) - 1))], 1)},
+            # Waiting for a started process; for a place to run (before the record's wall);
+            # how long the process took to start, and how long it had sat ready.
+            **{f: spread(f) for f in ("start_wait_ms", "queue_wait_ms", "process_start_ms", "process_banked_ms")},
             "lease_wait_ms_mean": round(statistics.fmean(float(r.get("lease_wait_ms") or 0.0) for r in records), 1),
             "exclusive_s": round(sum(float(r.get("exclusive_ms") or 0.0) for r in records) / 1000.0, 1)}
 
