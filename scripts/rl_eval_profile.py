@@ -32,8 +32,10 @@ from typing import Any
 
 # The executor's phases (the verdict's `phases`): where its own time went.
 PHASES = ("build_ms", "trials_ms", "shape_check_ms", "timing_ms")
+# The process's own account of its start (`process_startup`), prefixed `process_`.
+STARTUP = ("process_context_ms", "process_warm_up_ms", "process_total_ms")
 FIELDS = ("wall_ms", "executor_ms", "start_wait_ms", "lease_wait_ms", "exclusive_ms", "admission_wait_ms",
-          "queue_wait_ms", "prepare_ms", "process_start_ms", "process_banked_ms") + PHASES + ("unaccounted_ms",)
+          "queue_wait_ms", "prepare_ms", "process_start_ms", "process_banked_ms") + PHASES + STARTUP + ("unaccounted_ms",)
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -97,6 +99,8 @@ def profile(conns: list[sqlite3.Connection], episodes: list[str], by_status: dic
                 v = record["memory"].get(f)  # the memory admission's wait
             if f in PHASES:
                 v = (record.get("phases") or {}).get(f)
+            if f in STARTUP:
+                v = (record.get("process_startup") or {}).get(f.removeprefix("process_"))
             if isinstance(v, (int, float)):
                 slot[f].append(float(v))
 

@@ -27,9 +27,36 @@ from .protocol import (
     ProblemReportMessage,
     ProtocolError,
     Shutdown,
+    StartupTimes,
     decode,
     encode,
 )
+
+
+class _Start:
+    """A candidate process's start, timed for its hello (`StartupTimes`)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.context_ms = 0.0
+        self.warm_up_ms = 0.0
+
+    def warm_up(self, mode: str) -> None:
+        """Create the CUDA context (on a GPU), then run the warm-up, each timed."""
+        if mode == "cuda":
+            import torch
+
+            t = time.perf_counter()
+            torch.zeros(1, device="cuda")
+            torch.cuda.synchronize()
+            self.context_ms = (time.perf_counter() - t) * 1000.0
+        t = time.perf_counter()
+        _warm_up(mode)
+        self.warm_up_ms = (time.perf_counter() - t) * 1000.0
+
+    def times(self) -> StartupTimes:
+        return StartupTimes(context_ms=self.context_ms, warm_up_ms=self.warm_up_ms,
+                            total_ms=(time.perf_counter() - self.t0) * 1000.0)
 
 
 def _send(out: IO[str], message: object) -> None:
@@ -56,6 +83,7 @@ def _pin_cpus() -> None:
 
 
 def serve() -> int:
+    start = _Start()
     # Whatever the host's own parent left open without close-on-exec (a shell's pipe,
     # a terminal, a log file) is no business of a candidate's.
     os.closerange(3, max(os.sysconf("SC_OPEN_MAX"), 1 << 20))
@@ -85,34 +113,36 @@ def serve() -> int:
 
         return serve_forks(proto_out, _forked_gpu_worker)
     if os.environ.get("TRITONFORGE_WARMUP", "1") != "0":
-        _warm_up(mode)
+        start.warm_up(mode)
     if fork and mode == "cpu" and single_threaded():
         # CPU mode: stay as a fork server; each candidate gets a child forked from this
         # warmed-up state. (A process with other threads cannot be forked safely: it
         # simply serves one candidate like any other.)
         return serve_forks(proto_out, _forked_worker)
-    return _serve_one(proto_out, mode)
+    return _serve_one(proto_out, mode, start)
 
 
 def _forked_worker() -> int:
     """A child of the fork server, its fds and environment already its own."""
+    start = _Start()
     proto_out = _private_stdout()
     _pin_cpus()
     if os.environ.pop("TRITONFORGE_PREFLIGHT", None) == "1":
         return _serve_preflight(proto_out, "cpu")
-    return _serve_one(proto_out, "cpu")
+    return _serve_one(proto_out, "cpu", start)
 
 
 def _forked_gpu_worker() -> int:
     """A child of the GPU fork server: CUDA and the warm-up are its own to do (a
     preflight child does neither)."""
+    start = _Start()
     proto_out = _private_stdout()
     _pin_cpus()
     if os.environ.pop("TRITONFORGE_PREFLIGHT", None) == "1":
         return _serve_preflight(proto_out, "cuda")
     if os.environ.get("TRITONFORGE_WARMUP", "1") != "0":
-        _warm_up("cuda")
-    return _serve_one(proto_out, "cuda")
+        start.warm_up("cuda")
+    return _serve_one(proto_out, "cuda", start)
 
 
 def _serve_preflight(proto_out: IO[str], mode: str) -> int:
@@ -150,13 +180,13 @@ def _serve_preflight(proto_out: IO[str], mode: str) -> int:
     return 0
 
 
-def _serve_one(proto_out: IO[str], mode: str) -> int:
+def _serve_one(proto_out: IO[str], mode: str, begun: _Start) -> int:
     from .envinfo import collect
     from .sandbox import apply
 
     sandbox = apply(os.getcwd(), mode)
     _send(proto_out, Hello(type="hello", worker_version=__version__, pid=os.getpid(),
-                           env=collect(mode), sandbox=sandbox))
+                           env=collect(mode), sandbox=sandbox, startup=begun.times()))
     line = sys.stdin.readline()
     if not line:
         return 0

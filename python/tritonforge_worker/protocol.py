@@ -232,6 +232,16 @@ class Sandbox:
 
 
 @dataclass
+class StartupTimes:
+    """Where a process's start went, in ms: creating its CUDA context (zero without a
+    GPU), the built-in warm-up evaluation, and all of it from the process's (or fork
+    child's) first line to its hello."""
+    context_ms: float
+    warm_up_ms: float
+    total_ms: float
+
+
+@dataclass
 class Hello:
     TYPE: ClassVar[str] = "hello"
     type: Literal["hello"]
@@ -239,6 +249,7 @@ class Hello:
     pid: int
     env: EnvInfo
     sandbox: Sandbox
+    startup: Optional[StartupTimes] = None
 
 
 @dataclass

@@ -442,6 +442,7 @@ impl Evaluator {
         record.queue_wait_ms += execution.queue_wait_ms;
         record.process_start_ms = execution.process_start_ms;
         record.process_banked_ms = execution.process_banked_ms;
+        record.process_startup = execution.process_startup;
         record.device_slot = u32::try_from(execution.slot).unwrap_or(u32::MAX);
         match execution.exit {
             Exit::Answered { outcome: Outcome::ProblemError(p), .. }
@@ -557,6 +558,7 @@ impl Evaluator {
             prepare_ms: 0.0,
             process_start_ms: 0.0,
             process_banked_ms: 0.0,
+            process_startup: None,
             device_slot: 0,
             memory: None,
             preflight: None,

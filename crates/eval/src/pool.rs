@@ -27,7 +27,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tritonforge_protocol::{
     DeviceKind, DeviceRequest, EnvInfo, EvalJob, LeaseKind, MemoryJob, Message, Outcome,
-    PreflightOutcome, ProblemCheckJob, Sandbox,
+    PreflightOutcome, ProblemCheckJob, Sandbox, StartupTimes,
 };
 use tritonforge_pyenv::launch::{self as worker_launch, read_hello, HelloError};
 use tritonforge_pyenv::{WorkerCommand, WorkerMode};
@@ -250,6 +250,8 @@ pub struct Execution {
     /// (zero when the job waited for it).
     pub process_start_ms: f64,
     pub process_banked_ms: f64,
+    /// The process's own account of its start (context, warm-up, total).
+    pub process_startup: Option<StartupTimes>,
     /// Time the job waited to be admitted to its device's memory (not charged to its budget).
     pub admission_wait_ms: f64,
     /// Which device slot ran it.
@@ -457,6 +459,8 @@ struct Ready {
     /// has been ready: whether the bank of spares keeps up shows in these.
     start_ms: f64,
     ready_at: Instant,
+    /// The process's own account of its start.
+    startup: Option<StartupTimes>,
 }
 
 enum Warm {
@@ -1065,6 +1069,7 @@ impl Pool {
             queue_wait_ms,
             process_start_ms,
             process_banked_ms,
+            process_startup: ready.startup,
             admission_wait_ms: admission_wait.as_secs_f64() * 1000.0,
             slot: slot.index,
             env: env.clone(),
@@ -1652,17 +1657,11 @@ async fn await_hello(mut worker: Worker, timeout: Duration) -> Result<Ready, Eva
         Err(HelloError::Timeout(_)) => return Err(no_hello(timeout, &worker)),
     };
     match first {
-        Message::Hello { env, worker_version, sandbox, pid, .. }
+        Message::Hello { env, worker_version, sandbox, pid, startup }
             if i64::from(pid) == i64::from(worker.pgid) =>
         {
-            Ok(Ready {
-                worker,
-                env,
-                worker_version,
-                sandbox,
-                start_ms: 0.0,
-                ready_at: Instant::now(),
-            })
+            let ready_at = Instant::now();
+            Ok(Ready { worker, env, worker_version, sandbox, start_ms: 0.0, ready_at, startup })
         }
         // The process we started (or were told was forked) must be the one speaking.
         Message::Hello { pid, .. } => Err(EvalError::WorkerStart {

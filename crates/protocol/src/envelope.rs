@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::executor::{
     EnvInfo, EvalJob, LeaseKind, MemoryJob, MemoryReport, Outcome, PreflightOutcome,
-    ProblemCheckJob, ProblemReport, Sandbox,
+    ProblemCheckJob, ProblemReport, Sandbox, StartupTimes,
 };
 use crate::generation::{GenerateJob, Generated};
 use crate::trainer::{
@@ -48,7 +48,16 @@ pub enum ProtocolError {
 #[allow(clippy::large_enum_variant)] // a few per evaluation; boxing buys nothing
 pub enum Message {
     /// Worker → host, once, when torch and triton are imported and the device is up.
-    Hello { worker_version: String, pid: u32, env: EnvInfo, sandbox: Sandbox },
+    /// `startup`: how its start went (candidate processes; `None` from others and
+    /// older workers).
+    Hello {
+        worker_version: String,
+        pid: u32,
+        env: EnvInfo,
+        sandbox: Sandbox,
+        #[serde(default)]
+        startup: Option<StartupTimes>,
+    },
     /// Host → worker: the one job this process will ever run.
     Evaluate { id: String, job: EvalJob },
     /// Worker → host: the answer to `evaluate`.

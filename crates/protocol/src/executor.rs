@@ -579,6 +579,17 @@ pub struct OutputSummary {
     pub tolerance_scale: Option<f64>,
 }
 
+/// Where a candidate process's start went, in ms, as the process timed it: creating its
+/// CUDA context (zero without a GPU), the built-in warm-up evaluation, and everything from
+/// its first line (a fork child's, or a fresh interpreter's) to its hello.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartupTimes {
+    pub context_ms: f64,
+    pub warm_up_ms: f64,
+    pub total_ms: f64,
+}
+
 /// What confines a worker process, as the worker itself applied it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

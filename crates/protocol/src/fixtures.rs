@@ -173,6 +173,11 @@ pub fn sample_messages() -> Vec<Message> {
                 gpu_memory_fraction: Some(0.2),
                 notes: vec![],
             },
+            startup: Some(StartupTimes {
+                context_ms: 310.5,
+                warm_up_ms: 1204.25,
+                total_ms: 1650.0,
+            }),
         },
         Message::Hello {
             worker_version: "0.1.0".into(),
@@ -192,6 +197,7 @@ pub fn sample_messages() -> Vec<Message> {
                 gpu_memory_fraction: None,
                 notes: vec!["landlock unavailable".into()],
             },
+            startup: None,
         },
         Message::Evaluate { id: "job-1".into(), job: job.clone() },
         Message::Evaluate {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::executor::{DeviceRequest, EnvInfo, Sandbox, Status, Tolerance, Verdict};
+use crate::executor::{DeviceRequest, EnvInfo, Sandbox, StartupTimes, Status, Tolerance, Verdict};
 
 /// Bumped when the record's shape changes; part of the cache key.
 pub const RECORD_SCHEMA: u32 = 3;
@@ -187,6 +187,10 @@ pub struct EvalRecord {
     pub process_start_ms: f64,
     #[serde(default)]
     pub process_banked_ms: f64,
+    /// The process's own account of that start: its CUDA context, its warm-up, and all
+    /// of it to hello.
+    #[serde(default)]
+    pub process_startup: Option<StartupTimes>,
     /// Which device slot of the pool ran it.
     pub device_slot: u32,
     /// Memory need, grant and out-of-memory retry; `None` when no process ran (guard
@@ -252,6 +256,7 @@ mod tests {
             prepare_ms: 0.0,
             process_start_ms: 0.0,
             process_banked_ms: 0.0,
+            process_startup: None,
             device_slot: 0,
             memory: Some(MemoryUse { need_bytes: Some(1 << 20), ..MemoryUse::default() }),
             preflight: Some(PreflightUse {

@@ -538,6 +538,7 @@ mod tests {
             prepare_ms: 0.0,
             process_start_ms: 0.0,
             process_banked_ms: 0.0,
+            process_startup: None,
             device_slot: 0,
             memory: None,
             preflight: None,
