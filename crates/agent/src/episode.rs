@@ -63,142 +63,129 @@ pub async fn run_episode(
     run: &str,
     sample: u32,
 ) -> Result<Episode, EpisodeError> {
-    let (_, played) = tokio::join!(
-        evaluator.prepare(problem, eval),
-        play_turns(backend, evaluator, prompts, problem, eval, cfg, run, sample)
-    );
-    played
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn play_turns(
-    backend: &dyn Backend,
-    evaluator: &dyn EvalService,
-    prompts: &Prompts,
-    problem: &Problem,
-    eval: &EvalConfig,
-    cfg: &EpisodeConfig,
-    run: &str,
-    sample: u32,
-) -> Result<Episode, EpisodeError> {
-    let mut messages = vec![
-        ChatMessage::new("system", prompts.system()?),
-        ChatMessage::new("user", prompts.task(&problem.name, &problem.source, &cfg.target)?),
-    ];
-    let mut ep = Episode {
-        id: crate::runner::episode_id(run, &problem.name, sample),
-        run: run.to_string(),
-        problem: problem.name.clone(),
-        problem_path: problem.path.display().to_string(),
-        sample,
-        backend: backend.describe(),
-        turns: Vec::new(),
-        error: None,
-    };
-    let mut sampling = cfg.sampling.clone();
-    let mut earlier: Vec<String> = Vec::new();
-    'turns: for t in 0..cfg.turns {
-        sampling.seed = cfg.sampling.seed.map(|s| s + u64::from(t) * 1_000_003 + u64::from(sample));
-        sampling.temperature = cfg.sampling.temperature;
-        let mut repeats = 0;
-        let (completion, extracted) = loop {
-            let completion = match backend.complete(&messages, &sampling).await {
-                Ok(c) => c,
+    let turns = async {
+        let mut messages = vec![
+            ChatMessage::new("system", prompts.system()?),
+            ChatMessage::new("user", prompts.task(&problem.name, &problem.source, &cfg.target)?),
+        ];
+        let mut ep = Episode {
+            id: crate::runner::episode_id(run, &problem.name, sample),
+            run: run.to_string(),
+            problem: problem.name.clone(),
+            problem_path: problem.path.display().to_string(),
+            sample,
+            backend: backend.describe(),
+            turns: Vec::new(),
+            error: None,
+        };
+        let mut sampling = cfg.sampling.clone();
+        let mut earlier: Vec<String> = Vec::new();
+        'turns: for t in 0..cfg.turns {
+            sampling.seed =
+                cfg.sampling.seed.map(|s| s + u64::from(t) * 1_000_003 + u64::from(sample));
+            sampling.temperature = cfg.sampling.temperature;
+            let mut repeats = 0;
+            let (completion, extracted) = loop {
+                let completion = match backend.complete(&messages, &sampling).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        ep.error = Some(format!("turn {t}: {e}"));
+                        break 'turns;
+                    }
+                };
+                let extracted = extract_code(&completion.text);
+                let repeated =
+                    extracted.as_ref().is_ok_and(|(code, _)| earlier.contains(&normalised(code)));
+                if !repeated || repeats >= cfg.repeat_retries {
+                    break (completion, extracted);
+                }
+                repeats += 1;
+                sampling.seed = sampling.seed.map(|s| s.wrapping_add(7_919));
+                sampling.temperature =
+                    (sampling.temperature + REPEAT_WARMING).min(REPEAT_MAX_TEMPERATURE);
+            };
+            let sent = messages.clone();
+            let (turn, feedback, done) = match extracted {
                 Err(e) => {
-                    ep.error = Some(format!("turn {t}: {e}"));
-                    break 'turns;
+                    let fb = prompts.feedback(&Attempt::NoCode(e.outcome()), cfg.target_speedup)?;
+                    let turn = Turn {
+                        turn: t,
+                        messages: sent,
+                        completion: completion.clone(),
+                        code: None,
+                        outcome: e.not_extracted().into(),
+                        stage: None,
+                        message: e.to_string(),
+                        record: None,
+                        speedup: None,
+                        reward: cfg.reward.no_code,
+                        ret: 0.0,
+                        repeats,
+                        times: TurnTimes::default(),
+                    };
+                    (turn, fb, false)
+                }
+                Ok((code, _)) => {
+                    earlier.push(normalised(&code));
+                    let candidate = Candidate {
+                        name: format!("{}_s{sample}_t{t}", problem.name),
+                        path: PathBuf::from(format!("{}_s{sample}_t{t}.py", problem.name)),
+                        source: code.clone(),
+                    };
+                    let sent_at = Instant::now();
+                    let (record, cached): (EvalRecord, bool) =
+                        match evaluator.evaluate(problem, &candidate, eval).await {
+                            Ok(ev) => (ev.record, ev.cached),
+                            Err(e) => {
+                                ep.error = Some(format!("turn {t}: evaluation failed: {e}"));
+                                break;
+                            }
+                        };
+                    // A stored verdict's waits were another evaluation's: only the time here.
+                    let part = |ms: f64| if cached { 0.0 } else { ms / 1000.0 };
+                    let times = TurnTimes {
+                        evaluate_s: sent_at.elapsed().as_secs_f64(),
+                        start_wait_s: part(record.start_wait_ms),
+                        lease_wait_s: part(record.lease_wait_ms),
+                        exclusive_s: part(record.exclusive_ms),
+                        queue_wait_s: part(record.queue_wait_ms),
+                        prepare_s: part(record.prepare_ms),
+                    };
+                    let fb = prompts.feedback(&Attempt::Evaluated(&record), cfg.target_speedup)?;
+                    let speedup = record.verdict.timing.as_ref().map(|x| x.speedup);
+                    let correct = record.verdict.status == Status::Correct;
+                    let done = correct && speedup.is_none_or(|s| s >= cfg.target_speedup);
+                    let turn = Turn {
+                        turn: t,
+                        messages: sent,
+                        completion: completion.clone(),
+                        code: Some(code),
+                        outcome: record.verdict.status.into(),
+                        stage: Some(record.verdict.stage.to_string()),
+                        message: record.verdict.message.clone(),
+                        record: Some(record.key.clone()),
+                        speedup,
+                        reward: cfg.reward.score(&record),
+                        ret: 0.0,
+                        repeats,
+                        times,
+                    };
+                    (turn, fb, done)
                 }
             };
-            let extracted = extract_code(&completion.text);
-            let repeated =
-                extracted.as_ref().is_ok_and(|(code, _)| earlier.contains(&normalised(code)));
-            if !repeated || repeats >= cfg.repeat_retries {
-                break (completion, extracted);
+            ep.turns.push(turn);
+            if done {
+                break;
             }
-            repeats += 1;
-            sampling.seed = sampling.seed.map(|s| s.wrapping_add(7_919));
-            sampling.temperature =
-                (sampling.temperature + REPEAT_WARMING).min(REPEAT_MAX_TEMPERATURE);
-        };
-        let sent = messages.clone();
-        let (turn, feedback, done) = match extracted {
-            Err(e) => {
-                let fb = prompts.feedback(&Attempt::NoCode(e.outcome()), cfg.target_speedup)?;
-                let turn = Turn {
-                    turn: t,
-                    messages: sent,
-                    completion: completion.clone(),
-                    code: None,
-                    outcome: e.not_extracted().into(),
-                    stage: None,
-                    message: e.to_string(),
-                    record: None,
-                    speedup: None,
-                    reward: cfg.reward.no_code,
-                    ret: 0.0,
-                    repeats,
-                    times: TurnTimes::default(),
-                };
-                (turn, fb, false)
-            }
-            Ok((code, _)) => {
-                earlier.push(normalised(&code));
-                let candidate = Candidate {
-                    name: format!("{}_s{sample}_t{t}", problem.name),
-                    path: PathBuf::from(format!("{}_s{sample}_t{t}.py", problem.name)),
-                    source: code.clone(),
-                };
-                let sent_at = Instant::now();
-                let (record, cached): (EvalRecord, bool) =
-                    match evaluator.evaluate(problem, &candidate, eval).await {
-                        Ok(ev) => (ev.record, ev.cached),
-                        Err(e) => {
-                            ep.error = Some(format!("turn {t}: evaluation failed: {e}"));
-                            break;
-                        }
-                    };
-                // A stored verdict's waits were another evaluation's: only the time here.
-                let part = |ms: f64| if cached { 0.0 } else { ms / 1000.0 };
-                let times = TurnTimes {
-                    evaluate_s: sent_at.elapsed().as_secs_f64(),
-                    start_wait_s: part(record.start_wait_ms),
-                    lease_wait_s: part(record.lease_wait_ms),
-                    exclusive_s: part(record.exclusive_ms),
-                    queue_wait_s: part(record.queue_wait_ms),
-                    prepare_s: part(record.prepare_ms),
-                };
-                let fb = prompts.feedback(&Attempt::Evaluated(&record), cfg.target_speedup)?;
-                let speedup = record.verdict.timing.as_ref().map(|x| x.speedup);
-                let correct = record.verdict.status == Status::Correct;
-                let done = correct && speedup.is_none_or(|s| s >= cfg.target_speedup);
-                let turn = Turn {
-                    turn: t,
-                    messages: sent,
-                    completion: completion.clone(),
-                    code: Some(code),
-                    outcome: record.verdict.status.into(),
-                    stage: Some(record.verdict.stage.to_string()),
-                    message: record.verdict.message.clone(),
-                    record: Some(record.key.clone()),
-                    speedup,
-                    reward: cfg.reward.score(&record),
-                    ret: 0.0,
-                    repeats,
-                    times,
-                };
-                (turn, fb, done)
-            }
-        };
-        ep.turns.push(turn);
-        if done {
-            break;
+            messages.push(ChatMessage::new("assistant", completion.text));
+            messages.push(ChatMessage::new("user", feedback));
         }
-        messages.push(ChatMessage::new("assistant", completion.text));
-        messages.push(ChatMessage::new("user", feedback));
-    }
-    let rewards: Vec<f64> = ep.turns.iter().map(|t| t.reward).collect();
-    for (turn, r) in ep.turns.iter_mut().zip(cfg.reward.returns(&rewards)) {
-        turn.ret = r;
-    }
-    Ok(ep)
+        let rewards: Vec<f64> = ep.turns.iter().map(|t| t.reward).collect();
+        for (turn, r) in ep.turns.iter_mut().zip(cfg.reward.returns(&rewards)) {
+            turn.ret = r;
+        }
+        Ok(ep)
+    };
+    let (_, played) = tokio::join!(evaluator.prepare(problem, eval), turns);
+    played
 }
