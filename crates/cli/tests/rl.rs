@@ -402,6 +402,9 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
         assert!(slow["episode"].as_str().is_some_and(|s| !s.is_empty()), "{slow}");
         assert!(slow["generate_s"].as_f64().unwrap() > 0.0, "{slow}");
         assert!(total(slow) >= total(mean) && total(mean) > 0.0, "{slow} {mean}");
+        // The pace (end to end) never exceeds the batch's latency, which may start earlier.
+        let (pace, latency) = (m["interval_s"].as_f64().unwrap(), m["step_s"].as_f64().unwrap());
+        assert!(pace > 0.0 && pace <= latency + 1e-9, "interval {pace} s, step {latency} s");
     }
     assert_eq!(jsonl(&out.join("metrics.jsonl")).len(), 2);
     assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 4);

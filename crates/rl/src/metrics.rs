@@ -61,8 +61,14 @@ pub struct StepMetrics {
     /// The learner's time: proximal and reference scoring, and the updates.
     pub score_s: f64,
     pub train_s: f64,
-    /// From the end of the previous step's update to the end of this one.
+    /// From the earlier of the previous step's end and this step's rollout start, to the
+    /// end of this update: one batch's whole latency. With `max_staleness` 1 the rollout
+    /// overlaps the previous step, so these add up to more than the run's wall time.
     pub step_s: f64,
+    /// From the end of the previous step to the end of this one (for an invocation's
+    /// first step, from its start): the run's pace, what a step costs in wall time.
+    #[serde(default)]
+    pub interval_s: f64,
     /// Generated tokens per second of rollout wall time.
     pub tokens_per_s: f64,
     /// Share of `step_s` during which the policy (generator or trainer) had nothing in

@@ -913,6 +913,7 @@ async fn train_step(
     m.sequences = seqs.len();
     if seqs.is_empty() {
         m.step_s = tl.now() - last_end.min(rollout.started);
+        m.interval_s = tl.now() - last_end;
         let busy = tl.covered(
             &[Activity::Generate, Activity::Train],
             last_end.min(rollout.started),
@@ -989,6 +990,7 @@ async fn train_step(
     m.learner_with_generation = tl.covered(&[Activity::Generate], t0, t2) / learner_s;
     m.learner_with_evaluation = tl.covered(&[Activity::Evaluate], t0, t2) / learner_s;
     m.step_s = t2 - last_end.min(rollout.started);
+    m.interval_s = t2 - last_end;
     let window = (last_end.min(rollout.started), t2);
     let busy = tl.covered(&[Activity::Generate, Activity::Train], window.0, window.1);
     m.policy_idle = (1.0 - busy / (window.1 - window.0).max(1e-9)).clamp(0.0, 1.0);
