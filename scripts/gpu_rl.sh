@@ -13,13 +13,22 @@
 #                   (it starts no step that would end past them, checkpoints, and resumes
 #                   there next time; a heldout pass already written is not played again); settings
 #                   override [schedule] keys of the config; logs, metrics and heldout
-#                   figures to OUTDIR. TF_RL_FLAGS adds evaluator and pool flags
+#                   figures to OUTDIR (as OUTDIR/run.tar, beside the stores'
+#                   store-*.sqlite.xz). TF_RL_FLAGS adds evaluator and pool flags
 #                   (e.g. TF_RL_FLAGS="--spares 48").
 #   PHASE train2 SECONDS [KEY=VALUE ...]: the same on a machine of two GPUs, the candidates
 #                   evaluated by `serve` on the second (its own state under /tmp/tf-rl,
 #                   TF_SERVE_FLAGS for its pool), the policy alone on the first.
 set -uo pipefail
 B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}
+
+# Replace every file of directory $1 except `*.sqlite.xz` by one `run.tar` holding them.
+bundle_small() {
+  local dir=$1 list
+  list=$(cd "$dir" && find . -mindepth 1 -maxdepth 1 ! -name '*.sqlite.xz' ! -name run.tar -printf '%P\n')
+  [ -n "$list" ] || return 0
+  (cd "$dir" && printf '%s\n' "$list" | tar -cf run.tar -T - && printf '%s\n' "$list" | xargs rm -rf)
+}
 S=/tmp/tf-rl; mkdir -p "$S" "$OUT"
 export PYTHONPATH="/tmp/pydeps:${PYTHONPATH:-}"
 
@@ -99,5 +108,8 @@ case "$PHASE" in
         { echo "$name over 16 MB: not brought back" >> "$S/train.err"; rm -f "$OUT/$name"; }
     done
     echo "$latest"; tail -n 8 "$S/train.err"
+    # The device brings back few files from $OUT (run 8 lost its adapter to that limit):
+    # everything but the stores goes back as one run.tar.
+    bundle_small "$OUT"
     ;;
 esac
