@@ -253,13 +253,17 @@ async fn a_candidate_waiting_for_a_place_to_run_records_the_wait() {
         second.queue_wait_ms,
         first.wall_ms
     );
-    // Each says how long its process took to start (fork to hello).
+    // Each says how long its process took to start (fork to hello), as the host saw it
+    // and as the process itself did (within the host's; no CUDA context on the CPU).
     for r in &records {
         assert!(
             r.process_start_ms > 0.0 && r.process_start_ms < 60_000.0,
             "{}",
             r.process_start_ms
         );
+        let own = r.process_startup.expect("the process's own account");
+        assert!(own.total_ms > 0.0 && own.total_ms <= r.process_start_ms, "{own:?}");
+        assert_eq!(own.context_ms, 0.0);
     }
     // A spare that had time to start waits, banked, for the next candidate.
     tokio::time::sleep(Duration::from_millis(1500)).await;
