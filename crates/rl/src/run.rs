@@ -912,13 +912,12 @@ async fn train_step(
     seqs.retain(|s| s.advantages.iter().any(|a| *a != 0.0));
     m.sequences = seqs.len();
     if seqs.is_empty() {
-        m.step_s = tl.now() - last_end.min(rollout.started);
-        m.interval_s = tl.now() - last_end;
-        let busy = tl.covered(
-            &[Activity::Generate, Activity::Train],
-            last_end.min(rollout.started),
-            tl.now(),
-        );
+        // One reading of the clock for both, so that the pace never exceeds the latency.
+        let now = tl.now();
+        m.step_s = now - last_end.min(rollout.started);
+        m.interval_s = now - last_end;
+        let busy =
+            tl.covered(&[Activity::Generate, Activity::Train], last_end.min(rollout.started), now);
         m.policy_idle = (1.0 - busy / m.step_s.max(1e-9)).clamp(0.0, 1.0);
         return Ok(m);
     }
