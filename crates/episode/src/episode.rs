@@ -156,6 +156,31 @@ impl TurnTimes {
     pub fn is_empty(&self) -> bool {
         *self == TurnTimes::default()
     }
+
+    /// Each part added: the turns of a chain, one after another.
+    pub fn add(&mut self, o: &TurnTimes) {
+        self.evaluate_s += o.evaluate_s;
+        self.start_wait_s += o.start_wait_s;
+        self.lease_wait_s += o.lease_wait_s;
+        self.exclusive_s += o.exclusive_s;
+        self.queue_wait_s += o.queue_wait_s;
+        self.prepare_s += o.prepare_s;
+    }
+
+    /// Each part times `k` (a sum over chains into their mean).
+    pub fn scaled(mut self, k: f64) -> TurnTimes {
+        for part in [
+            &mut self.evaluate_s,
+            &mut self.start_wait_s,
+            &mut self.lease_wait_s,
+            &mut self.exclusive_s,
+            &mut self.queue_wait_s,
+            &mut self.prepare_s,
+        ] {
+            *part *= k;
+        }
+        self
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]

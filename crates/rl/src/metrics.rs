@@ -1,7 +1,7 @@
 //! What a step reports, and where it is kept.
 
 use serde::{Deserialize, Serialize};
-use tritonforge_agent::{Episode, TurnOutcome};
+use tritonforge_agent::{Episode, TurnOutcome, TurnTimes};
 use tritonforge_protocol::DeviceUse;
 
 /// One RL step, as `metrics.jsonl` and the store keep it.
@@ -108,17 +108,10 @@ pub struct ChainTimes {
     pub episode: String,
     pub turns: f64,
     pub generate_s: f64,
-    pub evaluate_s: f64,
-    /// Parts of `evaluate_s`: waiting for a started process, waiting for a GPU lease,
-    /// holding the GPU alone (timing), waiting for a place among the candidates run at
-    /// once, waiting for the problem's memory need.
-    pub start_wait_s: f64,
-    pub lease_wait_s: f64,
-    pub exclusive_s: f64,
-    #[serde(default)]
-    pub queue_wait_s: f64,
-    #[serde(default)]
-    pub prepare_s: f64,
+    /// The turns' evaluation times added up (`evaluate_s` and the waits within it),
+    /// written inline as the turns' own `times` are.
+    #[serde(flatten)]
+    pub eval: TurnTimes,
     /// Each turn's outcome, in order (empty for a mean).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outcomes: Vec<String>,
@@ -134,18 +127,13 @@ impl ChainTimes {
         };
         for t in &ep.turns {
             c.generate_s += t.completion.latency_ms / 1000.0;
-            c.evaluate_s += t.times.evaluate_s;
-            c.start_wait_s += t.times.start_wait_s;
-            c.lease_wait_s += t.times.lease_wait_s;
-            c.exclusive_s += t.times.exclusive_s;
-            c.queue_wait_s += t.times.queue_wait_s;
-            c.prepare_s += t.times.prepare_s;
+            c.eval.add(&t.times);
         }
         c
     }
 
     pub fn total_s(&self) -> f64 {
-        self.generate_s + self.evaluate_s
+        self.generate_s + self.eval.evaluate_s
     }
 
     /// The slowest chain and the mean chain of `episodes` (`None` when there are none).
@@ -155,18 +143,17 @@ impl ChainTimes {
         let chains: Vec<ChainTimes> = episodes.into_iter().map(ChainTimes::of).collect();
         let slowest = chains.iter().max_by(|a, b| a.total_s().total_cmp(&b.total_s()))?.clone();
         let n = chains.len() as f64;
-        let mean = |f: fn(&ChainTimes) -> f64| chains.iter().map(f).sum::<f64>() / n;
+        let mut sum = ChainTimes::default();
+        for c in &chains {
+            sum.turns += c.turns;
+            sum.generate_s += c.generate_s;
+            sum.eval.add(&c.eval);
+        }
         let mean_chain = ChainTimes {
-            episode: String::new(),
-            turns: mean(|c| c.turns),
-            generate_s: mean(|c| c.generate_s),
-            evaluate_s: mean(|c| c.evaluate_s),
-            start_wait_s: mean(|c| c.start_wait_s),
-            lease_wait_s: mean(|c| c.lease_wait_s),
-            exclusive_s: mean(|c| c.exclusive_s),
-            queue_wait_s: mean(|c| c.queue_wait_s),
-            prepare_s: mean(|c| c.prepare_s),
-            outcomes: Vec::new(),
+            turns: sum.turns / n,
+            generate_s: sum.generate_s / n,
+            eval: sum.eval.scaled(1.0 / n),
+            ..ChainTimes::default()
         };
         Some((slowest, mean_chain))
     }
@@ -426,18 +413,18 @@ mod tests {
         assert_eq!(slowest.turns, 2.0);
         assert_eq!(slowest.outcomes, ["compile_error", "correct"]);
         assert!((slowest.generate_s - 3.0).abs() < 1e-12);
-        assert!((slowest.evaluate_s - 10.0).abs() < 1e-12);
-        assert!((slowest.start_wait_s - 4.5).abs() < 1e-12);
-        assert!((slowest.lease_wait_s - 2.0).abs() < 1e-12);
-        assert!((slowest.exclusive_s - 0.5).abs() < 1e-12);
-        assert!((slowest.queue_wait_s - 1.25).abs() < 1e-12);
-        assert!((slowest.prepare_s - 1.5).abs() < 1e-12);
+        assert!((slowest.eval.evaluate_s - 10.0).abs() < 1e-12);
+        assert!((slowest.eval.start_wait_s - 4.5).abs() < 1e-12);
+        assert!((slowest.eval.lease_wait_s - 2.0).abs() < 1e-12);
+        assert!((slowest.eval.exclusive_s - 0.5).abs() < 1e-12);
+        assert!((slowest.eval.queue_wait_s - 1.25).abs() < 1e-12);
+        assert!((slowest.eval.prepare_s - 1.5).abs() < 1e-12);
         assert_eq!(mean.episode, "");
         assert!((mean.turns - 2.5).abs() < 1e-12);
         assert!((mean.generate_s - 2.75).abs() < 1e-12);
-        assert!((mean.evaluate_s - 6.0).abs() < 1e-12);
-        assert!((mean.queue_wait_s - 1.125).abs() < 1e-12);
-        assert!((mean.prepare_s - 0.75).abs() < 1e-12);
+        assert!((mean.eval.evaluate_s - 6.0).abs() < 1e-12);
+        assert!((mean.eval.queue_wait_s - 1.125).abs() < 1e-12);
+        assert!((mean.eval.prepare_s - 0.75).abs() < 1e-12);
         assert!(ChainTimes::of_step(std::iter::empty::<&Episode>()).is_none());
     }
 
