@@ -9,6 +9,8 @@
 #   PHASE bench:    scripts/bench_colocated.py on the bundled model (generation through the
 #                   trained model against the generation copy; score and rl_step per
 #                   attention kernel) to OUTDIR/bench-colocated.json;
+#   PHASE overlap:  scripts/bench_learner_overlap.py (next-turn completions behind the learner,
+#                   run whole against a micro-batch at a time) to OUTDIR/overlap.json;
 #   PHASE train SECONDS [KEY=VALUE ...]: run (or resume) the RL job for about SECONDS
 #                   (it starts no step that would end past them, checkpoints, and resumes
 #                   there next time; a heldout pass already written is not played again); settings
@@ -53,6 +55,12 @@ case "$PHASE" in
       --device cuda --batch 64 --prompt-tokens 1000 --tokens 256 --rows 96 --attention sdpa,auto \
       > "$OUT/bench-colocated.json" 2> "$OUT/bench-colocated.err"
     echo "bench exit $?"; cat "$OUT/bench-colocated.json"; tail -n 5 "$OUT/bench-colocated.err"
+    ;;
+  overlap)
+    install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
+    PYTHONPATH="/tmp/pydeps:python" python3 scripts/bench_learner_overlap.py --out "$OUT/overlap.json" \
+      > /dev/null 2> "$OUT/overlap.err"
+    echo "overlap exit $?"; cat "$OUT/overlap.json"; tail -n 5 "$OUT/overlap.err"
     ;;
   train|train2)
     install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }

@@ -3,12 +3,15 @@
 It loads MODEL (see `models.resolve`), says hello, then answers `generate` messages
 through the continuous-batching `engine` (a request joins the running batch at the next
 step and is answered the moment it finishes), and training messages, strictly in order,
-through `trainer` (generations asked for before a training message finish first). A
-worker started with `--train` generates from the parameters it trains (colocated): after
-each optimizer step the engine forgets its cached prefixes and generates from the new
-weights, with no copy. Settings (environment): TRITONFORGE_POLICY_BATCH (slots, default
-16), TRITONFORGE_POLICY_MAX_LEN (tokens per slot, default 4096), TRITONFORGE_POLICY_SYNC
-(decode steps between reads of finished rows; default 8 on a GPU, 1 on the CPU),
+through `trainer`. A `score` or `rl_step` runs a micro-batch at a time between engine
+steps, so generations asked for meanwhile are not held up by the whole step (`_Learner`);
+other training messages run whole, after the generations asked for before them and before
+those asked for after. A worker started with `--train` generates from the parameters it
+trains (colocated): after each optimizer step its generation copy takes the new weights
+and the engine forgets its cached prefixes; rows in flight go on from there.
+Settings (environment): TRITONFORGE_POLICY_BATCH (slots, default 16),
+TRITONFORGE_POLICY_MAX_LEN (tokens per slot, default 4096), TRITONFORGE_POLICY_SYNC (decode
+steps between reads of finished rows; default 8 on a GPU, 1 on the CPU),
 TRITONFORGE_POLICY_DTYPE (float32 or bfloat16; default bfloat16 on a GPU, and on a CPU
 with native bf16 arithmetic for a worker that only generates: half the bytes each decode
 step reads, about twice the tokens/s on 2 cores),
@@ -22,7 +25,9 @@ the Triton decode attention kernel on CUDA),
 TRITONFORGE_POLICY_COMPILE=0 / 1 (the engine's decode step through torch.compile: half
 the step time on a GPU, for a compile of one to two minutes on the first generation;
 default: on for a training worker on a GPU, whose run is long enough to repay it, off
-otherwise).
+otherwise), TRITONFORGE_POLICY_TRAIN_SHARE (the share of the time a `score` or `rl_step`
+takes while generations wait, default 0.5; 0 runs them whole, after the generations in
+flight, as before 2026-11-29).
 Also `tokenizer MODEL DIR`.
 """
 
@@ -34,7 +39,8 @@ import queue
 import sys
 import threading
 import time
-from typing import Any, List, Optional
+from collections import deque
+from typing import Any, Deque, Generator, Iterator, List, Optional, TypeVar, cast
 
 from .engine import Engine, EngineError
 from .models import load, load_tokenizer
@@ -54,6 +60,8 @@ from .protocol import (
     encode,
 )
 from .usage import Usage
+
+T = TypeVar("T")
 
 TRAIN_MESSAGES = ("train_setup", "train_step", "eval_loss", "save_checkpoint", "score", "rl_step")
 # Training messages after which the weights are new: the engine forgets its cached prefixes.
@@ -386,31 +394,125 @@ def _pending(inbox: "queue.Queue[Any]", block: bool) -> List[Any]:
     return items
 
 
+# Training messages a colocated worker interleaves with generation, a micro-batch at a time.
+INTERLEAVED = ("score", "rl_step")
+
+
+def _train_share() -> Optional[float]:
+    """The share of the worker's time a training step takes while generations wait
+    (TRITONFORGE_POLICY_TRAIN_SHARE, default 0.5); `None` (0): generations asked for before
+    a training message finish first and later ones wait for it, as before."""
+    share = float(os.environ.get("TRITONFORGE_POLICY_TRAIN_SHARE", "0.5"))
+    return min(share, 1.0) if share > 0 else None
+
+
+class _Learner:
+    """Training messages, strictly in order. `score` and `rl_step` run a micro-batch at a
+    time between engine steps: a generation asked for while the learner works (the next
+    turn of a one-step-off-policy rollout) need not wait for the whole step, and the
+    learner fills the time generation leaves idle. While both have work, the learner takes
+    `share` of the time. A checkpoint that leaves the weights as they are runs whole
+    between engine steps. Other messages (set-up, SFT steps, a merging save) run whole
+    after the generations asked for before them, and those asked after wait, as before."""
+
+    def __init__(self, gen: _Generator, share: Optional[float]) -> None:
+        self.gen, self.share = gen, share
+        self.state: List[Any] = []
+        self.waiting: Deque[Any] = deque()
+        self.job: Optional[Iterator[None]] = None
+        self.msg: Any = None
+        self.owed = 0.0  # engine time due before the next micro-batch, while both have work
+
+    def busy(self) -> bool:
+        return self.job is not None or bool(self.waiting)
+
+    def holds(self) -> bool:
+        """Whether a generation asked for now must wait: a message that needs the engine
+        quiet is waiting, and what is asked after it comes after it."""
+        return any(self._kind(m) == "quiet" for m in self.waiting)
+
+    def _kind(self, msg: Any) -> str:
+        if msg.type == "generate":
+            return "generate"
+        if self.share is None or not self.state:
+            return "quiet"
+        if msg.type in INTERLEAVED:
+            return "sliced"
+        if msg.type == "save_checkpoint" and not msg.save.merge_lora:
+            return "inline"
+        return "quiet"
+
+    def advance(self) -> bool:
+        """Move training on when its turn has come; whether it did anything."""
+        while self.job is None and self.waiting:
+            msg = self.waiting.popleft()
+            kind = self._kind(msg)
+            if kind == "generate":  # held behind a message that needed the engine quiet
+                self.gen.submit(msg)
+            elif kind == "sliced":
+                self.job = _train_steps(self.state, msg, self.gen.device, usage=self.gen.usage)
+                self.msg = msg
+            else:
+                if kind == "quiet":
+                    self.gen.finish()
+                _train(self.state, msg, self.gen.device, usage=self.gen.usage)
+                self._done(msg)
+                return True
+        if self.job is None or (self.gen.busy() and self.owed > 0):
+            return False
+        started = time.perf_counter()
+        try:
+            next(self.job)
+        except StopIteration:
+            self.job = None
+            self._done(self.msg)
+        if self.gen.busy() and self.share is not None:
+            self.owed += (time.perf_counter() - started) * (1.0 - self.share) / self.share
+        return True
+
+    def generated(self, seconds: float) -> None:
+        self.owed = max(0.0, self.owed - seconds)
+
+    def finish(self) -> None:
+        while self.busy():
+            if not self.advance():
+                self.gen.step()
+
+    def _done(self, msg: Any) -> None:
+        if self.state:
+            self.gen.follow(self.state[0].net, updated=msg.type in UPDATES)
+
+
 def _serve_engine(inbox: "queue.Queue[Any]", gen: _Generator) -> int:
-    """The worker's loop with the engine: take what arrived, then one engine step."""
-    trainer: List[Any] = []
+    """The worker's loop with the engine: take what arrived, then one engine step or one
+    slice of training (`_Learner`)."""
+    learner = _Learner(gen, _train_share())
     while True:
         stop = False
-        for msg in _pending(inbox, block=not gen.busy()):
+        for msg in _pending(inbox, block=not gen.busy() and not learner.busy()):
             if msg is None or (not isinstance(msg, ProtocolError) and msg.type == "shutdown"):
                 stop = True
                 break
             if isinstance(msg, ProtocolError):
                 _send(Error(type="error", id=None, message=str(msg)))
             elif msg.type in TRAIN_MESSAGES:
-                gen.finish()  # training is strictly in order
-                _train(trainer, msg, gen.device, usage=gen.usage)
-                if trainer:
-                    gen.follow(trainer[0].net, updated=msg.type in UPDATES)
+                learner.waiting.append(msg)
             elif msg.type == "generate":
-                gen.submit(msg)
+                if learner.holds():
+                    learner.waiting.append(msg)
+                else:
+                    gen.submit(msg)
             else:
                 _send(Error(type="error", id=getattr(msg, "id", None),
                             message=f"the policy worker does not handle {msg.type!r}"))
         if stop:
+            learner.finish()
             gen.finish()
             return 0
-        gen.step()
+        if not learner.advance():
+            started = time.perf_counter()
+            gen.step()
+            learner.generated(time.perf_counter() - started)
 
 
 def _answer(tok: Any, net: Any, msgs: List[Any], device: str) -> None:
@@ -487,12 +589,37 @@ def _serve_ranks(device: str) -> int:
 
 def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: bool = False,
            usage: Optional[Usage] = None) -> None:
-    """One training request, answered in order; errors name the request and keep the
-    worker alive (nothing already trained is lost). Its time counts to `usage`, whose
-    totals an RL step's answer carries."""
+    """One training request, answered in order, run to its end (`_train_steps`)."""
+    for _ in _train_steps(state, msg, device, speak, fatal, usage):
+        pass
+
+
+def _train_steps(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: bool = False,
+                 usage: Optional[Usage] = None) -> Iterator[None]:
+    """One training request; `score` and `rl_step` pause after each micro-batch (the
+    colocated worker generates in the pauses). Errors name the request and keep the worker
+    alive (nothing already trained is lost). Only its own time, not the pauses', counts to
+    `usage`, whose totals an RL step's answer carries."""
     from .trainer import Refused, Trainer, TrainError, describe_oom
 
-    started: Optional[float] = time.perf_counter()
+    started = time.perf_counter()
+    spent = 0.0
+
+    def pause() -> Iterator[None]:
+        nonlocal started, spent
+        spent += time.perf_counter() - started
+        yield
+        started = time.perf_counter()
+
+    def run(steps: Generator[None, None, T]) -> Generator[None, None, T]:
+        """Drive a pausing computation, pausing with it; its result is the return value."""
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return cast(T, done.value)
+            yield from pause()
+
     try:
         if msg.type == "train_setup":
             state.clear()
@@ -511,13 +638,14 @@ def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: b
             reply = StepDone(type="step_done", id=msg.id,
                              stats=trainer.eval_loss(msg.batch))
         elif msg.type == "score":
-            reply = Scored(type="scored", id=msg.id, scores=trainer.score(msg.job))
+            scores = yield from run(trainer.score_steps(msg.job))
+            reply = Scored(type="scored", id=msg.id, scores=scores)
         elif msg.type == "rl_step":
-            stats = trainer.rl_step(msg.batch)
-            if usage is not None and started is not None:
-                usage.train_s += time.perf_counter() - started
-                started = None
-                stats.device = usage.snapshot()
+            stats = yield from run(trainer.rl_step_steps(msg.batch))
+            if usage is not None:
+                use, usage = usage, None  # counted here: the snapshot includes this step
+                use.train_s += spent + time.perf_counter() - started
+                stats.device = use.snapshot()
             reply = RlDone(type="rl_done", id=msg.id, stats=stats)
         elif msg.type == "save_checkpoint":
             trainer.save(msg.save)
@@ -543,8 +671,8 @@ def _train(state: List[Any], msg: Any, device: str, speak: bool = True, fatal: b
             sys.stderr.flush()
             os._exit(1)
     finally:
-        if usage is not None and started is not None:
-            usage.train_s += time.perf_counter() - started
+        if usage is not None:
+            usage.train_s += spent + time.perf_counter() - started
 
 
 def _micro_batches(msg: Any) -> List[Any]:

@@ -17,7 +17,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple, TypeVar, cast
 
 from .models import ADAPTER_CONFIG, adapter_chain, gguf_kwargs, has_weights, merge_adapters, resolve
 from .protocol import (
@@ -393,6 +393,18 @@ def _tidy_config(out: Path, dtype: Optional[str] = None) -> None:
         changed = True
     if changed:
         path.write_text(json.dumps(config, indent=2) + "\n")
+
+
+T = TypeVar("T")
+
+
+def drive(steps: Generator[None, None, T]) -> T:
+    """Run a computation that pauses (`Trainer.score_steps`, `rl_step_steps`) to its end."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return cast(T, done.value)
 
 
 def _lr_at(step: int, setup: TrainSetupJob) -> float:
@@ -820,16 +832,24 @@ class Trainer:
         """Log-probabilities of every target token, per micro-batch and row (the order of
         `RlMicroBatch`'s lists), under the current weights or, with `reference`, the
         starting policy; no update. In eval mode: no dropout."""
+        return drive(self.score_steps(job))
+
+    def score_steps(self, job: ScoreJob) -> Generator[None, None, Scores]:
+        """`score`, pausing after each micro-batch (the colocated worker generates in the
+        pauses); the model is in train mode, adapters on, at every pause."""
         import torch
 
         started = time.perf_counter()
-        net, context = self._reference() if job.reference else (self.net, contextlib.nullcontext())
-        self.net.eval()
-        try:
-            with torch.no_grad(), context:
-                flat = [self._logprobs(inp, net) for inp in map(self._inputs, job.batch.micro)]
-        finally:
-            self.net.train()
+        flat: List[Any] = []
+        for inp in map(self._inputs, job.batch.micro):
+            net, context = self._reference() if job.reference else (self.net, contextlib.nullcontext())
+            self.net.eval()
+            try:
+                with torch.no_grad(), context:
+                    flat.append(self._logprobs(inp, net))
+            finally:
+                self.net.train()
+            yield
         return Scores(logprobs=self._per_row(job.batch.micro, flat),
                       elapsed_ms=(time.perf_counter() - started) * 1000.0)
 
@@ -908,6 +928,12 @@ class Trainer:
         does not fit is refused before anything is computed. The statistics' means are
         over the target tokens counted here (`loss_tokens`); `loss` is per target token,
         whatever `RlLoss.loss_tokens` the gradient was divided by."""
+        return drive(self.rl_step_steps(batch))
+
+    def rl_step_steps(self, batch: RlBatch) -> Generator[None, None, RlStats]:
+        """`rl_step`, pausing after each micro-batch's backward (the colocated worker
+        generates from its generation copy in the pauses; the gradients accumulated so
+        far wait untouched)."""
         import torch
 
         started = time.perf_counter()
@@ -928,6 +954,7 @@ class Trainer:
             sums.append(torch.stack([terms.sums[key] for key in STAT_SUMS]))
             maxes.append(terms.ratio_max)
             tokens += inp["tokens"]
+            yield
         # Read once, at the end: no device sync per micro-batch.
         summed = _sum_over_ranks(self.world, self.device, *torch.stack(sums).sum(0).tolist(), tokens)
         got = dict(zip((*STAT_SUMS, "positions"), summed, strict=True))

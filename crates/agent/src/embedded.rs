@@ -227,10 +227,15 @@ impl EmbeddedBackend {
         }
     }
 
-    async fn ask(&self, worker: &Worker, job: GenerateJob) -> Result<Generated, BackendError> {
+    /// The generation and the worker's own time for it.
+    async fn ask(
+        &self,
+        worker: &Worker,
+        job: GenerateJob,
+    ) -> Result<(Generated, f64), BackendError> {
         let timeout = self.cfg.request_timeout;
         match self.request(worker, "gen", |id| Message::Generate { id, job }, timeout).await? {
-            Message::Generation { result, .. } => Ok(result),
+            Message::Generation { result, elapsed_ms, .. } => Ok((result, elapsed_ms)),
             other => Err(self.unexpected(&other)),
         }
     }
@@ -302,7 +307,7 @@ impl Backend for EmbeddedBackend {
                 stop_token_ids: None,
             };
             match self.ask(&worker, job).await {
-                Ok(result) => Ok(Completion {
+                Ok((result, engine_ms)) => Ok(Completion {
                     prompt_tokens: Some(result.prompt_ids.len() as u32),
                     completion_tokens: Some(result.token_ids.len() as u32),
                     text: result.text,
@@ -311,6 +316,7 @@ impl Backend for EmbeddedBackend {
                     prompt_ids: Some(result.prompt_ids),
                     finish_reason: Some(result.finish_reason),
                     latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+                    engine_ms: Some(engine_ms),
                     attempts: 1,
                 }),
                 Err(e) => {

@@ -42,6 +42,11 @@ pub struct Completion {
     pub finish_reason: Option<String>,
     /// Wall time of the request, retries included.
     pub latency_ms: f64,
+    /// The model server's own time for it, from taking it into its batch to its last
+    /// token, where it says (the embedded policy worker): `latency_ms` less this is the
+    /// time it waited, e.g. behind a colocated learner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_ms: Option<f64>,
     /// Attempts it took (1 when the first succeeded).
     pub attempts: u32,
 }

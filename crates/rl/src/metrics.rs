@@ -108,6 +108,10 @@ pub struct ChainTimes {
     pub episode: String,
     pub turns: f64,
     pub generate_s: f64,
+    /// The part of `generate_s` its requests waited before the model server took them
+    /// (colocated: behind the learner), where the server says (`Completion::engine_ms`).
+    #[serde(default)]
+    pub generate_wait_s: f64,
     /// The turns' evaluation times added up (`evaluate_s` and the waits within it),
     /// written inline as the turns' own `times` are.
     #[serde(flatten)]
@@ -127,6 +131,9 @@ impl ChainTimes {
         };
         for t in &ep.turns {
             c.generate_s += t.completion.latency_ms / 1000.0;
+            if let Some(engine) = t.completion.engine_ms {
+                c.generate_wait_s += (t.completion.latency_ms - engine).max(0.0) / 1000.0;
+            }
             c.eval.add(&t.times);
         }
         c
@@ -147,11 +154,13 @@ impl ChainTimes {
         for c in &chains {
             sum.turns += c.turns;
             sum.generate_s += c.generate_s;
+            sum.generate_wait_s += c.generate_wait_s;
             sum.eval.add(&c.eval);
         }
         let mean_chain = ChainTimes {
             turns: sum.turns / n,
             generate_s: sum.generate_s / n,
+            generate_wait_s: sum.generate_wait_s / n,
             eval: sum.eval.scaled(1.0 / n),
             ..ChainTimes::default()
         };
@@ -408,8 +417,14 @@ mod tests {
             ],
             ..Default::default()
         };
+        // The server took the second turn's request after 600 of its 1,000 ms (the first
+        // turn's server said nothing: no wait counted).
+        let mut long = long;
+        long.turns[1].completion.engine_ms = Some(400.0);
         let (slowest, mean) = ChainTimes::of_step([&long, &many]).unwrap();
         assert_eq!(slowest.episode, "a");
+        assert!((slowest.generate_wait_s - 0.6).abs() < 1e-12);
+        assert!((mean.generate_wait_s - 0.3).abs() < 1e-12);
         assert_eq!(slowest.turns, 2.0);
         assert_eq!(slowest.outcomes, ["compile_error", "correct"]);
         assert!((slowest.generate_s - 3.0).abs() < 1e-12);
