@@ -109,8 +109,7 @@ def serve() -> int:
         # GPU: a fork server with torch, triton and this package imported (most of a
         # start-up's CPU time) and CUDA untouched; each child initialises CUDA and
         # warms up itself, in parallel with the others.
-        from . import executor, lease, provenance, runtime_guard, sandbox  # noqa: F401
-
+        gpu_fork_server_imports()
         return serve_forks(proto_out, _forked_gpu_worker)
     if os.environ.get("TRITONFORGE_WARMUP", "1") != "0":
         start.warm_up(mode)
@@ -120,6 +119,19 @@ def serve() -> int:
         # simply serves one candidate like any other.)
         return serve_forks(proto_out, _forked_worker)
     return _serve_one(proto_out, mode, start)
+
+
+def gpu_fork_server_imports(dynamo: bool = True) -> None:
+    """What the GPU fork server imports before forking, CUDA untouched, so that its
+    children do not each import it. torch._dynamo (with sympy and more) is imported lazily
+    by the first torch call under the runtime guard: 3 CPU-seconds a child, which on a GPU
+    machine under RL load took a child's warm-up from 4 s alone to 10 s and more
+    (docs/evaluator.md, "Where a process's start goes"). `dynamo=False` only for that
+    bench's comparison."""
+    from . import executor, lease, provenance, runtime_guard, sandbox  # noqa: F401
+
+    if dynamo:
+        import torch._dynamo  # noqa: F401
 
 
 def _forked_worker() -> int:
@@ -284,7 +296,14 @@ class ModelNew(nn.Module):
 def _warm_up(mode: str) -> None:
     """Run a built-in trivial evaluation before saying hello, so first-use costs (torch
     op dispatch, Triton's launcher or interpreter, every executor code path) are paid
-    off the critical path. A wrong answer here means the installation is broken."""
+    off the critical path, then (on a GPU) the math libraries' first calls. A wrong
+    answer here means the installation is broken."""
+    _warm_up_evaluation(mode)
+    if mode == "cuda":
+        _warm_up_libraries()
+
+
+def _warm_up_evaluation(mode: str) -> None:
     from .executor import Executor
     from .protocol import EvalJob, RuntimePolicy, SourceFile
 
@@ -304,18 +323,20 @@ def _warm_up(mode: str) -> None:
     verdict = executor.run()
     if executor.recorder is not None:
         executor.recorder.uninstall()
-    if mode == "cuda":
-        # First use of cuBLAS and cuDNN costs a fraction of a second each: pay it here.
-        import torch
-
-        a = torch.randn(64, 64, device="cuda")
-        x = torch.randn(1, 3, 16, 16, device="cuda")
-        w = torch.randn(4, 3, 3, 3, device="cuda")
-        float((a @ a).sum() + torch.nn.functional.conv2d(x, w).sum())
     if getattr(verdict, "status", None) != "correct":
         raise RuntimeError(f"warm-up evaluation failed, this torch/triton installation is broken: {verdict}")
     for name in ("tf_problem", "tf_candidate"):
         sys.modules.pop(name, None)
+
+
+def _warm_up_libraries() -> None:
+    """First use of cuBLAS and cuDNN costs a fraction of a second each (alone): pay it here."""
+    import torch
+
+    a = torch.randn(64, 64, device="cuda")
+    x = torch.randn(1, 3, 16, 16, device="cuda")
+    w = torch.randn(4, 3, 3, 3, device="cuda")
+    float((a @ a).sum() + torch.nn.functional.conv2d(x, w).sum())
 
 
 def probe() -> int:

@@ -26,7 +26,7 @@ TRITONFORGE_POLICY_COMPILE=0 / 1 (the engine's decode step through torch.compile
 the step time on a GPU, for a compile of one to two minutes on the first generation;
 default: on for a training worker on a GPU, whose run is long enough to repay it, off
 otherwise), TRITONFORGE_POLICY_TRAIN_SHARE (the share of the time a `score` or `rl_step`
-takes while generations wait, default 0.5; 0 runs them whole, after the generations in
+takes while generations wait, default 0.25; 0 runs them whole, after the generations in
 flight, as before 2026-11-29).
 Also `tokenizer MODEL DIR`.
 """
@@ -400,9 +400,11 @@ INTERLEAVED = ("score", "rl_step")
 
 def _train_share() -> Optional[float]:
     """The share of the worker's time a training step takes while generations wait
-    (TRITONFORGE_POLICY_TRAIN_SHARE, default 0.5); `None` (0): generations asked for before
-    a training message finish first and later ones wait for it, as before."""
-    share = float(os.environ.get("TRITONFORGE_POLICY_TRAIN_SHARE", "0.5"))
+    (TRITONFORGE_POLICY_TRAIN_SHARE, default 0.25: generation first, since a rollout's
+    turns wait for it and the learner only has to be done before the rollout is); `None`
+    (0): generations asked for before a training message finish first and later ones wait
+    for it, as before."""
+    share = float(os.environ.get("TRITONFORGE_POLICY_TRAIN_SHARE", "0.25"))
     return min(share, 1.0) if share > 0 else None
 
 
@@ -467,6 +469,9 @@ class _Learner:
             self.job = None
             self._done(self.msg)
         if self.gen.busy() and self.share is not None:
+            # The micro-batch's kernels are queued, not done: wait for them, or their GPU
+            # time would be charged to the engine steps queued behind them.
+            _synchronize(self.gen.device)
             self.owed += (time.perf_counter() - started) * (1.0 - self.share) / self.share
         return True
 
@@ -481,6 +486,13 @@ class _Learner:
     def _done(self, msg: Any) -> None:
         if self.state:
             self.gen.follow(self.state[0].net, updated=msg.type in UPDATES)
+
+
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
 
 
 def _serve_engine(inbox: "queue.Queue[Any]", gen: _Generator) -> int:
