@@ -393,6 +393,15 @@ fn with_no_guard_the_runtime_layers_keep_95_percent_of_the_corpus_from_correct()
     }
 }
 
+/// The GPU fork server imports torch._dynamo before forking (each child imported it at
+/// its first guarded torch call: 3 CPU-seconds, 13-20 s under load on a GPU machine)
+/// while leaving CUDA untouched and starting no thread, as forking safely needs.
+#[test]
+fn the_gpu_fork_server_imports_dynamo_without_touching_cuda_or_threads() {
+    let v = fixture_report("guard/check_fork_server_imports.py", &[&repo().join("python")]);
+    assert_eq!(v["failures"], serde_json::json!([]), "{v}");
+}
+
 /// On a GPU a watched call holds back the first launch on any stream other than the
 /// caller's, once per stream and call, so that work left unjoined is still running when
 /// the outputs are copied at return (`runtime-late-write` every time, not by a race).
