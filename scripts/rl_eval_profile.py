@@ -11,7 +11,8 @@ for the problem's memory measurement), how long its process took to start and ha
 then the executor's own phases (building, correctness trials,
 trials at unseen shapes, timing with its lease wait), in milliseconds; also the whole sum of wall
 time against the rollouts' span. `unaccounted_ms`: each evaluated turn's `evaluate_s` (as the
-episode waited) less the record's wall, queue wait and prepare time: time no field names.
+episode waited) less the record's wall, queue wait and prepare time: time no field names
+(turns answered from the store, which waited less than the record's wall, left out).
 
 Records are looked up in every store under STATE_DIR, so a directory holding both the
 run's state and an evaluation server's finds them where they ran.
@@ -69,8 +70,16 @@ def profile(conns: list[sqlite3.Connection], episodes: list[str], by_status: dic
                 keys.append((int(found.group(1)) if found else -1, turn["record"], evaluate_s))
             stage = turn.get("stage") or "-"
             stages[stage] = stages.get(stage, 0) + 1
+    # A candidate seen again is answered from the store in no time: the turn that waited
+    # for its evaluation is the one that waited longest (the first in time, whatever the
+    # order the episodes are read in).
+    waited: dict[str, float] = {}
+    for _, key, evaluate_s in keys:
+        if isinstance(evaluate_s, (int, float)):
+            waited[key] = max(waited.get(key, 0.0), float(evaluate_s))
     seen: set[str] = set()
     for batch, key, evaluate_s in keys:
+        evaluate_s = waited.get(key, evaluate_s)
         row = lookup(conns, key)
         if row is None:
             continue
@@ -88,7 +97,11 @@ def profile(conns: list[sqlite3.Connection], episodes: list[str], by_status: dic
             tally["exclusive_s"] += float(record.get("exclusive_ms") or 0.0) / 1000.0
             # The turn's evaluation as the episode waited for it, less what the record
             # explains (its wall, and the waits before that began): time nothing names.
-            if isinstance(evaluate_s, (int, float)):
+            # A turn that waited less than the record's wall was answered from the store
+            # (e.g. a resumed run replaying a batch an earlier slice had evaluated): it
+            # says nothing about where the evaluation's time went.
+            wall = float(record.get("wall_ms") or 0.0)
+            if isinstance(evaluate_s, (int, float)) and evaluate_s * 1000.0 + 1.0 >= wall:
                 named = sum(float(record.get(f) or 0.0) for f in ("wall_ms", "queue_wait_ms", "prepare_ms"))
                 slot["unaccounted_ms"].append(evaluate_s * 1000.0 - named)
         for f in FIELDS:
