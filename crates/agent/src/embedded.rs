@@ -246,7 +246,8 @@ impl EmbeddedBackend {
     }
 
     /// A training request (`train_setup`, `score`, `rl_step`, `save_checkpoint`, ...) to
-    /// a worker started with `train`: answered in order with the generations around it.
+    /// a worker started with `train`: training messages are answered in order; a `score` or
+    /// `rl_step` lets generations run between its micro-batches.
     /// Errors come back as text naming the worker.
     pub async fn train_request(
         &self,
