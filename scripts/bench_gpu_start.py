@@ -21,7 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Dict, List
+from typing import Callable, Dict, List, Tuple
 
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
@@ -68,7 +68,9 @@ def child(kernel_path: str, write_fd: int) -> None:
     os._exit(0)
 
 
-def run(count: int, kernel_path: str) -> Dict[str, object]:
+def fork_children(count: int, child: Callable[[int], None]) -> Tuple[List[Dict[str, float]], float]:
+    """Fork `count` children at once, each running `child(write_fd)` (which writes one JSON
+    line of its marks); their marks and the wall time until all had exited."""
     r, w = os.pipe()
     started = time.perf_counter()
     pids: List[int] = []
@@ -76,10 +78,12 @@ def run(count: int, kernel_path: str) -> Dict[str, object]:
         pid = os.fork()
         if pid == 0:
             os.close(r)
+            code = 1
             try:
-                child(kernel_path, w)
+                child(w)
+                code = 0
             finally:
-                os._exit(1)
+                os._exit(code)
         pids.append(pid)
     os.close(w)
     done: List[Dict[str, float]] = []
@@ -88,7 +92,11 @@ def run(count: int, kernel_path: str) -> Dict[str, object]:
             done.append(json.loads(line))
     for pid in pids:
         os.waitpid(pid, 0)
-    wall = time.perf_counter() - started
+    return done, time.perf_counter() - started
+
+
+def run(count: int, kernel_path: str) -> Dict[str, object]:
+    done, wall = fork_children(count, lambda fd: child(kernel_path, fd))
     phases = {k: statistics.median(m[k] for m in done) for k in ("cuda_init", "triton", "cublas", "cudnn")}
     return {"children": count, "ok": len(done), "wall_s": wall, "starts_per_s": len(done) / wall,
             "median_cumulative_s": phases, "max_total_s": max((m["cudnn"] for m in done), default=None)}

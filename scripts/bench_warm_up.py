@@ -26,11 +26,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_gpu_start import fork_children  # noqa: E402
 
 PARTS = ("context", "evaluation", "libraries")
 
@@ -69,28 +72,7 @@ def run(count: int, load: int, work: str) -> Dict[str, Any]:
     for b in burners:
         b.start()
     time.sleep(0.5 if load else 0.0)
-    r, w = os.pipe()
-    started = time.perf_counter()
-    pids: List[int] = []
-    for _ in range(count):
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            code = 1
-            try:
-                child(work, w)
-                code = 0
-            finally:
-                os._exit(code)
-        pids.append(pid)
-    os.close(w)
-    done: List[Dict[str, float]] = []
-    with os.fdopen(r) as lines:
-        for line in lines:
-            done.append(json.loads(line))
-    for pid in pids:
-        os.waitpid(pid, 0)
-    wall = time.perf_counter() - started
+    done, wall = fork_children(count, lambda fd: child(work, fd))
     stop.set()
     for b in burners:
         b.join()
