@@ -404,7 +404,11 @@ def _train_share() -> Optional[float]:
     turns wait for it and the learner only has to be done before the rollout is); `None`
     (0): generations asked for before a training message finish first and later ones wait
     for it, as before."""
-    share = float(os.environ.get("TRITONFORGE_POLICY_TRAIN_SHARE", "0.25"))
+    raw = os.environ.get("TRITONFORGE_POLICY_TRAIN_SHARE", "0.25")
+    try:
+        share = float(raw)
+    except ValueError:
+        raise ValueError(f"TRITONFORGE_POLICY_TRAIN_SHARE={raw!r} is not a number (a share of time, 0 to 1)") from None
     return min(share, 1.0) if share > 0 else None
 
 
