@@ -67,6 +67,10 @@ LEN_BUCKET = 128
 # Top-k/top-p sets are looked for among this many tokens first, outside CUDA graphs
 # (`sample`'s `candidates`).
 CANDIDATES = 256
+# What `Engine.stats` counts. decode_rows: rows with a request, summed over decode steps;
+# decode_width: rows computed (the batch bucket), likewise.
+STAT_KEYS = ("prefill_tokens", "reused_tokens", "prefill_forwards", "decode_steps", "decode_rows",
+             "decode_width", "graphs", "drafted", "accepted")
 _MASK64 = (1 << 64) - 1
 
 
@@ -413,7 +417,8 @@ class Engine:
     def __init__(self, net: Any, device: str, max_slots: int = 16, max_len: int = 4096,
                  sync_every: Optional[int] = None, graphs: Optional[bool] = None,
                  min_prefix: int = 16, prefill_tokens: Optional[int] = None, compile: Optional[bool] = None,
-                 join: Optional[bool] = None, speculate: Optional[int] = None) -> None:
+                 join: Optional[bool] = None, speculate: Optional[int] = None,
+                 stats: Optional[Dict[str, int]] = None) -> None:
         import torch
 
         from .joined import join_projections
@@ -484,8 +489,10 @@ class Engine:
         # could fall in the middle of a run when one row is left): with more than one
         # slot it never runs a batch of 1 (an idle row rides along instead).
         self.batch_buckets = [b for b in _buckets(S) if b > 1 or S == 1 or not self.compiled]
-        self.stats = {"prefill_tokens": 0, "reused_tokens": 0, "prefill_forwards": 0, "decode_steps": 0,
-                      "graphs": 0, "drafted": 0, "accepted": 0}
+        # Counts, into `stats` when given: the worker's, kept across the engines it makes.
+        self.stats = stats if stats is not None else {}
+        for k in STAT_KEYS:
+            self.stats.setdefault(k, 0)
 
     # -- requests ------------------------------------------------------------------------
 
@@ -767,6 +774,8 @@ class Engine:
         reqs = [s.request for s in self.slots[:B] if s.request is not None]
         mode = (any(r.top_k > 0 or 0 < r.top_p < 1 for r in reqs), any(r.temperature > 0 for r in reqs))
         self.stats["decode_steps"] += 1
+        self.stats["decode_rows"] += len(reqs)
+        self.stats["decode_width"] += B
         if self.speculate and self._speculate(B, mode):
             return
         if self.use_graphs:

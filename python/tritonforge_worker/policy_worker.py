@@ -327,7 +327,7 @@ class _Generator:
             join = False if self.net is self.trained else None
             self.engine = Engine(self.net, self.device, max_slots=self.slots, max_len=min(self.max_len, limit),
                                  sync_every=self.sync, compile=self.compile, join=join, speculate=self.speculate,
-                                 prefill_tokens=self.prefill_tokens)
+                                 prefill_tokens=self.prefill_tokens, stats=self.usage.engine)
         return self.engine
 
     def submit(self, msg: Any) -> None:

@@ -584,6 +584,21 @@ class RlBatch:
 
 
 @dataclass
+class EngineUse:
+    """The policy worker's engine counts, cumulative since it started, over every engine it
+    made: why generation took the time it did (few rows a step, rows computed for nothing,
+    prompt tokens prefilled)."""
+
+    decode_steps: int
+    # Rows with a request, and rows computed (the batch bucket), summed over decode steps.
+    decode_rows: int
+    decode_width: int
+    prefill_tokens: int
+    reused_tokens: int
+    prefill_forwards: int
+
+
+@dataclass
 class DeviceUse:
     """The policy worker's time, cumulative since it started (see `usage`)."""
 
@@ -595,6 +610,7 @@ class DeviceUse:
     gpu_sampled_s: Optional[float]
     graphs_compiled: Optional[int] = None
     alloc_retries: Optional[int] = None
+    engine: Optional[EngineUse] = None
 
 
 @dataclass

@@ -224,8 +224,17 @@ fn describe(e: &RlEvent) -> String {
                 let gpu = w.gpu_idle.map_or(String::new(), |g| format!(", GPU idle {:.0}%", 100.0 * g));
                 let graphs = w.graphs_compiled.filter(|&n| n > 0).map_or(String::new(), |n| format!(", {n} graphs compiled"));
                 let retries = w.alloc_retries.filter(|&n| n > 0).map_or(String::new(), |n| format!(", {n} allocator retries"));
+                let engine = w.engine.as_ref().filter(|e| e.decode_steps > 0).map_or(String::new(), |e| {
+                    format!(
+                        ", {} decode steps of {:.1} ms, {:.0} rows each ({:.0}% of rows computed idle)",
+                        e.decode_steps,
+                        e.ms_per_step,
+                        e.rows_per_step,
+                        100.0 * e.idle_rows
+                    )
+                });
                 format!(
-                    "; worker: gen {:.1} s, train {:.1} s, refresh {:.2} s, idle {:.0}%{gpu}{graphs}{retries}",
+                    "; worker: gen {:.1} s, train {:.1} s, refresh {:.2} s, idle {:.0}%{gpu}{graphs}{retries}{engine}",
                     w.generate_s,
                     w.train_s,
                     w.refresh_s,

@@ -80,8 +80,9 @@ pub use record::{
     SourceRef,
 };
 pub use trainer::{
-    Attention, Compile, DeviceUse, LoraSetup, MicroBatch, Precision, RlBatch, RlLoss, RlMicroBatch,
-    RlStats, SaveJob, ScoreJob, Scores, StepStats, TrainBatch, TrainInfo, TrainSetup, WeightDtype,
+    Attention, Compile, DeviceUse, EngineUse, LoraSetup, MicroBatch, Precision, RlBatch, RlLoss,
+    RlMicroBatch, RlStats, SaveJob, ScoreJob, Scores, StepStats, TrainBatch, TrainInfo, TrainSetup,
+    WeightDtype,
 };
 
 /// A name outside one of the protocol's closed sets (parsed from configuration; on the

@@ -271,6 +271,27 @@ pub struct DeviceUse {
     /// one a device-wide synchronisation): memory pressure shows here.
     #[serde(default)]
     pub alloc_retries: Option<u64>,
+    /// The engine's counts (absent from workers that predate them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineUse>,
+}
+
+/// The policy worker's engine counts, cumulative since it started over every engine it
+/// made: they say why generation took the time it did (few rows a decode step, rows
+/// computed for nothing, prompt tokens prefilled).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineUse {
+    pub decode_steps: u64,
+    /// Rows with a request, summed over decode steps.
+    pub decode_rows: u64,
+    /// Rows computed (the batch bucket, which covers the highest busy slot), summed over
+    /// decode steps.
+    pub decode_width: u64,
+    /// Prompt tokens run through the model, and those taken from cached prefixes instead.
+    pub prefill_tokens: u64,
+    pub reused_tokens: u64,
+    pub prefill_forwards: u64,
 }
 
 /// Log-probabilities of the target tokens, no update.

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use tritonforge_agent::{Episode, TurnOutcome, TurnTimes};
-use tritonforge_protocol::DeviceUse;
+use tritonforge_protocol::{DeviceUse, EngineUse};
 
 /// One RL step, as `metrics.jsonl` and the store keep it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -230,6 +230,46 @@ pub struct WorkerShare {
     /// The CUDA allocator's retries during the step (cache freed, device synchronised).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alloc_retries: Option<u64>,
+    /// The engine during the step (`None`: the worker did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineShare>,
+}
+
+/// The engine over one step: whether generation was slow because its decode steps were
+/// slow, because each carried few rows, or because it computed rows with no request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineShare {
+    pub decode_steps: u64,
+    /// Rows with a request per decode step, on average.
+    pub rows_per_step: f64,
+    /// The share of the rows computed that had no request: the batch bucket covers every
+    /// slot up to the highest busy one.
+    pub idle_rows: f64,
+    /// The worker's generation time per decode step, prefills included (ms).
+    pub ms_per_step: f64,
+    /// Prompt tokens run through the model, and those taken from cached prefixes.
+    pub prefill_tokens: u64,
+    pub reused_tokens: u64,
+}
+
+impl EngineShare {
+    fn between(prev: Option<&EngineUse>, now: &EngineUse, generate_s: f64) -> EngineShare {
+        let zero = EngineUse::default();
+        let p = prev.unwrap_or(&zero);
+        let d = |n: u64, p: u64| n.saturating_sub(p);
+        let steps = d(now.decode_steps, p.decode_steps);
+        let rows = d(now.decode_rows, p.decode_rows);
+        let width = d(now.decode_width, p.decode_width);
+        let per = |x: f64| if steps > 0 { x / steps as f64 } else { 0.0 };
+        EngineShare {
+            decode_steps: steps,
+            rows_per_step: per(rows as f64),
+            idle_rows: if width > 0 { 1.0 - rows as f64 / width as f64 } else { 0.0 },
+            ms_per_step: per(1000.0 * generate_s),
+            prefill_tokens: d(now.prefill_tokens, p.prefill_tokens),
+            reused_tokens: d(now.reused_tokens, p.reused_tokens),
+        }
+    }
 }
 
 impl WorkerShare {
@@ -245,6 +285,7 @@ impl WorkerShare {
             gpu_sampled_s: now.gpu_sampled_s.map(|_| 0.0),
             graphs_compiled: now.graphs_compiled.map(|_| 0),
             alloc_retries: now.alloc_retries.map(|_| 0),
+            engine: None,
         };
         let p = prev.unwrap_or(&zero);
         let wall_s = (now.wall_s - p.wall_s).max(0.0);
@@ -269,6 +310,10 @@ impl WorkerShare {
             gpu_idle,
             graphs_compiled: since(now.graphs_compiled, p.graphs_compiled),
             alloc_retries: since(now.alloc_retries, p.alloc_retries),
+            engine: now
+                .engine
+                .as_ref()
+                .map(|e| EngineShare::between(p.engine.as_ref(), e, generate_s)),
         }
     }
 }
@@ -364,6 +409,7 @@ mod tests {
             gpu_sampled_s: gpu.map(|g| g.1),
             graphs_compiled: gpu.map(|g| g.0 as u64),
             alloc_retries: None,
+            engine: None,
         }
     }
 
@@ -492,5 +538,37 @@ mod tests {
         assert_eq!(s.graphs_compiled, Some(15));
         assert_eq!(s.alloc_retries, None);
         assert_eq!(cpu.graphs_compiled, None);
+        assert_eq!(s.engine, None);
+    }
+
+    #[test]
+    fn engine_share_is_per_decode_step_over_the_step() {
+        let counts = |steps, rows, width, prefill| EngineUse {
+            decode_steps: steps,
+            decode_rows: rows,
+            decode_width: width,
+            prefill_tokens: prefill,
+            reused_tokens: 2 * prefill,
+            prefill_forwards: 1,
+        };
+        let mut first = totals(40.0, 20.0, 10.0, None);
+        first.engine = Some(counts(1000, 50_000, 64_000, 9_000));
+        let mut second = totals(60.0, 32.0, 16.0, None);
+        // 12 s of generation over 400 decode steps of 30 rows each, 64 computed each.
+        second.engine = Some(counts(1400, 62_000, 89_600, 10_000));
+        let e = WorkerShare::between(Some(&first), &second).engine.unwrap_or_default();
+        assert_eq!((e.decode_steps, e.prefill_tokens, e.reused_tokens), (400, 1_000, 2_000));
+        assert!((e.rows_per_step - 30.0).abs() < 1e-12);
+        assert!((e.idle_rows - (1.0 - 30.0 / 64.0)).abs() < 1e-12);
+        assert!((e.ms_per_step - 30.0).abs() < 1e-12);
+        // From the worker's start, and a step with no decode step at all.
+        let e = WorkerShare::between(None, &first).engine.unwrap_or_default();
+        assert_eq!(e.decode_steps, 1000);
+        assert!((e.ms_per_step - 20.0).abs() < 1e-12);
+        let e = WorkerShare::between(Some(&first), &first).engine.unwrap_or_default();
+        assert_eq!(
+            (e.decode_steps, e.rows_per_step, e.idle_rows, e.ms_per_step),
+            (0, 0.0, 0.0, 0.0)
+        );
     }
 }

@@ -1,0 +1,89 @@
+"""A run's steps as a table, from `train rl`'s metrics.jsonl (docs/rl.md's run tables).
+
+usage: python3 scripts/rl_steps.py METRICS.jsonl [--json]
+
+Per step, in seconds: the pace (`interval`), the rollout, the slowest and the mean chain's
+generation (of which waiting behind the learner) and evaluation (of which waiting for a
+process and for a place), the policy worker's busy share, the GPU's idle share (NVML),
+and, from workers that report them, the engine's decode steps (ms each, rows each).
+
+Then the steady steps' range and mean. A step is not steady when it is the first of an
+invocation (the worker compiled its decode step: `graphs_compiled` > 0) or the last (no
+generation overlapped its learner, `learner_with_generation` == 0: its interval only says
+that its rollout ran during the step before).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Dict, List, Optional
+
+
+def steady(m: Dict[str, Any]) -> bool:
+    w = m.get("worker") or {}
+    return not (w.get("graphs_compiled") or 0) > 0 and m.get("learner_with_generation", 1.0) > 0
+
+
+def row(m: Dict[str, Any]) -> Dict[str, Any]:
+    s, c, w = m.get("slowest") or {}, m.get("mean_chain") or {}, m.get("worker") or {}
+    work = w.get("generate_s", 0) + w.get("train_s", 0) + w.get("refresh_s", 0)
+    busy = work / w["wall_s"] if w.get("wall_s") else None
+    e = w.get("engine") or {}
+    return {
+        "step": m["step"], "steady": steady(m), "interval_s": m.get("interval_s"), "rollout_s": m.get("rollout_s"),
+        "slowest_gen_s": s.get("generate_s"), "slowest_gen_wait_s": s.get("generate_wait_s"),
+        "slowest_eval_s": s.get("evaluate_s"), "slowest_start_wait_s": s.get("start_wait_s"),
+        "slowest_queue_wait_s": s.get("queue_wait_s"), "slowest_outcomes": s.get("outcomes"),
+        "mean_gen_s": c.get("generate_s"), "mean_gen_wait_s": c.get("generate_wait_s"),
+        "mean_eval_s": c.get("evaluate_s"), "worker_busy": busy, "gpu_idle": w.get("gpu_idle"),
+        "decode_steps": e.get("decode_steps"), "ms_per_step": e.get("ms_per_step"),
+        "rows_per_step": e.get("rows_per_step"), "idle_rows": e.get("idle_rows"),
+    }
+
+
+def fmt(x: Optional[float], digits: int = 0, pct: bool = False) -> str:
+    if x is None:
+        return ""
+    return f"{100 * x:.0f}%" if pct else f"{x:.{digits}f}"
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if len(args) != 1:
+        sys.exit(__doc__)
+    with open(args[0]) as f:
+        rows = [row(json.loads(line)) for line in f if line.strip()]
+    intervals = [r["interval_s"] for r in rows if r["steady"] and r["interval_s"] is not None]
+    busy = [r["worker_busy"] for r in rows if r["steady"] and r["worker_busy"] is not None]
+    idle = [r["gpu_idle"] for r in rows if r["steady"] and r["gpu_idle"] is not None]
+    summary = {
+        "steps": len(rows), "steady_steps": [r["step"] for r in rows if r["steady"]],
+        "interval_s": [min(intervals), max(intervals), sum(intervals) / len(intervals)] if intervals else None,
+        "worker_busy": [min(busy), max(busy)] if busy else None,
+        "gpu_idle": [min(idle), max(idle)] if idle else None,
+    }
+    if "--json" in sys.argv:
+        print(json.dumps({"steps": rows, "summary": summary}))
+        return
+    out: List[str] = [
+        "| step | steady | interval | rollout | slowest: gen (wait) | eval (start, queue) | turns "
+        "| mean chain: gen (wait) | eval | worker busy | GPU idle | decode steps | ms each | rows each |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        turns = " ".join(o[:4] for o in r["slowest_outcomes"] or [])
+        out.append(
+            f"| {r['step']} | {'yes' if r['steady'] else 'no'} | {fmt(r['interval_s'])} | {fmt(r['rollout_s'])} "
+            f"| {fmt(r['slowest_gen_s'])} ({fmt(r['slowest_gen_wait_s'], 1)}) "
+            f"| {fmt(r['slowest_eval_s'])} ({fmt(r['slowest_start_wait_s'], 1)}, {fmt(r['slowest_queue_wait_s'], 1)}) "
+            f"| {turns} | {fmt(r['mean_gen_s'])} ({fmt(r['mean_gen_wait_s'], 1)}) | {fmt(r['mean_eval_s'], 1)} "
+            f"| {fmt(r['worker_busy'], pct=True)} | {fmt(r['gpu_idle'], pct=True)} | {fmt(r['decode_steps'])} "
+            f"| {fmt(r['ms_per_step'], 1)} | {fmt(r['rows_per_step'])} |")
+    print("\n".join(out))
+    print()
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
