@@ -5,7 +5,8 @@ Built on torch and the model's own transformers code only. The pieces:
 - `SlotCache`: per layer one key and one value tensor of `[slots, kv_heads, capacity + 1,
   head_dim]`. A request owns one slot (a row) for its life; position p of its sequence
   lives at column p. The last column is scratch: rows of a decode step that hold no
-  running request write there and nothing ever reads it. The model's attention calls
+  running request write there and nothing ever reads it; such a row sees key 0 alone, so
+  the decode attention loads next to nothing for it. The model's attention calls
   `update(key, value, layer)`; the cache writes the new keys at each row's own positions
   and hands back that row's keys (a view of the first B slots for a decode step, no
   copy). The mask is a 4-D boolean `[rows, 1, queries, keys]` built here (transformers
@@ -883,10 +884,16 @@ class Engine:
         import torch
 
         active = self.live[:B] & ~self.done[:B]
-        cols = torch.where(active, self.pos[:B], torch.full_like(self.pos[:B], self.cache.scratch)).unsqueeze(1)
+        pos = self.pos[:B]
+        cols = torch.where(active, pos, torch.full_like(pos, self.cache.scratch)).unsqueeze(1)
         c = self.cache
         c.rows, c.cols, c.keys, c.view, c.gather = self.arange[:B].unsqueeze(1), cols, keys, B, None
-        mask = (torch.arange(keys, device=self.device).unsqueeze(0) <= cols).view(B, 1, 1, keys)
+        # An idle row (a free slot below the highest busy one, or a row finished but not yet
+        # collected) writes to the scratch column and sees key 0 alone (zeros or a real key:
+        # finite). The decode attention loads only the keys a row's mask lets it see, so an
+        # idle row costs one key instead of the step's longest row.
+        seen = torch.where(active, pos, torch.zeros_like(pos)).unsqueeze(1)
+        mask = (torch.arange(keys, device=self.device).unsqueeze(0) <= seen).view(B, 1, 1, keys)
         return self.net(input_ids=self.last_tok[:B].unsqueeze(1), position_ids=cols, attention_mask=mask,
                         past_key_values=c, use_cache=True, logits_to_keep=1).logits[:, -1]
 
