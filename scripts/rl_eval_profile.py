@@ -9,7 +9,8 @@ time, the wait for a started process, the wait for a GPU lease, exclusive (timin
 the wait for memory admission, the waits before the record's wall began (for a place to run,
 for the problem's memory measurement), how long its process took to start and had been banked,
 then the executor's own phases (building, correctness trials,
-trials at unseen shapes, timing with its lease wait), in milliseconds; also the whole sum of wall
+trials at unseen shapes, timing with its lease wait), in milliseconds; `generation`, the
+worker's own time per generated token of each rollout completion; also the whole sum of wall
 time against the rollouts' span. `unaccounted_ms`: each evaluated turn's `evaluate_s` (as the
 episode waited) less the record's wall, queue wait and prepare time: time no field names
 (turns answered from the store, which waited less than the record's wall, left out).
@@ -131,6 +132,23 @@ def lookup(conns: list[sqlite3.Connection], key: str) -> Any:
     return None
 
 
+def generation(episodes: list[str], min_tokens: int = 64) -> dict[str, Any]:
+    """The worker's own time per generated token, per completion (`engine_ms` over its
+    tokens; completions of `min_tokens` or more), by turn and in all: a row gets one token
+    per decode step, so this is about the time between two of its decode steps, the
+    colocated learner's slices included."""
+    by_turn: dict[str, list[float]] = {}
+    for text in episodes:
+        for turn in json.loads(text).get("turns", []):
+            c = turn.get("completion") or {}
+            n = len(c.get("token_ids") or [])
+            if c.get("engine_ms") and n >= min_tokens:
+                by_turn.setdefault(str(turn.get("turn")), []).append(c["engine_ms"] / n)
+    every = [v for vs in by_turn.values() for v in vs]
+    return {"ms_per_token": summary(every), "completions": len(every),
+            "by_turn": {t: summary(v) for t, v in sorted(by_turn.items())}}
+
+
 def report(by_status: dict[str, dict[str, list[float]]], stages: dict[str, int], created: list[int],
            batches: dict[int, dict[str, float]], rate: float) -> dict[str, Any]:
     out: dict[str, Any] = {"statuses": {s: {"count": len(v["wall_ms"]), **{f: summary(v[f]) for f in FIELDS}}
@@ -155,6 +173,7 @@ def main() -> int:
     Tally = tuple[dict[str, dict[str, list[float]]], dict[str, int], list[int], dict[int, dict[str, float]]]
     parts: dict[str, Tally] = {"rollouts": ({}, {}, [], {}), "heldout": ({}, {}, [], {})}
     conns = [sqlite3.connect(str(db)) for db in sorted(Path(args.state_dir).rglob("*.sqlite"))]
+    rollout_texts: list[str] = []
     for conn in conns:
         try:
             rows = conn.execute("SELECT episode, run FROM episodes WHERE run LIKE 'rl-%'").fetchall()
@@ -162,7 +181,9 @@ def main() -> int:
             continue
         for name, keep in (("rollouts", lambda r: not r.endswith("/heldout")), ("heldout", lambda r: r.endswith("/heldout"))):
             profile(conns, [text for text, run in rows if keep(run)], *parts[name])
+        rollout_texts += [text for text, run in rows if not run.endswith("/heldout")]
     out = report(*parts["rollouts"], args.context_rate)
+    out["generation"] = generation(rollout_texts)
     out["heldout"] = report(*parts["heldout"], args.context_rate)
     print(json.dumps(out))
     return 0
