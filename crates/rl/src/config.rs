@@ -780,8 +780,6 @@ mod tests {
         assert_eq!((c.rollout.turns, c.schedule.heldout_turns(&c.rollout)), (3, 1));
         // Enough samples that the goal's 5 points stand out of the noise (docs/rl.md, run 10).
         assert_eq!(c.schedule.heldout_samples, 16);
-        // Enough samples that the goal's 5 points stand out of the noise (docs/rl.md, run 10).
-        assert_eq!(c.schedule.heldout_samples, 16);
     }
 
     #[test]
