@@ -10,7 +10,9 @@ the wait for memory admission, the waits before the record's wall began (for a p
 for the problem's memory measurement), how long its process took to start and had been banked,
 then the executor's own phases (building, correctness trials,
 trials at unseen shapes, timing with its lease wait), in milliseconds; `generation`, the
-worker's own time per generated token of each rollout completion; also the whole sum of wall
+worker's own time per generated token of each rollout completion; under `heldout`, `passes`:
+each pass's correct first turns by set and problem, and its turns answered by an earlier
+pass's record; also the whole sum of wall
 time against the rollouts' span. `unaccounted_ms`: each evaluated turn's `evaluate_s` (as the
 episode waited) less the record's wall, queue wait and prepare time: time no field names
 (turns answered from the store, which waited less than the record's wall, left out).
@@ -149,6 +151,31 @@ def generation(episodes: list[str], min_tokens: int = 64) -> dict[str, Any]:
             "by_turn": {t: summary(v) for t, v in sorted(by_turn.items())}}
 
 
+def heldout_passes(episodes: list[str]) -> dict[str, Any]:
+    """Per heldout pass (`heldout-N`) and set: correct first turns by problem, and how many
+    evaluated turns had a record an earlier pass had already made (answered from the store)."""
+    passes: dict[str, dict[str, Any]] = {}
+    seen: dict[str, str] = {}
+    for text in sorted(episodes, key=lambda t: json.loads(t).get("id", "")):
+        ep = json.loads(text)
+        parts = ep.get("id", "").split("/")
+        if len(parts) < 4:
+            continue
+        step, sset, problem = parts[-4], parts[-3], parts[-2]
+        p = passes.setdefault(step, {"repeated_records": 0, "evaluated_turns": 0, "sets": {}})
+        turns = ep.get("turns") or []
+        solved = bool(turns) and turns[0].get("outcome") == "correct"
+        tally = p["sets"].setdefault(sset, {}).setdefault(problem, [0, 0])
+        tally[0] += int(solved)
+        tally[1] += 1
+        for t in turns:
+            if t.get("record"):
+                p["evaluated_turns"] += 1
+                first = seen.setdefault(t["record"], step)
+                p["repeated_records"] += int(first != step)
+    return passes
+
+
 def report(by_status: dict[str, dict[str, list[float]]], stages: dict[str, int], created: list[int],
            batches: dict[int, dict[str, float]], rate: float) -> dict[str, Any]:
     out: dict[str, Any] = {"statuses": {s: {"count": len(v["wall_ms"]), **{f: summary(v[f]) for f in FIELDS}}
@@ -174,6 +201,7 @@ def main() -> int:
     parts: dict[str, Tally] = {"rollouts": ({}, {}, [], {}), "heldout": ({}, {}, [], {})}
     conns = [sqlite3.connect(str(db)) for db in sorted(Path(args.state_dir).rglob("*.sqlite"))]
     rollout_texts: list[str] = []
+    heldout_texts: list[str] = []
     for conn in conns:
         try:
             rows = conn.execute("SELECT episode, run FROM episodes WHERE run LIKE 'rl-%'").fetchall()
@@ -182,9 +210,11 @@ def main() -> int:
         for name, keep in (("rollouts", lambda r: not r.endswith("/heldout")), ("heldout", lambda r: r.endswith("/heldout"))):
             profile(conns, [text for text, run in rows if keep(run)], *parts[name])
         rollout_texts += [text for text, run in rows if not run.endswith("/heldout")]
+        heldout_texts += [text for text, run in rows if run.endswith("/heldout")]
     out = report(*parts["rollouts"], args.context_rate)
     out["generation"] = generation(rollout_texts)
     out["heldout"] = report(*parts["heldout"], args.context_rate)
+    out["heldout"]["passes"] = heldout_passes(heldout_texts)
     print(json.dumps(out))
     return 0
 

@@ -27,8 +27,7 @@ def steady(m: Dict[str, Any]) -> bool:
 
 def row(m: Dict[str, Any]) -> Dict[str, Any]:
     s, c, w = m.get("slowest") or {}, m.get("mean_chain") or {}, m.get("worker") or {}
-    work = w.get("generate_s", 0) + w.get("train_s", 0) + w.get("refresh_s", 0)
-    busy = work / w["wall_s"] if w.get("wall_s") else None
+    busy = 1.0 - w["idle"] if "idle" in w else None  # the worker's idle share, from its own times
     e = w.get("engine") or {}
     return {
         "step": m["step"], "steady": steady(m), "interval_s": m.get("interval_s"), "rollout_s": m.get("rollout_s"),

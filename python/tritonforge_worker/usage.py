@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from dataclasses import fields
 from typing import Any, Dict, Optional, Tuple
 
 from .protocol import DeviceUse, EngineUse
@@ -93,11 +94,7 @@ class Usage:
     def snapshot(self) -> DeviceUse:
         gpu_busy, gpu_sampled = self.gpu.totals() if self.gpu is not None else (None, None)
         graphs, retries = _compile_and_allocator_counts()
-        e = self.engine
-        engine = EngineUse(decode_steps=e.get("decode_steps", 0), decode_rows=e.get("decode_rows", 0),
-                           decode_width=e.get("decode_width", 0), prefill_tokens=e.get("prefill_tokens", 0),
-                           reused_tokens=e.get("reused_tokens", 0),
-                           prefill_forwards=e.get("prefill_forwards", 0))
+        engine = EngineUse(**{f.name: self.engine.get(f.name, 0) for f in fields(EngineUse)})
         return DeviceUse(wall_s=time.perf_counter() - self.started, generate_s=self.generate_s,
                          train_s=self.train_s, refresh_s=self.refresh_s, gpu_busy_s=gpu_busy,
                          gpu_sampled_s=gpu_sampled, graphs_compiled=graphs, alloc_retries=retries,
