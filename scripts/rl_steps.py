@@ -5,7 +5,8 @@ usage: python3 scripts/rl_steps.py METRICS.jsonl [--json]
 Per step, in seconds: the pace (`interval`), the rollout, the slowest and the mean chain's
 generation (of which waiting behind the learner) and evaluation (of which waiting for a
 process and for a place), the policy worker's busy share, the GPU's idle share (NVML),
-and, from workers that report them, the engine's decode steps (ms each, rows each).
+and, from workers that report them, the engine's decode steps (ms each, running rows each,
+and in brackets the rows each computed: running rows over the share not idle).
 
 Then the steady steps' range and mean. A step is not steady when it is the first of an
 invocation (the worker compiled its decode step: `graphs_compiled` > 0) or the last (no
@@ -47,6 +48,14 @@ def fmt(x: Optional[float], digits: int = 0, pct: bool = False) -> str:
     return f"{100 * x:.0f}%" if pct else f"{x:.{digits}f}"
 
 
+def computed(r: Dict[str, Any]) -> Optional[float]:
+    """Rows a decode step computed: the running ones over the share of rows not idle."""
+    rows, idle = r["rows_per_step"], r["idle_rows"]
+    if rows is None or idle is None or idle >= 1.0:
+        return None
+    return float(rows) / (1.0 - float(idle))
+
+
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     if len(args) != 1:
@@ -67,7 +76,7 @@ def main() -> None:
         return
     out: List[str] = [
         "| step | steady | interval | rollout | slowest: gen (wait) | eval (start, queue) | turns "
-        "| mean chain: gen (wait) | eval | worker busy | GPU idle | decode steps | ms each | rows each |",
+        "| mean chain: gen (wait) | eval | worker busy | GPU idle | decode steps | ms each | rows each (computed) |",
         "| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
@@ -78,7 +87,7 @@ def main() -> None:
             f"| {fmt(r['slowest_eval_s'])} ({fmt(r['slowest_start_wait_s'], 1)}, {fmt(r['slowest_queue_wait_s'], 1)}) "
             f"| {turns} | {fmt(r['mean_gen_s'])} ({fmt(r['mean_gen_wait_s'], 1)}) | {fmt(r['mean_eval_s'], 1)} "
             f"| {fmt(r['worker_busy'], pct=True)} | {fmt(r['gpu_idle'], pct=True)} | {fmt(r['decode_steps'])} "
-            f"| {fmt(r['ms_per_step'], 1)} | {fmt(r['rows_per_step'])} |")
+            f"| {fmt(r['ms_per_step'], 1)} | {fmt(r['rows_per_step'])} ({fmt(computed(r))}) |")
     print("\n".join(out))
     print()
     print(json.dumps(summary))

@@ -15,9 +15,11 @@ Built on torch and the model's own transformers code only. The pieces:
   `max_len` from the start, so captured graphs stay valid.
 - Continuous batching: `submit` queues a request; every `step` first prefills waiting
   requests into free slots (each joins the very next decode step) and then runs one
-  decode step over the first B slots, B the smallest bucket holding every running slot
-  (free slots take the lowest index, so B stays small). A finished row frees its slot at
-  once.
+  decode step over the first B slots, B the smallest bucket holding every running slot.
+  A finished row frees its slot at once. Before a step, running rows above the bucket
+  their number needs trade places with free slots below it (`_compact`, KV and state
+  both ways), so B follows the running rows, not the highest slot an episode's next turn
+  came back to for its prefix.
 - Batched prefill: the requests admitted in one step are prefilled together, in forwards
   of rows of similar length (left-padded; padding writes to the scratch column), up to
   `prefill_tokens` padded tokens each. A request sharing a long prefix with another of
@@ -71,7 +73,7 @@ CANDIDATES = 256
 # What `Engine.stats` counts. decode_rows: rows with a request, summed over decode steps;
 # decode_width: rows computed (the batch bucket), likewise.
 STAT_KEYS = ("prefill_tokens", "reused_tokens", "prefill_forwards", "decode_steps", "decode_rows",
-             "decode_width", "graphs", "drafted", "accepted")
+             "decode_width", "graphs", "drafted", "accepted", "moved_rows")
 _MASK64 = (1 << 64) - 1
 
 
@@ -419,7 +421,7 @@ class Engine:
                  sync_every: Optional[int] = None, graphs: Optional[bool] = None,
                  min_prefix: int = 16, prefill_tokens: Optional[int] = None, compile: Optional[bool] = None,
                  join: Optional[bool] = None, speculate: Optional[int] = None,
-                 stats: Optional[Dict[str, int]] = None) -> None:
+                 stats: Optional[Dict[str, int]] = None, compact: bool = True) -> None:
         import torch
 
         from .joined import join_projections
@@ -451,6 +453,7 @@ class Engine:
             opts = {k: True for k in ("emulate_precision_casts",) if hasattr(torch._inductor.config, k)}
             self._forward = torch.compile(self._logits, dynamic=True, options=opts)
         self.min_prefix = min_prefix
+        self.compact = compact
         # Padded tokens per prefill forward. On an H100, 256 prompts of 200 tokens took
         # 0.41 s in forwards of 8,192 and 0.15 s in forwards of 32,768: an eager forward
         # is launch-bound well past a few thousand tokens.
@@ -553,6 +556,8 @@ class Engine:
                 return finished
             if self._at_budget(running):
                 return finished + self._sync()
+            if self.compact:
+                running = self._compact(running)
             self._decode(max(running) + 1)
             self.since_sync += 1
             if self.since_sync >= self.sync_every or self._at_budget(running):
@@ -764,12 +769,52 @@ class Engine:
         self.done[idx] = self.done[idx] | (active & (hit | (g + step >= self.max_new[idx])))
         self.last_tok[idx] = torch.where(active, tok, self.last_tok[idx])
 
+    def _width(self, needed: int) -> int:
+        """The rows a decode step computes for `needed` slots (a bucket, except eagerly)."""
+        if not self.use_graphs and not self.compiled:
+            return needed
+        return next(b for b in self.batch_buckets if b >= needed)
+
+    def _compact(self, running: List[int]) -> List[int]:
+        """Trade the running rows above the bucket their number needs for free slots below
+        it, so the step computes that bucket. Why: an episode's next turn returns to the
+        slot holding its last turn's KV (prefix reuse), wherever it is, and in run 11
+        (docs/rl.md) a step computed 2-4 rows for each running one. Both slots' KV (up to
+        the longest length either holds) and per-row state change places, so the free slot's
+        remembered prefix stays usable where it lands. A row's tokens do not depend on its
+        slot. The running slots after the move."""
+        target = self._width(len(running))
+        high = [i for i in running if i >= target]
+        if not high:
+            return running
+        holes = [i for i in range(target) if self.slots[i].request is None][: len(high)]
+        import torch
+
+        a, b = holes + high, high + holes
+        length = 0
+        for i in a:
+            s = self.slots[i]
+            held = len(s.tokens) if s.request is None else len(s.request.prompt) + s.steps
+            length = max(length, held if s.request is not None or s.version == self.version else 0)
+        length = min(length + 1, self.cache.capacity)
+        to = torch.tensor(a, device=self.device)
+        frm = torch.tensor(b, device=self.device)
+        for t in self.cache.k + self.cache.v:
+            t[to, :, :length] = t[frm, :, :length]
+        for t in (self.last_tok, self.pos, self.gen, self.max_new, self.seed, self.top_k, self.temp, self.top_p,
+                  self.live, self.done, self.stops, self.out_tok, self.out_lp, self.out_slp):
+            t[to] = t[frm]
+        for i, j in zip(holes, high, strict=True):
+            self.slots[i], self.slots[j] = self.slots[j], self.slots[i]
+        self.stats["moved_rows"] += len(high)
+        return sorted(i for i, s in enumerate(self.slots) if s.request is not None)
+
     def _decode(self, needed: int) -> None:
         """One token (or, speculating, several) for every running row among the first B
         slots. Buckets of rows and keys serve graphs and the compiled step; an eager step
         takes exactly the rows and keys it needs."""
         eager = not self.use_graphs and not self.compiled
-        B = needed if eager else next(b for b in self.batch_buckets if b >= needed)
+        B = self._width(needed)
         longest = max(len(s.request.prompt) + s.steps for s in self.slots[:B] if s.request is not None)
         keys = longest if eager else min(-(-longest // LEN_BUCKET) * LEN_BUCKET, self.cache.capacity)
         reqs = [s.request for s in self.slots[:B] if s.request is not None]

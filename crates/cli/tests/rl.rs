@@ -533,6 +533,21 @@ fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(event_kinds(&late), ["ready", "heldout", "heldout"], "{late:?}");
     assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 2, "kept for the next invocation");
+    // With one step to take: the first step of an invocation runs, but the last step's
+    // pass would not fit (taken to last as long as step 0's), so the invocation stops at
+    // the step's checkpoint and the next plays the pass first.
+    let one = std::fs::read_to_string(&cfg).unwrap().replace("steps = 2", "steps = 1");
+    std::fs::write(&cfg, one).unwrap();
+    let (o, first) = train_rl(&state, &cfg);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(event_kinds(&first), ["ready", "step", "saved"], "no pass: {first:?}");
+    assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 2);
+    let (o, pass) = train_rl(&state, &cfg);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(event_kinds(&pass), ["ready", "heldout", "heldout"], "{pass:?}");
+    let steps: Vec<u64> =
+        jsonl(&out.join("heldout.jsonl")).iter().map(|h| h["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [0, 0, 1, 1]);
 }
 
 #[test]

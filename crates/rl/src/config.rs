@@ -313,7 +313,8 @@ pub struct ScheduleCfg {
     /// one sitting checkpoints and resumes.
     pub max_steps_now: u64,
     /// Start no step in this invocation once this many seconds have passed, or when the
-    /// step would likely end past them (the mean step so far) (0: no limit). The run
+    /// step would likely end past them (the mean step so far), nor a heldout pass that
+    /// would (the latest pass's length) (0: no limit). The run
     /// checkpoints where it stops and the next invocation resumes there: a device command
     /// with a hard time limit ends cleanly instead of losing the step in flight.
     pub max_seconds_now: u64,

@@ -226,6 +226,14 @@ fn out_of_time(limit_s: u64, started: Instant, estimate: Option<f64>) -> bool {
     }
 }
 
+/// How long the latest heldout pass `heldout.jsonl` holds took (its slowest set: the sets
+/// play at once); `None` before any.
+fn last_pass_s(path: &Path) -> Option<f64> {
+    let lines = read_jsonl::<HeldoutMetrics>(path).ok()?;
+    let step = lines.iter().map(|h| h.step).max()?;
+    lines.iter().filter(|h| h.step == step).map(|h| h.wall_s).reduce(f64::max)
+}
+
 /// The mean `step_s` of the steps `metrics.jsonl` holds (earlier invocations' steps).
 fn earlier_step_mean(path: &Path) -> Option<f64> {
     let steps: Vec<f64> =
@@ -597,6 +605,17 @@ pub async fn train(
             summary.last_checkpoint = Some(dir);
         }
         if heldout_due(done) {
+            // A pass the clock would cut short is left to the next invocation, which plays
+            // it first from this step's checkpoint (run 11 lost 140 s of a device command to
+            // a pass killed by its limit): it is taken to last as long as the last one did.
+            if out_of_time(cfg.schedule.max_seconds_now, started_now, last_pass_s(&heldout_path)) {
+                if !(done.is_multiple_of(cfg.schedule.save_every) || done == end) {
+                    let dir = save(&parts, &out, done, &rollout.pool).await?;
+                    events(RlEvent::Saved { dir: dir.clone(), step: done });
+                    summary.last_checkpoint = Some(dir);
+                }
+                break;
+            }
             for h in heldout(cfg, &parts, done, store).await? {
                 append_jsonl(&heldout_path, &h)?;
                 put_metric(store, &parts.run, done, &format!("heldout:{}", h.set), &h)?;
@@ -1014,6 +1033,21 @@ mod tests {
         // No step timed yet (a first heldout pass took the time): half the limit.
         assert!(out_of_time(180, ago(100), None));
         assert!(!out_of_time(220, ago(100), None));
+    }
+
+    /// A pass is taken to last as long as the latest one's slowest set.
+    #[test]
+    fn the_latest_pass_gives_a_pass_estimate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heldout.jsonl");
+        assert_eq!(last_pass_s(&path), None, "no file: no estimate");
+        for (step, set, wall_s) in
+            [(0, "a", 300.0), (0, "b", 350.0), (9, "a", 140.0), (9, "b", 150.0)]
+        {
+            let h = HeldoutMetrics { step, set: set.into(), wall_s, ..Default::default() };
+            append_jsonl(&path, &h).unwrap();
+        }
+        assert_eq!(last_pass_s(&path), Some(150.0));
     }
 
     /// The earlier invocations' steps, as `metrics.jsonl` holds them.
