@@ -606,7 +606,7 @@ pub async fn train(
         }
         if heldout_due(done) {
             // A pass the clock would cut short is left to the next invocation, which plays
-            // it first from this step's checkpoint (run 11 lost 140 s of a device command to
+            // it first from this step's checkpoint (run 11 lost over 100 s of a device command to
             // a pass killed by its limit): it is taken to last as long as the last one did.
             if out_of_time(cfg.schedule.max_seconds_now, started_now, last_pass_s(&heldout_path)) {
                 if !(done.is_multiple_of(cfg.schedule.save_every) || done == end) {
