@@ -39,6 +39,7 @@ def row(m: Dict[str, Any]) -> Dict[str, Any]:
         "mean_eval_s": c.get("evaluate_s"), "worker_busy": busy, "gpu_idle": w.get("gpu_idle"),
         "decode_steps": e.get("decode_steps"), "ms_per_step": e.get("ms_per_step"),
         "rows_per_step": e.get("rows_per_step"), "idle_rows": e.get("idle_rows"),
+        "moved_rows": e.get("moved_rows"),
     }
 
 

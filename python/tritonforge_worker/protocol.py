@@ -596,6 +596,8 @@ class EngineUse:
     prefill_tokens: int
     reused_tokens: int
     prefill_forwards: int
+    # Running rows moved down into free slots before a decode step (`Engine._compact`).
+    moved_rows: int = 0
 
 
 @dataclass

@@ -603,6 +603,7 @@ pub fn sample_messages() -> Vec<Message> {
                         prefill_tokens: 700,
                         reused_tokens: 300,
                         prefill_forwards: 6,
+                        moved_rows: 12,
                     }),
                 }),
             },

@@ -292,6 +292,10 @@ pub struct EngineUse {
     pub prefill_tokens: u64,
     pub reused_tokens: u64,
     pub prefill_forwards: u64,
+    /// Running rows moved down into free slots before a decode step, so that the step
+    /// computes the bucket their number needs (absent from workers that predate it).
+    #[serde(default)]
+    pub moved_rows: u64,
 }
 
 /// Log-probabilities of the target tokens, no update.

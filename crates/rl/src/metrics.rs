@@ -250,6 +250,10 @@ pub struct EngineShare {
     /// Prompt tokens run through the model, and those taken from cached prefixes.
     pub prefill_tokens: u64,
     pub reused_tokens: u64,
+    /// Running rows moved down into free slots (`Engine._compact`): what keeping the
+    /// rows computed near the running ones cost in copies.
+    #[serde(default)]
+    pub moved_rows: u64,
 }
 
 impl EngineShare {
@@ -268,6 +272,7 @@ impl EngineShare {
             ms_per_step: per(1000.0 * generate_s),
             prefill_tokens: d(now.prefill_tokens, p.prefill_tokens),
             reused_tokens: d(now.reused_tokens, p.reused_tokens),
+            moved_rows: d(now.moved_rows, p.moved_rows),
         }
     }
 }
@@ -550,6 +555,7 @@ mod tests {
             prefill_tokens: prefill,
             reused_tokens: 2 * prefill,
             prefill_forwards: 1,
+            moved_rows: steps / 10,
         };
         let mut first = totals(40.0, 20.0, 10.0, None);
         first.engine = Some(counts(1000, 50_000, 64_000, 9_000));
@@ -557,7 +563,10 @@ mod tests {
         // 12 s of generation over 400 decode steps of 30 rows each, 64 computed each.
         second.engine = Some(counts(1400, 62_000, 89_600, 10_000));
         let e = WorkerShare::between(Some(&first), &second).engine.unwrap_or_default();
-        assert_eq!((e.decode_steps, e.prefill_tokens, e.reused_tokens), (400, 1_000, 2_000));
+        assert_eq!(
+            (e.decode_steps, e.prefill_tokens, e.reused_tokens, e.moved_rows),
+            (400, 1_000, 2_000, 40)
+        );
         assert!((e.rows_per_step - 30.0).abs() < 1e-12);
         assert!((e.idle_rows - (1.0 - 30.0 / 64.0)).abs() < 1e-12);
         assert!((e.ms_per_step - 30.0).abs() < 1e-12);
