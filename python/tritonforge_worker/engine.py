@@ -779,7 +779,7 @@ class Engine:
         """Trade the running rows above the bucket their number needs for free slots below
         it, so the step computes that bucket. Why: an episode's next turn returns to the
         slot holding its last turn's KV (prefix reuse), wherever it is, and in run 11
-        (docs/rl.md) a step computed 2-4 rows for each running one. Both slots' KV (up to
+        (docs/rl.md) a step computed 2-6 rows for each running one. Both slots' KV (up to
         the longest length either holds) and per-row state change places, so the free slot's
         remembered prefix stays usable where it lands. A row's tokens do not depend on its
         slot. The running slots after the move."""
