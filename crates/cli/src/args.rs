@@ -185,6 +185,12 @@ pub struct PoolArgs {
     /// Processes kept started ahead of need, per device [default: --jobs].
     #[arg(long)]
     pub spares: Option<usize>,
+    /// Candidates per device that may wait for the timing lane after giving their place
+    /// back to the next candidate, which compiles and checks correctness meanwhile
+    /// (0: a waiting candidate keeps its place). Off by default: at 16 on an
+    /// H200 the mixed 100 of docs/evaluator.md took longer (more processes contending).
+    #[arg(long, default_value_t = 0)]
+    pub timing_queue: usize,
     /// One candidate per GPU at a time for all its phases, instead of sharing the GPU
     /// except while timing.
     #[arg(long)]
@@ -224,6 +230,7 @@ impl Default for PoolArgs {
         PoolArgs {
             jobs: None,
             spares: None,
+            timing_queue: 0,
             exclusive: false,
             gpus: Vec::new(),
             naive: false,
@@ -289,6 +296,7 @@ impl PoolArgs {
         Ok(PoolConfig {
             workers: jobs,
             spares: self.spares.unwrap_or(jobs),
+            timing_queue: self.timing_queue,
             mode: if self.exclusive { ShareMode::Exclusive } else { ShareMode::Pool },
             gpus: (!self.gpus.is_empty()).then(|| self.gpus.clone()),
             prestart: true,
@@ -424,5 +432,9 @@ mod tests {
         let off = Wrapped::parse_from(["x", "--cuda-connections", "0"]).pool.config(4).unwrap();
         assert_eq!(off.cuda_connections, None);
         assert!(Wrapped::try_parse_from(["x", "--cuda-connections", "33"]).is_err());
+        // Candidates waiting for the timing lane keep their places unless asked.
+        assert_eq!(a.timing_queue, 0);
+        let given = Wrapped::parse_from(["x", "--timing-queue", "3"]).pool.config(4).unwrap();
+        assert_eq!(given.timing_queue, 3);
     }
 }

@@ -74,7 +74,9 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
         ));
     }
     let pool = args.pool.config(pairs.len())?;
+    let opening = Instant::now();
     let mut evaluator = global.open_evaluator(pool, guard, !args.no_store).await?;
+    let opened = opening.elapsed();
     evaluator.refresh = args.refresh;
     if !args.json {
         eprintln!("{}", report::env_line(evaluator.environment()));
@@ -95,7 +97,12 @@ pub async fn run(global: &Global, args: EvalArgs) -> anyhow::Result<u8> {
             &settings,
         )
     });
-    batch(Arc::new(evaluator), pairs, &settings, args.json, single, run.as_ref()).await
+    let evaluator = Arc::new(evaluator);
+    let code = batch(evaluator.clone(), pairs, &settings, args.json, single, run.as_ref()).await?;
+    if !single {
+        eprintln!("{}", report::pool_start_line(&evaluator.pool().start_times(), opened));
+    }
+    Ok(code)
 }
 
 fn load_pairs(args: &EvalArgs) -> Result<Vec<Pair>, String> {

@@ -67,6 +67,9 @@ fn eval_verdict_and_batch_table() {
         .args(["eval", "--problems", "bench/level1", "--candidates"])
         .arg(cands.path()));
     assert_eq!(batch.status.code(), Some(1), "{}", text(&batch.stderr));
+    // A batch says how long the pool took to start, in its parts (CPU mode forks).
+    let err = text(&batch.stderr);
+    assert!(err.contains("pool started in") && err.contains("fork server ready at"), "{err}");
     settings().bind(|| {
         insta::assert_snapshot!("eval_single", text(&one.stdout));
         insta::assert_snapshot!("eval_batch", text(&batch.stdout));

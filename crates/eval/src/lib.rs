@@ -36,8 +36,8 @@ pub use batch::{evaluate_all, evaluate_sources, BatchResults, PairOutcome};
 pub use memory::{Charge, JobKind, MemoryBudget};
 pub use need::{Measured, MemoryPlan};
 pub use pool::{
-    AdmissionEvent, Execution, Exit, LeaseEvent, Pool, PoolConfig, Preflight, PreflightRun,
-    ShareMode, WorkerSpec,
+    AdmissionEvent, Execution, Exit, LeaseEvent, Pool, PoolConfig, PoolStart, Preflight,
+    PreflightRun, ShareMode, WorkerSpec,
 };
 pub use service::{BoxFuture, EvalService};
 pub use setup::{EvalSettings, EvaluatorSetup, ShapeCheck, TimingSettings, Workspace};

@@ -88,6 +88,11 @@ pub struct PoolConfig {
     pub workers: usize,
     /// Processes kept started and waiting beyond those running, per device.
     pub spares: usize,
+    /// Candidates per device that may wait for the timing lane after giving their place
+    /// back, so that others import, compile and check correctness meanwhile (0: a
+    /// candidate keeps its place while it waits). A waiting process keeps its memory
+    /// and CUDA context, so this bounds the processes alive beyond `workers`.
+    pub timing_queue: usize,
     /// How long a process may take to import torch and say hello.
     pub startup_timeout: Duration,
     pub mode: ShareMode,
@@ -184,6 +189,7 @@ impl Default for PoolConfig {
         PoolConfig {
             workers: 2,
             spares: 2,
+            timing_queue: 0,
             startup_timeout: Duration::from_secs(180),
             mode: ShareMode::Pool,
             gpus: None,
@@ -530,6 +536,8 @@ struct Slot {
     launch: Arc<Launch>,
     warm: Mutex<VecDeque<Warm>>,
     running: Semaphore,
+    /// Places for candidates waiting for the timing lane without a running place.
+    timing_queue: Semaphore,
     /// Preflights at once on this device (forks and imports: CPU work).
     preflights: Semaphore,
     lock: Arc<DeviceLock>,
@@ -573,8 +581,19 @@ impl Slot {
     }
 }
 
+/// How long a pool took to start, in its parts (the first process's hello gates every
+/// other start: it says what the machine has and leaves the cache template).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PoolStart {
+    /// Until the fork server was ready (its imports done); `None` without one.
+    pub fork_server_ms: Option<f64>,
+    /// Until the first process said hello, the fork server's start included.
+    pub first_process_ms: f64,
+}
+
 pub struct Pool {
     cfg: PoolConfig,
+    start: PoolStart,
     slots: Vec<Slot>,
     live: Live,
     env: EnvInfo,
@@ -654,19 +673,24 @@ impl Pool {
                 Vec::new()
             };
         let asked = Instant::now();
+        let mut fork_server_ms = None;
         let (mut first, fork_server) = match spawn(&first_launch, want_fork_server).await? {
             First::Worker(ready) => (*ready, None),
             // A server that cannot fork is dropped (killed); processes are started.
-            First::ForkServer(z) => match fork_worker(&first_launch, &z).await {
-                Ok(ready) => (ready, Some(z)),
-                Err(_) => {
-                    z.kill();
-                    (spawn_worker(&first_launch).await?, None)
+            First::ForkServer(z) => {
+                fork_server_ms = Some(asked.elapsed().as_secs_f64() * 1000.0);
+                match fork_worker(&first_launch, &z).await {
+                    Ok(ready) => (ready, Some(z)),
+                    Err(_) => {
+                        z.kill();
+                        (spawn_worker(&first_launch).await?, None)
+                    }
                 }
-            },
+            }
         };
         // Its start includes the fork server's, where there is one.
         first.start_ms = asked.elapsed().as_secs_f64() * 1000.0;
+        let first_start_ms = first.start_ms;
         // The first process has run nothing but the warm-up: its cache is a clean template.
         let template = spec.scratch_root.join(format!("cache-template-{}", std::process::id()));
         let cache_template = (cfg.prestart
@@ -691,6 +715,7 @@ impl Pool {
                 launch: launch(gpu, index, cache_template.clone(), fork_server.clone()),
                 warm: Mutex::new(VecDeque::new()),
                 running: Semaphore::new(workers),
+                timing_queue: Semaphore::new(cfg.timing_queue),
                 preflights: Semaphore::new(PREFLIGHTS),
                 lock: Arc::new(DeviceLock::default()),
                 in_flight: AtomicUsize::new(0),
@@ -717,6 +742,7 @@ impl Pool {
         }
         let pool = Pool {
             cfg,
+            start: PoolStart { fork_server_ms, first_process_ms: first_start_ms },
             slots,
             live,
             env,
@@ -732,6 +758,11 @@ impl Pool {
             s.top_up(pool.spares());
         }
         Ok(pool)
+    }
+
+    /// How long this pool took to start.
+    pub fn start_times(&self) -> PoolStart {
+        self.start
     }
 
     /// Processes forked from a fork server so far (CPU mode), for tests and reports.
@@ -1018,7 +1049,9 @@ impl Pool {
         kind: JobKind,
     ) -> Result<Execution, EvalError> {
         let queued = Instant::now();
-        let _permit = slot.running.acquire().await.map_err(|_| EvalError::PoolClosed)?;
+        let mut place = Some(slot.running.acquire().await.map_err(|_| EvalError::PoolClosed)?);
+        // Taken in exchange for `place` while this job waits for (and holds) the timing lane.
+        let mut _timing_place = None;
         let queue_wait_ms = queued.elapsed().as_secs_f64() * 1000.0;
         let id = format!("job-{}", self.counter.fetch_add(1, Ordering::Relaxed));
         let started = Instant::now();
@@ -1106,6 +1139,16 @@ impl Pool {
                     clock.end_baseline();
                     if !exclusive {
                         drop(held.take());
+                        // What is left of a job from its timing lease on is the timed run
+                        // (on the core kept for it) and its statistics: its place goes to
+                        // the next candidate, which compiles and checks meanwhile instead
+                        // of queueing behind this one's wait for the lane.
+                        if kind == LeaseKind::Exclusive && place.is_some() {
+                            if let Ok(p) = slot.timing_queue.try_acquire() {
+                                _timing_place = Some(p);
+                                place = None;
+                            }
+                        }
                         let t = Instant::now();
                         let h = self.acquire(slot, kind, &id, &exclusive_ns).await;
                         let w = t.elapsed();

@@ -322,6 +322,20 @@ pub fn summary(rows: &[Row], elapsed: Duration) -> String {
     )
 }
 
+/// How long the pool took to start before a batch's first evaluation (`opened`: the whole
+/// of it, store included), in its parts: on a GPU this wait comes before every batch.
+pub fn pool_start_line(start: &crate::PoolStart, opened: Duration) -> String {
+    let server = start
+        .fork_server_ms
+        .map(|ms| format!("fork server ready at {:.1}s, ", ms / 1000.0))
+        .unwrap_or_default();
+    format!(
+        "pool started in {:.1}s ({server}first process at {:.1}s)",
+        opened.as_secs_f64(),
+        start.first_process_ms / 1000.0
+    )
+}
+
 /// Trials the evaluation plans: the configured ones, plus those at unseen shapes when asked
 /// (one at the named variant, one more with `BATCH + 1` where the problem has a `BATCH`).
 fn planned_trials(r: &tritonforge_protocol::record::EvalRecord) -> usize {

@@ -271,3 +271,50 @@ async fn a_candidate_waiting_for_a_place_to_run_records_the_wait() {
     assert!(third.process_banked_ms >= 1000.0, "banked {} ms", third.process_banked_ms);
     assert!(third.start_wait_ms < third.process_banked_ms, "{} ms", third.start_wait_ms);
 }
+
+/// A candidate waiting for the timing lane gives its place to the next one (which then
+/// imports, compiles and checks meanwhile) when the pool has a timing queue; with none
+/// it keeps its place and the next one queues behind its wait. Two places: `holds` sits
+/// 6 s in a trial holding the device shared, so `fast`'s timing lease waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_waiting_for_the_timing_lane_gives_its_place_to_the_next() {
+    for queue in [2, 0] {
+        let state = tempfile::tempdir().unwrap();
+        let cfg =
+            PoolConfig { workers: 2, spares: 3, timing_queue: queue, ..PoolConfig::default() };
+        let ev = evaluator(state.path(), cfg).await;
+        // Processes started ahead, so that no wait for a start blurs the figures below.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let records =
+            eval_all(&ev, &["holds_the_device.py", "relu_ok.py", "relu_ok.py"], 60_000).await;
+        for r in &records {
+            assert_eq!(r.verdict.status, Status::Correct, "{}", r.verdict.message);
+        }
+        let (fast, next) = (&records[1], &records[2]);
+        eprintln!(
+            "queue {queue}: fast wall {:.0} ms, lease wait {:.0} ms; next queue wait {:.0} ms",
+            fast.wall_ms, fast.lease_wait_ms, next.queue_wait_ms
+        );
+        assert!(
+            fast.lease_wait_ms > 2_000.0,
+            "queue {queue}: fast waited {} ms",
+            fast.lease_wait_ms
+        );
+        if queue > 0 {
+            // `next` had a place while `fast` was still waiting for the lane.
+            assert!(
+                next.queue_wait_ms + 1_500.0 < fast.wall_ms,
+                "queue {queue}: next waited {} ms for a place; fast ran {} ms",
+                next.queue_wait_ms,
+                fast.wall_ms
+            );
+        } else {
+            assert!(
+                next.queue_wait_ms + 500.0 >= fast.wall_ms,
+                "queue 0: next waited {} ms for a place; fast ran {} ms",
+                next.queue_wait_ms,
+                fast.wall_ms
+            );
+        }
+    }
+}
