@@ -5,8 +5,10 @@ usage: python3 scripts/rl_steps.py METRICS.jsonl [--json]
 Per step, in seconds: the pace (`interval`), the rollout, the slowest and the mean chain's
 generation (of which waiting behind the learner) and evaluation (of which waiting for a
 process and for a place), the policy worker's busy share, the GPU's idle share (NVML),
-and, from workers that report them, the engine's decode steps (ms each, running rows each,
-and in brackets the rows each computed: running rows over the share not idle).
+and, from workers that report them, the engine's decode steps (ms each, with in brackets
+the device's time in the decode alone where the worker measures it; running rows each,
+and in brackets the rows each computed: running rows over the share not idle) and the
+device's seconds in prefill forwards.
 
 Then the steady steps' range and mean. A step is not steady when it is the first of an
 invocation (the worker compiled its decode step: `graphs_compiled` > 0) or the last (no
@@ -39,7 +41,8 @@ def row(m: Dict[str, Any]) -> Dict[str, Any]:
         "mean_eval_s": c.get("evaluate_s"), "worker_busy": busy, "gpu_idle": w.get("gpu_idle"),
         "decode_steps": e.get("decode_steps"), "ms_per_step": e.get("ms_per_step"),
         "rows_per_step": e.get("rows_per_step"), "idle_rows": e.get("idle_rows"),
-        "moved_rows": e.get("moved_rows"),
+        "moved_rows": e.get("moved_rows"), "decode_ms_per_step": e.get("decode_ms_per_step"),
+        "prefill_s": e.get("prefill_s"),
     }
 
 
@@ -77,18 +80,22 @@ def main() -> None:
         return
     out: List[str] = [
         "| step | steady | interval | rollout | slowest: gen (wait) | eval (start, queue) | turns "
-        "| mean chain: gen (wait) | eval | worker busy | GPU idle | decode steps | ms each | rows each (computed) |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| mean chain: gen (wait) | eval | worker busy | GPU idle | decode steps | ms each (decode alone) "
+        "| rows each (computed) | prefill |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         turns = " ".join(o[:4] for o in r["slowest_outcomes"] or [])
+        # Workers before the device brackets report none (0): shown as nothing.
+        alone = f" ({fmt(r['decode_ms_per_step'], 1)})" if r["decode_ms_per_step"] else ""
         out.append(
             f"| {r['step']} | {'yes' if r['steady'] else 'no'} | {fmt(r['interval_s'])} | {fmt(r['rollout_s'])} "
             f"| {fmt(r['slowest_gen_s'])} ({fmt(r['slowest_gen_wait_s'], 1)}) "
             f"| {fmt(r['slowest_eval_s'])} ({fmt(r['slowest_start_wait_s'], 1)}, {fmt(r['slowest_queue_wait_s'], 1)}) "
             f"| {turns} | {fmt(r['mean_gen_s'])} ({fmt(r['mean_gen_wait_s'], 1)}) | {fmt(r['mean_eval_s'], 1)} "
             f"| {fmt(r['worker_busy'], pct=True)} | {fmt(r['gpu_idle'], pct=True)} | {fmt(r['decode_steps'])} "
-            f"| {fmt(r['ms_per_step'], 1)} | {fmt(r['rows_per_step'])} ({fmt(computed(r))}) |")
+            f"| {fmt(r['ms_per_step'], 1)}{alone} | {fmt(r['rows_per_step'])} ({fmt(computed(r))}) "
+            f"| {fmt(r['prefill_s'] or None, 1)} |")
     print("\n".join(out))
     print()
     print(json.dumps(summary))

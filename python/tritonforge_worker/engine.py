@@ -71,9 +71,10 @@ LEN_BUCKET = 128
 # (`sample`'s `candidates`).
 CANDIDATES = 256
 # What `Engine.stats` counts. decode_rows: rows with a request, summed over decode steps;
-# decode_width: rows computed (the batch bucket), likewise.
+# decode_width: rows computed (the batch bucket), likewise. decode_ms and prefill_ms: the
+# device's time in decode steps and prefill forwards (`Engine._clock`).
 STAT_KEYS = ("prefill_tokens", "reused_tokens", "prefill_forwards", "decode_steps", "decode_rows",
-             "decode_width", "graphs", "drafted", "accepted", "moved_rows")
+             "decode_width", "graphs", "drafted", "accepted", "moved_rows", "decode_ms", "prefill_ms")
 _MASK64 = (1 << 64) - 1
 
 
@@ -421,7 +422,7 @@ class Engine:
                  sync_every: Optional[int] = None, graphs: Optional[bool] = None,
                  min_prefix: int = 16, prefill_tokens: Optional[int] = None, compile: Optional[bool] = None,
                  join: Optional[bool] = None, speculate: Optional[int] = None,
-                 stats: Optional[Dict[str, int]] = None, compact: bool = True) -> None:
+                 stats: Optional[Dict[str, float]] = None, compact: bool = True) -> None:
         import torch
 
         from .joined import join_projections
@@ -454,6 +455,7 @@ class Engine:
             self._forward = torch.compile(self._logits, dynamic=True, options=opts)
         self.min_prefix = min_prefix
         self.compact = compact
+        self.on_cuda = cuda
         # Padded tokens per prefill forward. On an H100, 256 prompts of 200 tokens took
         # 0.41 s in forwards of 8,192 and 0.15 s in forwards of 32,768: an eager forward
         # is launch-bound well past a few thousand tokens.
@@ -497,6 +499,9 @@ class Engine:
         self.stats = stats if stats is not None else {}
         for k in STAT_KEYS:
             self.stats.setdefault(k, 0)
+        # Device-time brackets (stat key, start, end) not yet read: CUDA events, read at the
+        # next `_sync` (its device read has waited for them), so timing adds no sync.
+        self._brackets: List[Tuple[str, Any, Any]] = []
 
     # -- requests ------------------------------------------------------------------------
 
@@ -688,6 +693,11 @@ class Engine:
             self._prefill_rows(chunk)
 
     def _prefill_rows(self, rows: List[Tuple[int, Request, int]]) -> None:
+        began = self._clock()
+        self._prefill_forward(rows)
+        self._clocked("prefill_ms", began)
+
+    def _prefill_forward(self, rows: List[Tuple[int, Request, int]]) -> None:
         import torch
 
         dev = self.device
@@ -822,15 +832,48 @@ class Engine:
         self.stats["decode_steps"] += 1
         self.stats["decode_rows"] += len(reqs)
         self.stats["decode_width"] += B
+        began = self._clock()
         if self.speculate and self._speculate(B, mode):
+            self._clocked("decode_ms", began)
             return
         if self.use_graphs:
             self._graphed(B, keys, mode)
         else:
             self._decode_device(B, keys, mode)
+        self._clocked("decode_ms", began)
         for s in self.slots[:B]:
             if s.request is not None:
                 s.steps += 1
+
+    def _clock(self) -> Any:
+        """The start of a bracket of device time: a recorded CUDA event, or on the CPU (where
+        the work runs as it is called) the host clock. Why: the worker's generation time
+        per decode step holds prefill, host work and the learner's slices besides the
+        decode itself (run 12 in docs/rl.md); these brackets say how much is each."""
+        if not self.on_cuda:
+            return time.perf_counter()
+        import torch
+
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def _clocked(self, key: str, began: Any) -> None:
+        """Close the bracket opened by `_clock` into `stats[key]` (milliseconds)."""
+        if isinstance(began, float):
+            self.stats[key] += (time.perf_counter() - began) * 1000.0
+            return
+        import torch
+
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        self._brackets.append((key, began, end))
+
+    def _read_brackets(self) -> None:
+        """Add the closed brackets to `stats`; only after a device read that waited for them."""
+        for key, began, end in self._brackets:
+            self.stats[key] += began.elapsed_time(end)
+        self._brackets.clear()
 
     def _speculate(self, B: int, mode: Tuple[bool, bool]) -> bool:
         """A decode step that also checks each row's prompt-lookup draft (`Drafts`); False
@@ -998,6 +1041,7 @@ class Engine:
         self.since_sync = 0
         running = [i for i, s in enumerate(self.slots) if s.request is not None]
         done = self.done[: max(running) + 1].tolist()
+        self._read_brackets()
         over = [i for i in running if done[i]]
         if not over:
             return []

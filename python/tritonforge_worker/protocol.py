@@ -598,6 +598,9 @@ class EngineUse:
     prefill_forwards: int
     # Running rows moved down into free slots before a decode step (`Engine._compact`).
     moved_rows: int = 0
+    # The device's time in decode steps and in prefill forwards, milliseconds (`Engine._clock`).
+    decode_ms: float = 0.0
+    prefill_ms: float = 0.0
 
 
 @dataclass

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from dataclasses import fields
 from typing import Any, Dict, Optional, Tuple
 
 from .protocol import DeviceUse, EngineUse
@@ -89,12 +88,21 @@ class Usage:
         self.refresh_s = 0.0
         self.gpu: Any = gpu_sampler(device)
         # Every engine the worker makes counts into this (`Engine(stats=...)`).
-        self.engine: Dict[str, int] = {}
+        self.engine: Dict[str, float] = {}
 
     def snapshot(self) -> DeviceUse:
         gpu_busy, gpu_sampled = self.gpu.totals() if self.gpu is not None else (None, None)
         graphs, retries = _compile_and_allocator_counts()
-        engine = EngineUse(**{f.name: self.engine.get(f.name, 0) for f in fields(EngineUse)})
+        e = self.engine
+
+        def n(key: str) -> int:
+            return int(e.get(key, 0))
+
+        engine = EngineUse(decode_steps=n("decode_steps"), decode_rows=n("decode_rows"),
+                           decode_width=n("decode_width"), prefill_tokens=n("prefill_tokens"),
+                           reused_tokens=n("reused_tokens"), prefill_forwards=n("prefill_forwards"),
+                           moved_rows=n("moved_rows"), decode_ms=float(e.get("decode_ms", 0.0)),
+                           prefill_ms=float(e.get("prefill_ms", 0.0)))
         return DeviceUse(wall_s=time.perf_counter() - self.started, generate_s=self.generate_s,
                          train_s=self.train_s, refresh_s=self.refresh_s, gpu_busy_s=gpu_busy,
                          gpu_sampled_s=gpu_sampled, graphs_compiled=graphs, alloc_retries=retries,

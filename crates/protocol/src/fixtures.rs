@@ -604,6 +604,8 @@ pub fn sample_messages() -> Vec<Message> {
                         reused_tokens: 300,
                         prefill_forwards: 6,
                         moved_rows: 12,
+                        decode_ms: 61.5,
+                        prefill_ms: 20.25,
                     }),
                 }),
             },

@@ -296,6 +296,12 @@ pub struct EngineUse {
     /// computes the bucket their number needs (absent from workers that predate it).
     #[serde(default)]
     pub moved_rows: u64,
+    /// The device's time in decode steps and in prefill forwards (ms; CUDA events, so the
+    /// rest of the worker's generation time is the host's and the learner's).
+    #[serde(default)]
+    pub decode_ms: f64,
+    #[serde(default)]
+    pub prefill_ms: f64,
 }
 
 /// Log-probabilities of the target tokens, no update.

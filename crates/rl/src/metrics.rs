@@ -254,6 +254,13 @@ pub struct EngineShare {
     /// rows computed near the running ones cost in copies.
     #[serde(default)]
     pub moved_rows: u64,
+    /// The device's time per decode step, the decode alone (ms): against `ms_per_step`,
+    /// what the rest of generation (prefill, host, learner slices) costs a step.
+    #[serde(default)]
+    pub decode_ms_per_step: f64,
+    /// The device's time in prefill forwards over the step (s).
+    #[serde(default)]
+    pub prefill_s: f64,
 }
 
 impl EngineShare {
@@ -273,6 +280,8 @@ impl EngineShare {
             prefill_tokens: d(now.prefill_tokens, p.prefill_tokens),
             reused_tokens: d(now.reused_tokens, p.reused_tokens),
             moved_rows: d(now.moved_rows, p.moved_rows),
+            decode_ms_per_step: per((now.decode_ms - p.decode_ms).max(0.0)),
+            prefill_s: (now.prefill_ms - p.prefill_ms).max(0.0) / 1000.0,
         }
     }
 }
@@ -556,6 +565,9 @@ mod tests {
             reused_tokens: 2 * prefill,
             prefill_forwards: 1,
             moved_rows: steps / 10,
+            // 2.5 ms of device time per decode step, 0.4 s of prefill per 1,000 tokens.
+            decode_ms: 2.5 * steps as f64,
+            prefill_ms: 0.4 * prefill as f64,
         };
         let mut first = totals(40.0, 20.0, 10.0, None);
         first.engine = Some(counts(1000, 50_000, 64_000, 9_000));
@@ -570,6 +582,8 @@ mod tests {
         assert!((e.rows_per_step - 30.0).abs() < 1e-12);
         assert!((e.idle_rows - (1.0 - 30.0 / 64.0)).abs() < 1e-12);
         assert!((e.ms_per_step - 30.0).abs() < 1e-12);
+        assert!((e.decode_ms_per_step - 2.5).abs() < 1e-9);
+        assert!((e.prefill_s - 0.4).abs() < 1e-9);
         // From the worker's start, and a step with no decode step at all.
         let e = WorkerShare::between(None, &first).engine.unwrap_or_default();
         assert_eq!(e.decode_steps, 1000);
