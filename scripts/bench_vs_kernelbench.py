@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -159,6 +160,14 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
                 if r}
         meta = json.loads((wd / "ours.meta.json").read_text())
         wall = meta["wall_s"]
+        # `eval` says how long its pool took to start before the batch (builds since
+        # 2026-11-29): "pool started in 15.0s (fork server ready at 11.6s, first process at 15.0s)".
+        err = (wd / "ours.err").read_text() if (wd / "ours.err").exists() else ""
+        start = re.search(r"pool started in ([0-9.]+)s \((?:fork server ready at ([0-9.]+)s, )?"
+                          r"first process at ([0-9.]+)s\)", err)
+        pool_start = ({"whole_s": float(start.group(1)),
+                       "fork_server_s": float(start.group(2)) if start.group(2) else None,
+                       "first_process_s": float(start.group(3))} if start else None)
         statuses: Dict[str, int] = {}
         for r in ours.values():
             statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -167,6 +176,7 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
         start_wait = [r.get("start_wait_ms") or 0.0 for r in ours.values()]
         summary["ours"] = {
             "evaluated": len(ours), "wall_s": round(wall, 1), "per_gpu_minute": round(len(ours) / wall * 60, 1),
+            "pool_start": pool_start,
             "statuses": statuses, "timed_run_s": round(timed, 1), "exclusive_hold_s": round(exclusive, 1),
             "timing_lane_share_of_wall": round(exclusive / wall, 3),
             "start_wait_s": {"sum": round(sum(start_wait) / 1000, 1),
