@@ -870,10 +870,16 @@ class Engine:
         self._brackets.append((key, began, end))
 
     def _read_brackets(self) -> None:
-        """Add the closed brackets to `stats`; only after a device read that waited for them."""
+        """Add the closed brackets to `stats`; called after a device read that waited for
+        them. One whose end the device has not reached (recorded on another stream) waits
+        for a later read rather than block or fail here."""
+        left = []
         for key, began, end in self._brackets:
-            self.stats[key] += began.elapsed_time(end)
-        self._brackets.clear()
+            if end.query():
+                self.stats[key] += began.elapsed_time(end)
+            else:
+                left.append((key, began, end))
+        self._brackets = left
 
     def _speculate(self, B: int, mode: Tuple[bool, bool]) -> bool:
         """A decode step that also checks each row's prompt-lookup draft (`Drafts`); False
