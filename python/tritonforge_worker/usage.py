@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from dataclasses import fields
 from typing import Any, Dict, Optional, Tuple
 
 from .protocol import DeviceUse, EngineUse
@@ -93,16 +94,10 @@ class Usage:
     def snapshot(self) -> DeviceUse:
         gpu_busy, gpu_sampled = self.gpu.totals() if self.gpu is not None else (None, None)
         graphs, retries = _compile_and_allocator_counts()
-        e = self.engine
-
-        def n(key: str) -> int:
-            return int(e.get(key, 0))
-
-        engine = EngineUse(decode_steps=n("decode_steps"), decode_rows=n("decode_rows"),
-                           decode_width=n("decode_width"), prefill_tokens=n("prefill_tokens"),
-                           reused_tokens=n("reused_tokens"), prefill_forwards=n("prefill_forwards"),
-                           moved_rows=n("moved_rows"), decode_ms=float(e.get("decode_ms", 0.0)),
-                           prefill_ms=float(e.get("prefill_ms", 0.0)))
+        # Counts as ints, times as floats, every field the protocol has.
+        counts: Dict[str, Any] = {f.name: (float if f.type == "float" else int)(self.engine.get(f.name, 0))
+                                  for f in fields(EngineUse)}
+        engine = EngineUse(**counts)
         return DeviceUse(wall_s=time.perf_counter() - self.started, generate_s=self.generate_s,
                          train_s=self.train_s, refresh_s=self.refresh_s, gpu_busy_s=gpu_busy,
                          gpu_sampled_s=gpu_sampled, graphs_compiled=graphs, alloc_retries=retries,

@@ -690,7 +690,7 @@ impl Pool {
         };
         // Its start includes the fork server's, where there is one.
         first.start_ms = asked.elapsed().as_secs_f64() * 1000.0;
-        let first_start_ms = first.start_ms;
+        let start = PoolStart { fork_server_ms, first_process_ms: first.start_ms };
         // The first process has run nothing but the warm-up: its cache is a clean template.
         let template = spec.scratch_root.join(format!("cache-template-{}", std::process::id()));
         let cache_template = (cfg.prestart
@@ -742,7 +742,7 @@ impl Pool {
         }
         let pool = Pool {
             cfg,
-            start: PoolStart { fork_server_ms, first_process_ms: first_start_ms },
+            start,
             slots,
             live,
             env,
