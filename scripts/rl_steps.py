@@ -42,7 +42,7 @@ def row(m: Dict[str, Any]) -> Dict[str, Any]:
         "decode_steps": e.get("decode_steps"), "ms_per_step": e.get("ms_per_step"),
         "rows_per_step": e.get("rows_per_step"), "idle_rows": e.get("idle_rows"),
         "moved_rows": e.get("moved_rows"), "decode_ms_per_step": e.get("decode_ms_per_step"),
-        "prefill_s": e.get("prefill_s"),
+        "prefill_s": e.get("prefill_s"), "prefill_forwards": e.get("prefill_forwards"),
     }
 
 
@@ -81,13 +81,14 @@ def main() -> None:
     out: List[str] = [
         "| step | steady | interval | rollout | slowest: gen (wait) | eval (start, queue) | turns "
         "| mean chain: gen (wait) | eval | worker busy | GPU idle | decode steps | ms each (decode alone) "
-        "| rows each (computed) | prefill |",
+        "| rows each (computed) | prefill (forwards) |",
         "| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         turns = " ".join(o[:4] for o in r["slowest_outcomes"] or [])
         # Workers before the device brackets report none (0): shown as nothing.
         alone = f" ({fmt(r['decode_ms_per_step'], 1)})" if r["decode_ms_per_step"] else ""
+        forwards = f" ({r['prefill_forwards']})" if r["prefill_forwards"] else ""
         out.append(
             f"| {r['step']} | {'yes' if r['steady'] else 'no'} | {fmt(r['interval_s'])} | {fmt(r['rollout_s'])} "
             f"| {fmt(r['slowest_gen_s'])} ({fmt(r['slowest_gen_wait_s'], 1)}) "
@@ -95,7 +96,7 @@ def main() -> None:
             f"| {turns} | {fmt(r['mean_gen_s'])} ({fmt(r['mean_gen_wait_s'], 1)}) | {fmt(r['mean_eval_s'], 1)} "
             f"| {fmt(r['worker_busy'], pct=True)} | {fmt(r['gpu_idle'], pct=True)} | {fmt(r['decode_steps'])} "
             f"| {fmt(r['ms_per_step'], 1)}{alone} | {fmt(r['rows_per_step'])} ({fmt(computed(r))}) "
-            f"| {fmt(r['prefill_s'] or None, 1)} |")
+            f"| {fmt(r['prefill_s'] or None, 1)}{forwards} |")
     print("\n".join(out))
     print()
     print(json.dumps(summary))

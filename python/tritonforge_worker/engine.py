@@ -23,7 +23,11 @@ Built on torch and the model's own transformers code only. The pieces:
 - Batched prefill: the requests admitted in one step are prefilled together, in forwards
   of rows of similar length (left-padded; padding writes to the scratch column), up to
   `prefill_tokens` padded tokens each. A request sharing a long prefix with another of
-  the same wave waits for the next wave and copies that prefix (below).
+  the same wave waits for the next wave and copies that prefix (below). While rows are
+  decoding, a request that comes alone is held up to `admit_wait` seconds (CUDA: 0.25)
+  for others to share its forward (`_hold`): in a multi-turn rollout the next turns come
+  back one at a time, as their verdicts do, and an eager forward costs about the same
+  for one row as for several, while every running row waits for it.
 - Sampling on the device for the whole batch: per-row temperature, top-k, top-p, seed,
   stop tokens and token budget live in device tensors indexed by slot. The draw is the
   Gumbel-max trick with noise from a counter-based hash of (seed, token index, vocab
@@ -64,6 +68,10 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 # Padded tokens per prefill forward (`Engine.prefill_tokens`), on the CPU and on CUDA.
 PREFILL_TOKENS = 8192
 PREFILL_TOKENS_CUDA = 32768
+# How long (s) a request that arrives while rows decode may wait for others to share its
+# prefill forward (`Engine._hold`), on CUDA; and how many waiting requests end the wait.
+ADMIT_WAIT_CUDA = 0.25
+HOLD_ROWS = 8
 # Bounds of one row's stop tokens (padded with -1) and of the buckets.
 MAX_STOPS = 8
 LEN_BUCKET = 128
@@ -74,7 +82,8 @@ CANDIDATES = 256
 # decode_width: rows computed (the batch bucket), likewise. decode_ms and prefill_ms: the
 # device's time in decode steps and prefill forwards (`Engine._clock`).
 STAT_KEYS = ("prefill_tokens", "reused_tokens", "prefill_forwards", "decode_steps", "decode_rows",
-             "decode_width", "graphs", "drafted", "accepted", "moved_rows", "decode_ms", "prefill_ms")
+             "decode_width", "graphs", "drafted", "accepted", "moved_rows", "decode_ms", "prefill_ms",
+             "held_steps")
 _MASK64 = (1 << 64) - 1
 
 
@@ -422,7 +431,8 @@ class Engine:
                  sync_every: Optional[int] = None, graphs: Optional[bool] = None,
                  min_prefix: int = 16, prefill_tokens: Optional[int] = None, compile: Optional[bool] = None,
                  join: Optional[bool] = None, speculate: Optional[int] = None,
-                 stats: Optional[Dict[str, float]] = None, compact: bool = True) -> None:
+                 stats: Optional[Dict[str, float]] = None, compact: bool = True,
+                 admit_wait: Optional[float] = None) -> None:
         import torch
 
         from .joined import join_projections
@@ -462,6 +472,9 @@ class Engine:
         if prefill_tokens is None:
             prefill_tokens = PREFILL_TOKENS_CUDA if cuda else PREFILL_TOKENS
         self.prefill_tokens = max(prefill_tokens, 1)
+        # The prefill hold (`_hold`); none on the CPU, where a forward's cost follows its
+        # tokens rather than its launches.
+        self.admit_wait = max(ADMIT_WAIT_CUDA if admit_wait is None and cuda else admit_wait or 0.0, 0.0)
         # Prompt-lookup speculation (`_speculate`): up to this many drafted tokens per row
         # and step, checked in one forward. Only where steps run eagerly (a CUDA graph
         # replays fixed shapes and reads nothing back), so by default on the CPU alone.
@@ -588,6 +601,9 @@ class Engine:
         waits for the next wave, so that it copies that prefix instead of computing it
         again (the n samples of one prompt prefill it once)."""
         finished: List[Finished] = []
+        if self._hold():
+            self.stats["held_steps"] += 1
+            return finished
         while self.waiting:
             wave: List[Tuple[int, Request, int]] = []
             later: List[Request] = []
@@ -612,6 +628,17 @@ class Engine:
             self._prefill(wave)
             self._pending.clear()
         return finished
+
+    def _hold(self) -> bool:
+        """Whether the waiting requests wait one more decode step for company: only while
+        rows are decoding (an idle engine admits at once), fewer than `HOLD_ROWS` wait and
+        none has waited `admit_wait`."""
+        if not self.waiting or self.admit_wait <= 0 or len(self.waiting) >= HOLD_ROWS:
+            return False
+        if not any(s.request is not None for s in self.slots):
+            return False
+        oldest = min(r.submitted for r in self.waiting)
+        return time.perf_counter() - oldest < self.admit_wait
 
     def _better_later(self, req: Request, wave: List[Tuple[int, Request, int]]) -> bool:
         """Whether `req` shares with a prompt of this wave a prefix longer (by

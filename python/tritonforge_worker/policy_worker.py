@@ -261,6 +261,19 @@ def _tokens_env(name: str) -> Optional[int]:
         raise SystemExit(f"{name}={value!r}: expected a whole number of tokens") from None
 
 
+def _seconds_env(name: str) -> Optional[float]:
+    """Seconds (0 or more) from the environment, or None when unset; anything else stops
+    the worker at start, naming the variable."""
+    value = os.environ.get(name)
+    try:
+        seconds = float(value) if value else None
+    except ValueError:
+        seconds = -1.0
+    if seconds is not None and not seconds >= 0:
+        raise SystemExit(f"{name}={value!r}: expected seconds, 0 or more")
+    return seconds
+
+
 class _Generator:
     """The engine as the worker uses it: requests by message id, the model it generates
     from (the loaded one, or the trainer's once training is set up), its tokenizer."""
@@ -276,6 +289,9 @@ class _Generator:
         self.compile = os.environ.get("TRITONFORGE_POLICY_COMPILE", compile_default) != "0"
         self.speculate = _tokens_env("TRITONFORGE_POLICY_SPECULATE")
         self.prefill_tokens = _tokens_env("TRITONFORGE_POLICY_PREFILL_TOKENS")
+        # Seconds a lone next-turn request may wait for others to share its prefill
+        # (engine.py's `_hold`); 0 turns the hold off.
+        self.admit_wait = _seconds_env("TRITONFORGE_POLICY_ADMIT_WAIT")
         self.engine: Any = None
         self.ids: dict = {}
         # Colocated: the trainer's model, and the generation copy made from it.
@@ -327,7 +343,8 @@ class _Generator:
             join = False if self.net is self.trained else None
             self.engine = Engine(self.net, self.device, max_slots=self.slots, max_len=min(self.max_len, limit),
                                  sync_every=self.sync, compile=self.compile, join=join, speculate=self.speculate,
-                                 prefill_tokens=self.prefill_tokens, stats=self.usage.engine)
+                                 prefill_tokens=self.prefill_tokens, stats=self.usage.engine,
+                                 admit_wait=self.admit_wait)
         return self.engine
 
     def submit(self, msg: Any) -> None:

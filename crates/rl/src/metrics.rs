@@ -261,6 +261,10 @@ pub struct EngineShare {
     /// The device's time in prefill forwards over the step (s).
     #[serde(default)]
     pub prefill_s: f64,
+    /// Prefill forwards over the step: an eager forward costs about the same for one row
+    /// as for several, so `prefill_s` follows this more than `prefill_tokens`.
+    #[serde(default)]
+    pub prefill_forwards: u64,
 }
 
 impl EngineShare {
@@ -282,6 +286,7 @@ impl EngineShare {
             moved_rows: d(now.moved_rows, p.moved_rows),
             decode_ms_per_step: per((now.decode_ms - p.decode_ms).max(0.0)),
             prefill_s: (now.prefill_ms - p.prefill_ms).max(0.0) / 1000.0,
+            prefill_forwards: d(now.prefill_forwards, p.prefill_forwards),
         }
     }
 }
@@ -563,7 +568,7 @@ mod tests {
             decode_width: width,
             prefill_tokens: prefill,
             reused_tokens: 2 * prefill,
-            prefill_forwards: 1,
+            prefill_forwards: steps / 100,
             moved_rows: steps / 10,
             // 2.5 ms of device time per decode step, 0.4 s of prefill per 1,000 tokens.
             decode_ms: 2.5 * steps as f64,
@@ -576,8 +581,8 @@ mod tests {
         second.engine = Some(counts(1400, 62_000, 89_600, 10_000));
         let e = WorkerShare::between(Some(&first), &second).engine.unwrap_or_default();
         assert_eq!(
-            (e.decode_steps, e.prefill_tokens, e.reused_tokens, e.moved_rows),
-            (400, 1_000, 2_000, 40)
+            (e.decode_steps, e.prefill_tokens, e.reused_tokens, e.moved_rows, e.prefill_forwards),
+            (400, 1_000, 2_000, 40, 4)
         );
         assert!((e.rows_per_step - 30.0).abs() < 1e-12);
         assert!((e.idle_rows - (1.0 - 30.0 / 64.0)).abs() < 1e-12);
