@@ -1405,19 +1405,41 @@ def _speedup_interval(dev: Dict[str, List[float]], resamples: int) -> Tuple[floa
     return float(low), float(high)
 
 
+# The cushion: a GPU spin before each window, long enough to cover the host's launch of
+# the call that follows it. Calibrated as the fastest of CUSHION_TRIES spins, and never
+# shorter than the device's top clock allows: a spin that shares the GPU with another
+# context's kernels (a process starting meanwhile) runs long, and a cushion calibrated on
+# it alone is too short for the whole timing run. On 2026-11-29 a 12 µs Triton ReLU was
+# timed at 71 µs in one copy of five (its launch no longer covered) while the reference
+# beside it, launched faster, was not.
+CUSHION_MS = 0.2
+CUSHION_TRIES = 5
+CUSHION_PROBE = 1_000_000
+
+
 def _cushion(torch: Any, new_event: Any) -> Any:
-    """A callable that keeps the GPU busy for about 0.2 ms (a spin kernel), calibrated here."""
+    """A callable that keeps the GPU busy for at least CUSHION_MS (a spin kernel)."""
     sleep = getattr(torch.cuda, "_sleep", None)
     if sleep is None:
         return lambda: None
-    a, b = new_event(), new_event()
-    a.record()
-    sleep(1_000_000)
-    b.record()
-    b.synchronize()
-    ms = max(float(a.elapsed_time(b)), 1e-3)
-    cycles = int(1_000_000 * 0.2 / ms)
+    clock_khz = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "clock_rate", 0) or 0)
+    cycles = cushion_cycles(sleep, new_event, CUSHION_MS, clock_khz)
     return lambda: sleep(cycles)
+
+
+def cushion_cycles(sleep: Any, new_event: Any, target_ms: float, clock_khz: int) -> int:
+    """Spin cycles that last at least `target_ms`: the fastest of CUSHION_TRIES timed spins
+    (sharing the GPU only ever makes one slower), and at least `target_ms` at the top
+    clock `clock_khz` (cycles per ms; 0 when the device does not say)."""
+    fastest = float("inf")
+    for _ in range(CUSHION_TRIES):
+        a, b = new_event(), new_event()
+        a.record()
+        sleep(CUSHION_PROBE)
+        b.record()
+        b.synchronize()
+        fastest = min(fastest, max(float(a.elapsed_time(b)), 1e-3))
+    return max(int(CUSHION_PROBE * target_ms / fastest), int(target_ms * clock_khz))
 
 
 # -- the sequence -------------------------------------------------------------

@@ -412,3 +412,15 @@ fn a_watched_call_holds_back_the_first_launch_on_each_other_stream() {
     let v = fixture_report("guard/check_stream_hold.py", &[&repo().join("python")]);
     assert_eq!(v["failures"], serde_json::json!([]), "{v}");
 }
+
+/// The other side of a trustworthy verdict: an honest kernel is not timed slow for the
+/// pool's sake. The spin before each timed window must cover the host's launch of the
+/// call; its calibration takes the fastest of several spins (one that shared the GPU with
+/// another process ran long and gave a tenth of the cushion) and never goes below the
+/// device's top clock. Checked with a stand-in spin and events on a simulated clock.
+#[test]
+fn the_timing_cushion_is_calibrated_on_its_fastest_spin() {
+    let v = fixture_report("timing/check_cushion.py", &[&repo().join("python")]);
+    assert_eq!(v["failures"], serde_json::json!([]), "{v}");
+    assert_eq!(v["first try shared"], 400_000, "{v}");
+}
