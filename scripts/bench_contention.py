@@ -25,12 +25,17 @@ set beside `ctx:4` with the engine decoding).
 
 Each arm: B prompts of P random tokens, N new tokens each sampled at temperature 1
 (end of sequence ignored), through the engine as `train rl` runs it (CUDA graphs; not
-compiled unless --compile). The neighbours start --settle seconds before the timed run
+compiled unless --compile). With `--prefill-rows 1,4,16` an arm instead times prefill
+forwards (run 13 in docs/rl.md: a third of a step's generation): for each R, rounds of R
+fresh prompts of P tokens admitted together with one new token each, so each round is
+one prefill forward; per R, the device's ms per forward (`Engine._clock`) and the wall.
+The neighbours start --settle seconds before the timed run
 and are killed after it. Per arm: tokens/s, seconds, and each group's progress (loops
 a second: for `ctx`, contexts created and destroyed).
 
 usage: PYTHONPATH=python python3 scripts/bench_contention.py [--model configs/models/smollm2-135m-shape]
-       [--batch 96] [--prompt-tokens 1200] [--tokens 384] [--arms alone,gpu:16,cpu:16,...] [--out F]
+       [--batch 96] [--prompt-tokens 1200] [--tokens 384] [--arms alone,gpu:16,cpu:16,...]
+       [--prefill-rows 1,4,16 [--rounds 20]] [--out F]
 """
 
 from __future__ import annotations
@@ -160,6 +165,8 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--settle", type=float, default=3.0)
     ap.add_argument("--idle-seconds", type=float, default=5.0)
+    ap.add_argument("--prefill-rows", help="time prefill forwards of these many rows instead of decoding")
+    ap.add_argument("--rounds", type=int, default=20, help="prefill forwards per row count and arm")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.neighbour:
@@ -193,7 +200,39 @@ def main() -> int:
         return {"tokens": n, "seconds": round(dt, 3), "tokens_per_s": round(n / dt, 1),
                 "engine_cpu_s": round(time.process_time() - cpu0, 3)}
 
+    if a.prefill_rows:
+        counts = [int(r) for r in a.prefill_rows.split(",")]
+        if max(counts) > a.batch:
+            sys.exit(f"--prefill-rows {a.prefill_rows}: more rows than --batch {a.batch} slots")
+        return report(a, arms, lambda: prefill(eng, ps, counts, a.rounds), prefill(eng, ps, counts, 2))
     return report(a, arms, once, once())
+
+
+def prefill(eng: Any, ps: List[List[int]], counts: List[int], rounds: int) -> Dict[str, Any]:
+    """Rounds of R prompts admitted together (one prefill forward each, one token
+    generated), for each R: device ms per forward and wall ms per round."""
+    import torch
+    from tritonforge_worker.engine import Request
+
+    sync = torch.cuda.synchronize if eng.on_cuda else (lambda: None)  # the CPU: a check of this code
+    out: Dict[str, Any] = {}
+    started = time.perf_counter()
+    for r in counts:
+        eng.forget_prefixes()  # nothing reused: every round prefills its prompts whole
+        before = (eng.stats["prefill_ms"], eng.stats["prefill_forwards"])
+        sync()
+        t = time.perf_counter()
+        for k in range(rounds):
+            eng.forget_prefixes()
+            eng.run([Request(key=(k, i), prompt=ps[(k * r + i) % len(ps)], max_tokens=1, temperature=1.0, seed=i)
+                     for i in range(r)])
+        sync()
+        wall = time.perf_counter() - t
+        eng._read_brackets()
+        ms, fw = eng.stats["prefill_ms"] - before[0], eng.stats["prefill_forwards"] - before[1]
+        out[str(r)] = {"forwards": fw, "device_ms_per_forward": round(ms / max(fw, 1), 2),
+                       "wall_ms_per_round": round(1000.0 * wall / rounds, 2)}
+    return {"prefill": out, "seconds": round(time.perf_counter() - started, 3)}
 
 
 def report(a: Any, arms: List[str], once: Any, warm: Dict[str, Any]) -> int:
