@@ -755,14 +755,7 @@ def _open_window(cx: Context) -> Any:
     torch = cx.torch
     sleep = getattr(torch.cuda, "_sleep", None)
     if sleep is not None:
-        if cx.spin_per_ms <= 0.0:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            sleep(1_000_000)
-            b.record()
-            b.synchronize()
-            cx.spin_per_ms = 1_000_000 / max(float(a.elapsed_time(b)), 1e-3)
-        sleep(int(cx.spin_per_ms * min(2.0 * cx.watched_host_ms + 0.2, 200.0)))
+        sleep(int(spin_per_ms(cx) * min(2.0 * cx.watched_host_ms + 0.2, 200.0)))
     start = torch.cuda.Event(enable_timing=True)
     start.record()
     cx.recorder.marks = []
@@ -1256,17 +1249,31 @@ def timed_run(
                     call_candidate(cx, model, inputs, "timing warm-up", done)
                 else:
                     fn(*inputs)
-        cushion = _cushion(torch, new_event)
+        sleep = getattr(torch.cuda, "_sleep", None)
+        rate = spin_per_ms(cx) if sleep is not None else 0.0
+        cover = [CUSHION_MS]
+
+        def cushion() -> None:
+            if sleep is not None:
+                sleep(int(rate * cover[0]))
+
         torch.cuda.synchronize()
         probe_start = _time.perf_counter()
         seed += 1
         inputs = fresh(seed)
+        enqueue: List[float] = []
         for _, fn in arms:
             flush.zero_()
             cushion()
+            h = _time.perf_counter()
             fn(*inputs)
+            enqueue.append((_time.perf_counter() - h) * 1000.0)
         torch.cuda.synchronize()
         per_round = max(_time.perf_counter() - probe_start, 1e-6)
+        # From here the spin covers the slowest side's launch with room to spare (and a
+        # round takes that much longer).
+        cover[0] = cushion_ms(enqueue)
+        per_round += len(arms) * (cover[0] - CUSHION_MS) / 1000.0
         # The budget caps the repetitions; timing stops earlier once the speedup's
         # interval is within ±TIMING_CI (checked every few repetitions past the window
         # in which the pre-picked audited and spot-checked calls fall).
@@ -1405,26 +1412,36 @@ def _speedup_interval(dev: Dict[str, List[float]], resamples: int) -> Tuple[floa
     return float(low), float(high)
 
 
-# The cushion: a GPU spin before each window, long enough to cover the host's launch of
-# the call that follows it. Calibrated as the fastest of CUSHION_TRIES spins, and never
-# shorter than the device's top clock allows: a spin that shares the GPU with another
-# context's kernels (a process starting meanwhile) runs long, and a cushion calibrated on
-# it alone is too short for the whole timing run. On 2026-11-29 a 12 µs Triton ReLU was
-# timed at 71 µs in one copy of five (its launch no longer covered) while the reference
-# beside it, launched faster, was not.
+# The cushion: a GPU spin before each timed window, long enough to cover the host's
+# launch of the call that follows it: CUSHION_MARGIN times the slowest side's host time
+# to enqueue its call (measured in the probe round), at least CUSHION_MS, at most
+# CUSHION_MAX_MS. On 2026-11-29 a 12 µs Triton ReLU, whose call took the host 0.15-0.19 ms
+# to enqueue (the reference's 0.05-0.1), was timed at 71 µs in one copy of five under a
+# fixed 0.2 ms spin: its launch was no longer covered, in most repetitions.
 CUSHION_MS = 0.2
+CUSHION_MARGIN = 2.5
+CUSHION_MAX_MS = 2.0
+# The spin's cycles per ms are the fastest of CUSHION_TRIES timed spins (one that shares
+# the GPU with another context runs long; calibrated on it, every cushion of the process
+# would come out short), and never below the device's top clock.
 CUSHION_TRIES = 5
 CUSHION_PROBE = 1_000_000
 
 
-def _cushion(torch: Any, new_event: Any) -> Any:
-    """A callable that keeps the GPU busy for at least CUSHION_MS (a spin kernel)."""
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is None:
-        return lambda: None
-    clock_khz = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "clock_rate", 0) or 0)
-    cycles = cushion_cycles(sleep, new_event, CUSHION_MS, clock_khz)
-    return lambda: sleep(cycles)
+def cushion_ms(enqueue_ms: List[float]) -> float:
+    """The spin before each window, from each side's host time to enqueue its call (ms)."""
+    return min(max(CUSHION_MS, CUSHION_MARGIN * max(enqueue_ms, default=0.0)), CUSHION_MAX_MS)
+
+
+def spin_per_ms(cx: Context) -> float:
+    """Cycles of `torch.cuda._sleep` per ms on this device, calibrated once per process."""
+    if cx.spin_per_ms <= 0.0:
+        torch = cx.torch
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        clock_khz = int(getattr(props, "clock_rate", 0) or 0)
+        cx.spin_per_ms = float(cushion_cycles(torch.cuda._sleep, lambda: torch.cuda.Event(enable_timing=True),
+                                              1.0, clock_khz))
+    return cx.spin_per_ms
 
 
 def cushion_cycles(sleep: Any, new_event: Any, target_ms: float, clock_khz: int) -> int:

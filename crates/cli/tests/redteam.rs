@@ -415,9 +415,10 @@ fn a_watched_call_holds_back_the_first_launch_on_each_other_stream() {
 
 /// The other side of a trustworthy verdict: an honest kernel is not timed slow for the
 /// pool's sake. The spin before each timed window must cover the host's launch of the
-/// call; its calibration takes the fastest of several spins (one that shared the GPU with
-/// another process ran long and gave a tenth of the cushion) and never goes below the
-/// device's top clock. Checked with a stand-in spin and events on a simulated clock.
+/// call: it lasts 2.5 times the slower side's enqueue time (0.2 to 2 ms), and its
+/// calibration takes the fastest of several spins (one that shared the GPU with another
+/// process ran long and gave a tenth of the cushion) and never goes below the device's
+/// top clock. Checked with a stand-in spin and events on a simulated clock.
 #[test]
 fn the_timing_cushion_is_calibrated_on_its_fastest_spin() {
     let v = fixture_report("timing/check_cushion.py", &[&repo().join("python")]);
