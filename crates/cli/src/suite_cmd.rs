@@ -33,6 +33,11 @@ pub enum SuiteCmd {
         /// tried once more with three times as much before it is a failure.
         #[arg(long, default_value_t = 120.0)]
         budget: f64,
+        /// Correctness trials per reference solution, each with a fresh seed (the re-call
+        /// check after them draws inputs of its own).
+        #[arg(long, default_value_t = tritonforge_eval::EvalSettings::default().trials,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        trials: u32,
         #[command(flatten)]
         pool: PoolArgs,
         #[command(flatten)]
@@ -92,12 +97,13 @@ pub async fn run(global: &Global, cmd: SuiteCmd) -> anyhow::Result<u8> {
             print!("{}", tritonforge_suite::render::show(e));
             Ok(exit::CORRECT)
         }
-        SuiteCmd::Validate { filter, variant, budget, pool, timing, guard, json } => {
+        SuiteCmd::Validate { filter, variant, budget, trials, pool, timing, guard, json } => {
             let spec = ValidateSpec {
                 filter: Filter::from(&filter),
                 variants: variant,
                 timing: (&timing).into(),
                 budget: Some(budget_flag(budget)?),
+                trials: Some(trials),
             };
             validate(global, &suite, spec, &pool, &guard, json).await
         }

@@ -343,8 +343,11 @@ fn event_kinds(events: &[Value]) -> Vec<&str> {
 /// model writes no code, so every reward is equal: both steps say so and train nothing,
 /// while the heldout set, the metrics, the store and the checkpoints are all kept, and a
 /// checkpoint's adapter is a model `run --model` plays.
+/// Named to sort first: libtest starts a binary's tests in name order, and this one, the
+/// longest (nine invocations, each starting the worker), would otherwise start last and
+/// run alone at the end.
 #[test]
-fn train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
+fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let model = tiny_model(dir.path(), None);

@@ -32,6 +32,8 @@ pub struct ValidateSpec {
     pub timing: TimingSettings,
     /// Wall-clock budget per reference solution; `None`: the evaluator's default.
     pub budget: Option<Duration>,
+    /// Correctness trials per reference solution; `None`: the evaluator's default (5).
+    pub trials: Option<u32>,
 }
 
 /// Which half of a problem a check was about.
@@ -158,6 +160,7 @@ pub async fn validate_suite<E: EvalService + ?Sized + 'static>(
                 shape_check: ShapeCheck::Off,
                 timing: spec.timing.clone(),
                 budget: spec.budget.unwrap_or(base.budget),
+                trials: spec.trials.unwrap_or(base.trials),
                 ..base
             };
             let config = match settings.config(&problem, evaluator.device()) {
