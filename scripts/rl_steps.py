@@ -1,6 +1,6 @@
 """A run's steps as a table, from `train rl`'s metrics.jsonl (docs/rl.md's run tables).
 
-usage: python3 scripts/rl_steps.py METRICS.jsonl [--json]
+usage: python3 scripts/rl_steps.py METRICS.jsonl [--json] [--means A-B]
 
 Per step, in seconds: the pace (`interval`), the rollout, the slowest and the mean chain's
 generation (of which waiting behind the learner) and evaluation (of which waiting for a
@@ -14,6 +14,11 @@ Then the steady steps' range and mean. A step is not steady when it is the first
 invocation (the worker compiled its decode step: `graphs_compiled` > 0) or the last (no
 generation overlapped its learner, `learner_with_generation` == 0: its interval only says
 that its rollout ran during the step before).
+
+`--means A-B` adds one JSON line: the means over steps A to B (the steady ones among
+them) of the pace, the slowest and mean chain's generation, the engine's time per decode
+step (all, and the decode alone), its prefill seconds and new prompt tokens: how two
+runs' same steps compare (docs/rl.md, run 14).
 """
 
 from __future__ import annotations
@@ -43,7 +48,24 @@ def row(m: Dict[str, Any]) -> Dict[str, Any]:
         "rows_per_step": e.get("rows_per_step"), "idle_rows": e.get("idle_rows"),
         "moved_rows": e.get("moved_rows"), "decode_ms_per_step": e.get("decode_ms_per_step"),
         "prefill_s": e.get("prefill_s"), "prefill_forwards": e.get("prefill_forwards"),
+        "prefill_tokens": e.get("prefill_tokens"),
     }
+
+
+MEANS = ("interval_s", "slowest_gen_s", "mean_gen_s", "ms_per_step", "decode_ms_per_step", "prefill_s",
+         "prefill_tokens")
+
+
+def means(rows: List[Dict[str, Any]], span: str) -> Dict[str, Any]:
+    """Means of MEANS over the steady steps numbered within `span` ("A-B")."""
+    first, _, last = span.partition("-")
+    lo, hi = int(first), int(last or first)
+    picked = [r for r in rows if r["steady"] and lo <= r["step"] <= hi]
+    out: Dict[str, Any] = {"steps": [r["step"] for r in picked]}
+    for k in MEANS:
+        xs = [float(r[k]) for r in picked if r[k] is not None]
+        out[k] = round(sum(xs) / len(xs), 3) if xs else None
+    return out
 
 
 def fmt(x: Optional[float], digits: int = 0, pct: bool = False) -> str:
@@ -61,7 +83,14 @@ def computed(r: Dict[str, Any]) -> Optional[float]:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    argv = sys.argv[1:]
+    span = None
+    if "--means" in argv:
+        i = argv.index("--means")
+        if i + 1 >= len(argv):
+            sys.exit("--means wants a range of steps, e.g. 2-6")
+        span = argv.pop(i + 1)
+    args = [a for a in argv if not a.startswith("--")]
     if len(args) != 1:
         sys.exit(__doc__)
     with open(args[0]) as f:
@@ -100,6 +129,8 @@ def main() -> None:
     print("\n".join(out))
     print()
     print(json.dumps(summary))
+    if span is not None:
+        print(json.dumps({"means": means(rows, span)}))
 
 
 if __name__ == "__main__":
