@@ -28,14 +28,19 @@ Each arm: B prompts of P random tokens, N new tokens each sampled at temperature
 compiled unless --compile). With `--prefill-rows 1,4,16` an arm instead times prefill
 forwards (run 13 in docs/rl.md: a third of a step's generation): for each R, rounds of R
 fresh prompts of P tokens admitted together with one new token each, so each round is
-one prefill forward; per R, the device's ms per forward (`Engine._clock`) and the wall.
+one prefill forward; per R, the device's ms per forward (`Engine._clock`) and the wall,
+for the eager forward and for the forward replayed from a CUDA graph (`Engine._prefill_shape`,
+the default on CUDA), side by side in each arm. With `--vary` every round's prompts have
+another length (P down to P/2: other buckets, so the graphed side pays its captures inside
+the measurement, as a run does). Before the arms, both engines answer the same requests
+once and the result says how far their first tokens' log-probs are apart.
 The neighbours start --settle seconds before the timed run
 and are killed after it. Per arm: tokens/s, seconds, and each group's progress (loops
 a second: for `ctx`, contexts created and destroyed).
 
 usage: PYTHONPATH=python python3 scripts/bench_contention.py [--model configs/models/smollm2-135m-shape]
        [--batch 96] [--prompt-tokens 1200] [--tokens 384] [--arms alone,gpu:16,cpu:16,...]
-       [--prefill-rows 1,4,16 [--rounds 20]] [--out F]
+       [--prefill-rows 1,4,16 [--rounds 20] [--vary]] [--out F]
 """
 
 from __future__ import annotations
@@ -167,6 +172,7 @@ def main() -> int:
     ap.add_argument("--idle-seconds", type=float, default=5.0)
     ap.add_argument("--prefill-rows", help="time prefill forwards of these many rows instead of decoding")
     ap.add_argument("--rounds", type=int, default=20, help="prefill forwards per row count and arm")
+    ap.add_argument("--vary", action="store_true", help="prefill rounds of varying prompt lengths")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.neighbour:
@@ -180,7 +186,6 @@ def main() -> int:
 
     sys.path.insert(0, str(REPO / "scripts"))
     from bench_rollouts import load_model, prompts
-
     from tritonforge_worker.engine import Engine, Request
 
     net = load_model(a.model, "cuda", "bfloat16")
@@ -204,13 +209,43 @@ def main() -> int:
         counts = [int(r) for r in a.prefill_rows.split(",")]
         if max(counts) > a.batch:
             sys.exit(f"--prefill-rows {a.prefill_rows}: more rows than --batch {a.batch} slots")
-        return report(a, arms, lambda: prefill(eng, ps, counts, a.rounds), prefill(eng, ps, counts, 2))
+        graphed = Engine(net, "cuda", max_slots=a.batch, max_len=a.prompt_tokens + a.tokens + 8, compile=a.compile,
+                         prefill_graphs=True)
+        eager = Engine(net, "cuda", max_slots=a.batch, max_len=a.prompt_tokens + a.tokens + 8, compile=a.compile,
+                       prefill_graphs=False)
+
+        def both(rounds: int) -> Dict[str, Any]:
+            out = {"eager": prefill(eager, ps, counts, rounds, a.vary),
+                   "graphs": prefill(graphed, ps, counts, rounds, a.vary)}
+            return {**out, "seconds": round(out["eager"]["seconds"] + out["graphs"]["seconds"], 3)}
+
+        warm = both(2)
+        warm["agreement"] = agreement(eager, graphed, ps, max(counts))
+        return report(a, arms, lambda: both(a.rounds), warm)
     return report(a, arms, once, once())
 
 
-def prefill(eng: Any, ps: List[List[int]], counts: List[int], rounds: int) -> Dict[str, Any]:
+def agreement(eager: Any, graphed: Any, ps: List[List[int]], rows: int) -> Dict[str, Any]:
+    """The same greedy requests through both engines (rows of several lengths in one wave):
+    how many first tokens agree and the largest gap in their log-probs (bf16: shapes that
+    differ round differently)."""
+    from tritonforge_worker.engine import Request
+
+    outs = []
+    for eng in (eager, graphed):
+        eng.forget_prefixes()
+        outs.append(eng.run([Request(key=i, prompt=ps[i][: len(ps[i]) - 37 * i % (len(ps[i]) // 2)], max_tokens=4,
+                                     temperature=0.0) for i in range(rows)]))
+    same = sum(x.tokens == y.tokens for x, y in zip(*outs, strict=True))
+    gap = max(abs(x.logprobs[0] - y.logprobs[0]) for x, y in zip(*outs, strict=True))
+    return {"rows": rows, "same_tokens": same, "max_first_logprob_gap": round(gap, 4),
+            "prefill_graphs": graphed.stats["prefill_graphs"]}
+
+
+def prefill(eng: Any, ps: List[List[int]], counts: List[int], rounds: int, vary: bool = False) -> Dict[str, Any]:
     """Rounds of R prompts admitted together (one prefill forward each, one token
-    generated), for each R: device ms per forward and wall ms per round."""
+    generated), for each R: device ms per forward and wall ms per round (and for a graphed
+    engine the shapes it captured meanwhile)."""
     import torch
     from tritonforge_worker.engine import Request
 
@@ -219,19 +254,21 @@ def prefill(eng: Any, ps: List[List[int]], counts: List[int], rounds: int) -> Di
     started = time.perf_counter()
     for r in counts:
         eng.forget_prefixes()  # nothing reused: every round prefills its prompts whole
-        before = (eng.stats["prefill_ms"], eng.stats["prefill_forwards"])
+        before = (eng.stats["prefill_ms"], eng.stats["prefill_forwards"], eng.stats["prefill_graphs"])
         sync()
         t = time.perf_counter()
         for k in range(rounds):
             eng.forget_prefixes()
-            eng.run([Request(key=(k, i), prompt=ps[(k * r + i) % len(ps)], max_tokens=1, temperature=1.0, seed=i)
-                     for i in range(r)])
+            cut = (k * 53) % (len(ps[0]) // 2) if vary else 0
+            eng.run([Request(key=(k, i), prompt=ps[(k * r + i) % len(ps)][: len(ps[0]) - cut], max_tokens=1,
+                             temperature=1.0, seed=i) for i in range(r)])
         sync()
         wall = time.perf_counter() - t
         eng._read_brackets()
         ms, fw = eng.stats["prefill_ms"] - before[0], eng.stats["prefill_forwards"] - before[1]
         out[str(r)] = {"forwards": fw, "device_ms_per_forward": round(ms / max(fw, 1), 2),
-                       "wall_ms_per_round": round(1000.0 * wall / rounds, 2)}
+                       "wall_ms_per_round": round(1000.0 * wall / rounds, 2),
+                       "captured": eng.stats["prefill_graphs"] - before[2]}
     return {"prefill": out, "seconds": round(time.perf_counter() - started, 3)}
 
 
@@ -253,7 +290,7 @@ def report(a: Any, arms: List[str], once: Any, warm: Dict[str, Any]) -> int:
             procs += start_neighbours(kind, k, d)
         try:
             time.sleep(a.settle if procs else 0.0)
-            before = [loops(d, k) for d, (_, k) in zip(dirs, groups)]
+            before = [loops(d, k) for d, (_, k) in zip(dirs, groups, strict=True)]
             row: Dict[str, Any] = {"arm": arm}
             if idle:
                 time.sleep(a.idle_seconds)
@@ -263,7 +300,7 @@ def report(a: Any, arms: List[str], once: Any, warm: Dict[str, Any]) -> int:
             time.sleep(1.1)  # every counter written once more
             row["neighbour_loops_per_s"] = {
                 f"{kind}:{k}": round((loops(d, k) - b) / (row["seconds"] + 1.1), 1)
-                for d, (kind, k), b in zip(dirs, groups, before)}
+                for d, (kind, k), b in zip(dirs, groups, before, strict=True)}
             row["neighbours_alive"] = sum(p.poll() is None for p in procs)
         finally:
             stop_neighbours(procs)

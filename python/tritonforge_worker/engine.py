@@ -55,6 +55,12 @@ Built on torch and the model's own transformers code only. The pieces:
   replayed; on the CPU it runs eagerly. With `compile` (the default on CUDA) the
   forward inside the graph is torch.compile'd with symbolic sizes (one compile for every
   bucket): fused kernels, about a third as many launches, half the step time.
+- On CUDA a prefill forward of up to `PREFILL_GRAPH_TOKENS` padded tokens runs at a
+  bucketed shape (rows to a power of two, new tokens and keys to steps of at most 1.5x;
+  padding rows and tokens write the scratch column, padded keys are masked) and is
+  replayed from a CUDA graph captured on the shape's first use (eager inside: prefill
+  shapes vary too much for one compile). An eager prefill forward is bound by its
+  launches, and beside the candidates' contexts each launch waits its turn.
 """
 
 from __future__ import annotations
@@ -68,6 +74,11 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 # Padded tokens per prefill forward (`Engine.prefill_tokens`), on the CPU and on CUDA.
 PREFILL_TOKENS = 8192
 PREFILL_TOKENS_CUDA = 32768
+# Padded tokens (rows x new tokens) up to which a prefill forward runs at bucketed shapes
+# from a CUDA graph (`Engine._prefill_shape`): the engine's waves are mostly a few rows of
+# a few hundred new tokens, whose eager forward is its launches (28 ms alone on an H200
+# for one row of 1,000 tokens, 67-118 ms beside 16 busy candidate contexts).
+PREFILL_GRAPH_TOKENS = 16384
 # How long (s) a request that arrives while rows decode may wait for others to share its
 # prefill forward (`Engine._hold`), on CUDA; and how many waiting requests end the wait.
 ADMIT_WAIT_CUDA = 0.25
@@ -79,11 +90,12 @@ LEN_BUCKET = 128
 # (`sample`'s `candidates`).
 CANDIDATES = 256
 # What `Engine.stats` counts. decode_rows: rows with a request, summed over decode steps;
-# decode_width: rows computed (the batch bucket), likewise. decode_ms and prefill_ms: the
+# decode_width: rows computed (the batch bucket), likewise. prefill_padded: tokens computed
+# by prefill forwards, padding included; prefill_graphs: prefill shapes captured. decode_ms and prefill_ms: the
 # device's time in decode steps and prefill forwards (`Engine._clock`).
 STAT_KEYS = ("prefill_tokens", "reused_tokens", "prefill_forwards", "decode_steps", "decode_rows",
              "decode_width", "graphs", "drafted", "accepted", "moved_rows", "decode_ms", "prefill_ms",
-             "held_steps")
+             "held_steps", "prefill_graphs", "prefill_padded")
 _MASK64 = (1 << 64) - 1
 
 
@@ -416,6 +428,16 @@ def _common(a: List[int], b: List[int]) -> int:
     return n if bool(same.all()) else int(np.argmin(same))
 
 
+def _span(n: int) -> int:
+    """The bucket of a prefill forward's new tokens or keys: a power of two up to 64,
+    then steps of 1.5x and 1.33x (96, 128, 192, 256, ...), so padding stays under half and
+    a run meets a few dozen shapes."""
+    b = 1
+    while b < n:
+        b = b * 3 // 2 if b >= 64 and b & (b - 1) == 0 else (b * 4 // 3 if b > 64 else b * 2)
+    return b
+
+
 def _buckets(limit: int) -> List[int]:
     out, b = [], 1
     while b < limit:
@@ -432,7 +454,7 @@ class Engine:
                  min_prefix: int = 16, prefill_tokens: Optional[int] = None, compile: Optional[bool] = None,
                  join: Optional[bool] = None, speculate: Optional[int] = None,
                  stats: Optional[Dict[str, float]] = None, compact: bool = True,
-                 admit_wait: Optional[float] = None) -> None:
+                 admit_wait: Optional[float] = None, prefill_graphs: Optional[bool] = None) -> None:
         import torch
 
         from .joined import join_projections
@@ -475,6 +497,12 @@ class Engine:
         # The prefill hold (`_hold`); none on the CPU, where a forward's cost follows its
         # tokens rather than its launches.
         self.admit_wait = max(ADMIT_WAIT_CUDA if admit_wait is None and cuda else admit_wait or 0.0, 0.0)
+        # Prefill forwards at bucketed shapes (`_prefill_shape`), replayed from a CUDA graph
+        # per shape on CUDA; by default wherever decode steps are graphed. On the CPU, True
+        # pads to the same shapes and runs them eagerly (what the tests check).
+        self.prefill_buckets = self.use_graphs if prefill_graphs is None else prefill_graphs
+        self.prefill_graphs: Dict[Tuple[int, int, int], Tuple[Any, ...]] = {}
+        self.prefill_pool: Any = None
         # Prompt-lookup speculation (`_speculate`): up to this many drafted tokens per row
         # and step, checked in one forward. Only where steps run eagerly (a CUDA graph
         # replays fixed shapes and reads nothing back), so by default on the CPU alone.
@@ -730,15 +758,27 @@ class Engine:
         dev = self.device
         width = max(len(r.prompt) - start for _, r, start in rows)
         keys = max(len(r.prompt) for _, r, _ in rows)
-        ids, cols = [], []
+        shape = self._prefill_shape(len(rows), width, keys)
+        R, W, K = shape or (len(rows), width, keys)
+        scratch = self.cache.scratch
+        ids, cols, slots = [], [], [slot for slot, _, _ in rows]
         for _, r, start in rows:
-            pad = width - (len(r.prompt) - start)
+            pad = W - (len(r.prompt) - start)
             ids.append([0] * pad + r.prompt[start:])
-            cols.append([self.cache.scratch] * pad + list(range(start, len(r.prompt))))
+            cols.append([scratch] * pad + list(range(start, len(r.prompt))))
+        # Rows beyond the wave (a bucket's padding) write the first row's scratch column only.
+        ids += [[0] * W for _ in range(R - len(rows))]
+        cols += [[scratch] * W for _ in range(R - len(rows))]
+        slots += [slots[0]] * (R - len(rows))
         ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
         cols_t = torch.tensor(cols, dtype=torch.long, device=dev)
-        idx = torch.tensor([slot for slot, _, _ in rows], device=dev)
-        logits = self._columns(ids_t, cols_t, idx.unsqueeze(1), keys, None, idx, 1)[:, -1]
+        slots_t = torch.tensor(slots, device=dev)
+        self.stats["prefill_padded"] += R * W
+        if shape is not None and self.on_cuda and self.use_graphs:
+            logits = self._prefill_graphed(shape, ids_t, cols_t, slots_t)[: len(rows)]
+        else:
+            logits = self._columns(ids_t, cols_t, slots_t.unsqueeze(1), K, None, slots_t, 1)[: len(rows), -1]
+        idx = slots_t[: len(rows)]
         self._set_rows([slot for slot, _, _ in rows], [r for _, r, _ in rows])
         self.stats["prefill_forwards"] += 1
         reqs = [r for _, r, _ in rows]
@@ -747,6 +787,69 @@ class Engine:
         tok, lp, slp = sample(logits, self.temp[idx], self.top_p[idx], self.top_k[idx], self.seed[idx],
                               self.gen[idx], filtered, drawn, CANDIDATES)
         self._record(idx, tok, lp, slp, torch.ones(len(rows), dtype=torch.bool, device=dev))
+
+    def _prefill_shape(self, n: int, width: int, keys: int) -> Optional[Tuple[int, int, int]]:
+        """The bucketed (rows, new tokens, keys) a prefill forward of `n` rows runs at, or
+        None (exact shapes, eagerly) when buckets are off or the bucket is over
+        `PREFILL_GRAPH_TOKENS` (a forward that large is not bound by its launches, and its
+        graph would hold that much memory for good). Rows pad to a power of two; padding
+        tokens write the scratch column and padded keys are masked, so each real row gets
+        what it gets at its exact shape."""
+        if not self.prefill_buckets:
+            return None
+        R = 1 << max(n - 1, 0).bit_length()
+        K = min(_span(keys), self.cache.capacity)
+        W = min(_span(width), K)
+        return (R, W, K) if R * W <= PREFILL_GRAPH_TOKENS else None
+
+    def _prefill_graphed(self, shape: Tuple[int, int, int], ids: Any, cols: Any, slots: Any) -> Any:
+        """The last position's logits of a prefill forward at a bucketed `shape`, replayed
+        from the CUDA graph captured on its first use. A shape that fails to capture turns
+        prefill graphs off for good and runs eagerly, never failing the request."""
+        import sys
+
+        entry = self.prefill_graphs.get(shape)
+        if entry is None:
+            try:
+                entry = self._capture_prefill(shape, ids, cols, slots)
+            except Exception as exc:  # noqa: BLE001 - fall back, never fail the request
+                sys.stderr.write(f"engine: CUDA graph of a prefill forward {shape} failed "
+                                 f"({type(exc).__name__}: {exc}); prefilling eagerly\n")
+                self.prefill_buckets = False
+                return self._columns(ids, cols, slots.unsqueeze(1), shape[2], None, slots, 1)[:, -1]
+            self.prefill_graphs[shape] = entry
+            self.stats["prefill_graphs"] += 1
+        graph, ids_s, cols_s, slots_s, out = entry
+        ids_s.copy_(ids)
+        cols_s.copy_(cols)
+        slots_s.copy_(slots)
+        graph.replay()
+        return out
+
+    def _capture_prefill(self, shape: Tuple[int, int, int], ids: Any, cols: Any, slots: Any) -> Tuple[Any, ...]:
+        """Capture a prefill forward at `shape` on static copies of this wave's inputs,
+        after one eager warm-up on a side stream (it writes this wave's KV, as the replay
+        that follows will again). All prefill graphs share one memory pool: they replay
+        one at a time and their output is read before the next."""
+        import torch
+
+        keys = shape[2]
+        ids_s, cols_s, slots_s = ids.clone(), cols.clone(), slots.clone()
+
+        def forward() -> Any:
+            return self._columns(ids_s, cols_s, slots_s.unsqueeze(1), keys, None, slots_s, 1)[:, -1]
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            forward()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        if self.prefill_pool is None:
+            self.prefill_pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self.prefill_pool):
+            out = forward()
+        return graph, ids_s, cols_s, slots_s, out
 
     def _columns(self, ids: Any, cols: Any, rows: Any, keys: int, view: Optional[int], gather: Any,
                  keep: int) -> Any:
@@ -789,6 +892,7 @@ class Engine:
                 cap *= 2
             self.cache.grow(min(cap, self.max_len))
             self.graphs.clear()
+            self.prefill_graphs.clear()
 
     def _record(self, idx: Any, tok: Any, lp: Any, slp: Any, active: Any) -> None:
         """Store one sampled token per row of `idx` (only where `active`) and advance."""

@@ -274,6 +274,17 @@ def _seconds_env(name: str) -> Optional[float]:
     return seconds
 
 
+def _switch_env(name: str) -> Optional[bool]:
+    """A switch (1 or 0) from the environment, or None when unset; anything else stops the
+    worker at start, naming the variable."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if value not in ("0", "1"):
+        raise SystemExit(f"{name}={value!r}: expected 1 or 0")
+    return value == "1"
+
+
 class _Generator:
     """The engine as the worker uses it: requests by message id, the model it generates
     from (the loaded one, or the trainer's once training is set up), its tokenizer."""
@@ -292,6 +303,9 @@ class _Generator:
         # Seconds a lone next-turn request may wait for others to share its prefill
         # (engine.py's `_hold`); 0 turns the hold off.
         self.admit_wait = _seconds_env("TRITONFORGE_POLICY_ADMIT_WAIT")
+        # Prefill forwards from CUDA graphs at bucketed shapes (the engine's default on
+        # CUDA); TRITONFORGE_POLICY_PREFILL_GRAPHS=0 prefills eagerly, for comparison.
+        self.prefill_graphs = _switch_env("TRITONFORGE_POLICY_PREFILL_GRAPHS")
         self.engine: Any = None
         self.ids: dict = {}
         # Colocated: the trainer's model, and the generation copy made from it.
@@ -344,7 +358,7 @@ class _Generator:
             self.engine = Engine(self.net, self.device, max_slots=self.slots, max_len=min(self.max_len, limit),
                                  sync_every=self.sync, compile=self.compile, join=join, speculate=self.speculate,
                                  prefill_tokens=self.prefill_tokens, stats=self.usage.engine,
-                                 admit_wait=self.admit_wait)
+                                 admit_wait=self.admit_wait, prefill_graphs=self.prefill_graphs)
         return self.engine
 
     def submit(self, msg: Any) -> None:
