@@ -55,12 +55,14 @@ Built on torch and the model's own transformers code only. The pieces:
   replayed; on the CPU it runs eagerly. With `compile` (the default on CUDA) the
   forward inside the graph is torch.compile'd with symbolic sizes (one compile for every
   bucket): fused kernels, about a third as many launches, half the step time.
-- On CUDA a prefill forward of up to `PREFILL_GRAPH_TOKENS` padded tokens runs at a
-  bucketed shape (rows to a power of two, new tokens and keys to steps of at most 1.5x;
-  padding rows and tokens write the scratch column, padded keys are masked) and is
-  replayed from a CUDA graph captured on the shape's first use (eager inside: prefill
-  shapes vary too much for one compile). An eager prefill forward is bound by its
-  launches, and beside the candidates' contexts each launch waits its turn.
+- With `prefill_graphs` (off by default) a CUDA prefill forward of up to
+  `PREFILL_GRAPH_TOKENS` padded tokens runs at a bucketed shape (rows to a power of two,
+  new tokens and keys to steps of at most 1.5x; padding rows and tokens write the scratch
+  column, padded keys are masked) and is replayed from a CUDA graph captured on the
+  shape's first use (eager inside: prefill shapes vary too much for one compile). Alone
+  on an H200 that is 2-5x faster than the eager forward, which is bound by its launches;
+  beside 16 candidate processes' contexts it is no faster (time-slicing between contexts
+  sets the cost), so it pays only on a GPU the engine does not share.
 """
 
 from __future__ import annotations
@@ -498,9 +500,12 @@ class Engine:
         # tokens rather than its launches.
         self.admit_wait = max(ADMIT_WAIT_CUDA if admit_wait is None and cuda else admit_wait or 0.0, 0.0)
         # Prefill forwards at bucketed shapes (`_prefill_shape`), replayed from a CUDA graph
-        # per shape on CUDA; by default wherever decode steps are graphed. On the CPU, True
-        # pads to the same shapes and runs them eagerly (what the tests check).
-        self.prefill_buckets = self.use_graphs if prefill_graphs is None else prefill_graphs
+        # per shape where decode steps are graphed. Off by default: beside a colocated
+        # evaluator's candidate contexts a graphed forward cost what an eager one does (RL
+        # run 15, docs/rl.md), and capturing its shapes slowed the first step; on a GPU of
+        # its own it is 2-5x faster. On the CPU, True pads to the same shapes and runs
+        # them eagerly (what the tests check).
+        self.prefill_buckets = bool(prefill_graphs)
         self.prefill_graphs: Dict[Tuple[int, int, int], Tuple[Any, ...]] = {}
         self.prefill_pool: Any = None
         # Prompt-lookup speculation (`_speculate`): up to this many drafted tokens per row

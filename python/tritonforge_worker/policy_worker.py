@@ -303,8 +303,8 @@ class _Generator:
         # Seconds a lone next-turn request may wait for others to share its prefill
         # (engine.py's `_hold`); 0 turns the hold off.
         self.admit_wait = _seconds_env("TRITONFORGE_POLICY_ADMIT_WAIT")
-        # Prefill forwards from CUDA graphs at bucketed shapes (the engine's default on
-        # CUDA); TRITONFORGE_POLICY_PREFILL_GRAPHS=0 prefills eagerly, for comparison.
+        # Prefill forwards from CUDA graphs at bucketed shapes: TRITONFORGE_POLICY_PREFILL_GRAPHS=1
+        # (the engine's default is eager; graphs pay on a GPU the engine does not share).
         self.prefill_graphs = _switch_env("TRITONFORGE_POLICY_PREFILL_GRAPHS")
         self.engine: Any = None
         self.ids: dict = {}
