@@ -112,13 +112,25 @@ impl Global {
         pool: impl FnOnce() -> anyhow::Result<PoolConfig>,
         guard: Option<tritonforge_guard::GuardRules>,
     ) -> anyhow::Result<std::sync::Arc<dyn tritonforge_eval::EvalService>> {
+        match self.eval_servers().await? {
+            Some(remote) => Ok(remote),
+            None => Ok(std::sync::Arc::new(self.open_evaluator(pool()?, guard, true).await?)),
+        }
+    }
+
+    /// The evaluation servers `--eval-server` names, connected; `None` when it names none.
+    /// Apart from [`Global::eval_service`] so that a caller can learn the servers' device
+    /// (one request) before it decides whether to start anything else.
+    pub async fn eval_servers(
+        &self,
+    ) -> anyhow::Result<Option<std::sync::Arc<dyn tritonforge_eval::EvalService>>> {
         if self.eval_server.is_empty() {
-            return Ok(std::sync::Arc::new(self.open_evaluator(pool()?, guard, true).await?));
+            return Ok(None);
         }
         let mut cfg = tritonforge_client::ClientConfig::new(self.eval_server.clone());
         cfg.token = read_token(self.eval_token_file.as_deref())?;
         let remote = tritonforge_client::RemoteEvaluator::connect(cfg).await;
-        Ok(std::sync::Arc::new(remote.context("connecting to the evaluation servers")?))
+        Ok(Some(std::sync::Arc::new(remote.context("connecting to the evaluation servers")?)))
     }
 }
 

@@ -10,7 +10,10 @@ use tritonforge_agent::{bundled, runner, Prompts, Sampling};
 use tritonforge_protocol::DeviceKind;
 use tritonforge_rl::engines::WorkerLaunch;
 use tritonforge_rl::run::source_name;
-use tritonforge_rl::{Environment, Parts, RlConfig, RlError, RlEvent, SuiteEnv, Timeline};
+use tritonforge_rl::{
+    Environment, HeldoutSet, Parts, RlConfig, RlError, RlEvent, RlSummary, Standing, SuiteEnv,
+    Timeline,
+};
 use tritonforge_store::Store;
 
 use crate::args::{EvalFlags, Global, GuardOpts, PoolArgs};
@@ -72,13 +75,51 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     }
     let pool = args.pool.config(usize::MAX)?;
     let guard = args.guard.load()?;
-    let evaluator = global.eval_service(|| Ok(pool), guard).await?;
+    let reward = cfg.reward.resolve().map_err(usage)?;
+    let prompts = Arc::new(Prompts::load(None).map_err(usage)?);
+    let run_name = format!(
+        "rl-{}",
+        cfg.output.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    );
+    let json = args.json;
+    let mut show = |e: RlEvent| {
+        if json {
+            println!("{}", describe_json(&e));
+        } else {
+            eprintln!("{}", describe(&e));
+        }
+    };
+    // Where the run stands (its checkpoint, the heldout pass due there, a baseline standing
+    // in for it) is read before the evaluator's pool and the policy worker start (tens of
+    // seconds): a run with nothing left to do, or one whose files refuse it, is told so at
+    // once. Whether candidates are timed identifies heldout figures: evaluation servers
+    // tell their device in one request; a local pool runs on `device`.
+    let remote = global.eval_servers().await?;
+    let eval_device = remote.as_ref().map_or(device, |r| r.device());
+    let sets: Vec<HeldoutSet> = heldout_tasks
+        .iter()
+        .map(|(name, tasks)| HeldoutSet {
+            name: name.clone(),
+            keys: tasks.iter().map(|t| t.key.clone()).collect(),
+        })
+        .collect();
+    let timing = eval_device != DeviceKind::Cpu && settings.timing.enabled;
+    let standing = Standing::read(&cfg, &sets, timing, &label).map_err(usage)?;
+    if let Some(result) =
+        tritonforge_rl::conclude(&cfg, &standing, &run_name, &mut show).transpose()
+    {
+        let run = begin_run(&ws.store_path(), &run_name, &cfg);
+        return finish(&cfg, &run, result);
+    }
+    let evaluator = match remote {
+        Some(servers) => servers,
+        None => Arc::new(global.open_evaluator(pool, guard, true).await?),
+    };
     let timeline = Arc::new(Timeline::new());
     let timed = Arc::new(tritonforge_rl::env::TimedEval {
         inner: evaluator.clone(),
         timeline: timeline.clone(),
     });
-    let reward = cfg.reward.resolve().map_err(usage)?;
     let episode = EpisodeConfig {
         turns: cfg.rollout.turns,
         target_speedup: cfg.rollout.target_speedup,
@@ -88,7 +129,6 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         // The behaviour log-probabilities describe the policy's own samples: no retries.
         repeat_retries: 0,
     };
-    let prompts = Arc::new(Prompts::load(None).map_err(usage)?);
     let env_of = |tasks, episode: &EpisodeConfig| -> Arc<dyn Environment> {
         Arc::new(SuiteEnv {
             tasks,
@@ -103,10 +143,6 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     let heldout =
         heldout_tasks.into_iter().map(|(n, t)| (n, env_of(t, &heldout_episode))).collect();
     let cpu = evaluator.device() == DeviceKind::Cpu;
-    let run_name = format!(
-        "rl-{}",
-        cfg.output.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-    );
     let setup = tritonforge_rl::setup::train_setup(&cfg, &model);
     let parts = Parts {
         env: env_of(tasks, &episode),
@@ -122,21 +158,20 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         tokenizer_dir: Some(PathBuf::from(&model)).filter(|d| d.join("tokenizer.json").is_file()),
     };
     let store = Store::open(&ws.store_path())?;
-    let run = RunLog::begin(
-        &ws.store_path(),
-        parts.run.clone(),
-        RunKind::Rl,
-        &serde_json::to_value(&cfg).unwrap_or_default(),
-    );
-    let json = args.json;
-    let mut show = |e: RlEvent| {
-        if json {
-            println!("{}", describe_json(&e));
-        } else {
-            eprintln!("{}", describe(&e));
-        }
-    };
+    let run = begin_run(&ws.store_path(), &parts.run, &cfg);
     let result = tritonforge_rl::train(&cfg, parts, Some(&store), &mut show).await;
+    finish(&cfg, &run, result)
+}
+
+/// The run's row in the store, begun with its config.
+fn begin_run(store: &std::path::Path, name: &str, cfg: &RlConfig) -> RunLog {
+    let settings = serde_json::to_value(cfg).unwrap_or_default();
+    RunLog::begin(store, name.to_string(), RunKind::Rl, &settings)
+}
+
+/// The run's row ended, its last line and its exit code: the same for a run that trained
+/// and for one found complete before anything started.
+fn finish(cfg: &RlConfig, run: &RunLog, result: Result<RlSummary, RlError>) -> anyhow::Result<u8> {
     match &result {
         Ok(s) => run.finish(
             if s.steps_done >= cfg.schedule.steps {
@@ -178,6 +213,9 @@ fn describe_json(e: &RlEvent) -> String {
         RlEvent::Step(m) => serde_json::json!({"event": "step", "metrics": m}),
         RlEvent::Saved { dir, step } => {
             serde_json::json!({"event": "saved", "dir": dir, "step": step})
+        }
+        RlEvent::Complete { dir, step, steps } => {
+            serde_json::json!({"event": "complete", "dir": dir, "step": step, "steps": steps})
         }
     };
     v.to_string()
@@ -283,5 +321,10 @@ fn describe(e: &RlEvent) -> String {
             )
         }
         RlEvent::Saved { dir, step } => format!("checkpoint at step {step}: {}", dir.display()),
+        RlEvent::Complete { dir, step, steps } => format!(
+            "already complete: checkpoint {} holds step {step} of {steps}, and its heldout \
+             figures (if any) are written; nothing started (raise schedule.steps to train on)",
+            dir.display()
+        ),
     }
 }

@@ -344,8 +344,8 @@ fn event_kinds(events: &[Value]) -> Vec<&str> {
 /// while the heldout set, the metrics, the store and the checkpoints are all kept, and a
 /// checkpoint's adapter is a model `run --model` plays.
 /// Named to sort first: libtest starts a binary's tests in name order, and this one, the
-/// longest (nine invocations, each starting the worker), would otherwise start last and
-/// run alone at the end.
+/// longest (nine invocations, seven of them starting the worker), would otherwise start
+/// last and run alone at the end.
 #[test]
 fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     let dir = tempfile::tempdir().unwrap();
@@ -411,6 +411,8 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     }
     assert_eq!(jsonl(&out.join("metrics.jsonl")).len(), 2);
     assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 4);
+    // The evaluator's pool makes its scratch directory as it starts (checked for below).
+    assert!(state.join("scratch").is_dir());
     // The run's row for the dashboard: named after the output directory, its config, done.
     let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
     let (id, kind, status, settings): (String, String, String, String) = db
@@ -446,11 +448,17 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     )
     .unwrap();
     assert_eq!(acfg["base_model_name_or_path"].as_str().map(PathBuf::from), Some(model.clone()));
-    // Run again: the run is complete, nothing more is done.
-    let (o, again) = train_rl(&state, &cfg);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert!(again.iter().all(|e| e["event"] != "step"), "{again:?}");
-    assert_eq!(again[0]["start"], 2);
+    // Run again: the run is complete, nothing more is done and nothing is started: no
+    // policy worker (its `ready` event), no evaluator pool (its scratch directory, in a
+    // state directory of its own here).
+    let fresh = dir.path().join("state-complete");
+    let (o, again) = train_rl(&fresh, &cfg);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(event_kinds(&again), ["complete"], "{err}");
+    assert_eq!((&again[0]["step"], &again[0]["steps"]), (&Value::from(2), &Value::from(2)));
+    assert!(err.contains("done: 2 of 2 steps; latest checkpoint:"), "{err}");
+    assert!(!fresh.join("scratch").exists(), "the evaluator's pool started: {err}");
     // The checkpoint plays.
     let played = run(tf(&state)
         .args([
@@ -516,10 +524,14 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     }
     std::fs::remove_dir_all(&other).unwrap();
     std::fs::write(&cfg2, reuse.replace("heldout_samples = 2", "heldout_samples = 3")).unwrap();
-    let (o, _) = train_rl(&state, &cfg2);
+    // Named before anything starts: no worker, no pool.
+    let fresh = dir.path().join("state-baseline");
+    let (o, ev) = train_rl(&fresh, &cfg2);
     let err = text(&o.stderr);
-    assert_ne!(o.status.code(), Some(0));
+    assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("heldout_baseline") && err.contains("samples 2, this run 3"), "{err}");
+    assert!(ev.is_empty(), "{ev:?}");
+    assert!(!fresh.join("scratch").exists(), "the evaluator's pool started: {err}");
     assert!(
         !other.join("heldout.jsonl").exists() || jsonl(&other.join("heldout.jsonl")).is_empty()
     );

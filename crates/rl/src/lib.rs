@@ -27,7 +27,9 @@ pub mod run;
 pub use config::RlConfig;
 pub use env::{Activity, Environment, Play, SuiteEnv, Task, Timeline};
 pub use metrics::{HeldoutMetrics, StepMetrics};
-pub use run::{train, Generator, Learner, Parts, RlEvent, RlSummary};
+pub use run::{
+    conclude, train, Generator, HeldoutSet, Learner, Parts, RlEvent, RlSummary, Standing,
+};
 
 use std::path::PathBuf;
 

@@ -73,10 +73,24 @@ pub struct Parts {
 
 #[derive(Debug, Clone)]
 pub enum RlEvent {
-    Ready { info: TrainInfo, start: u64, steps: u64 },
+    Ready {
+        info: TrainInfo,
+        start: u64,
+        steps: u64,
+    },
     Heldout(HeldoutMetrics),
     Step(Box<StepMetrics>),
-    Saved { dir: PathBuf, step: u64 },
+    Saved {
+        dir: PathBuf,
+        step: u64,
+    },
+    /// Nothing to do: the checkpoint in `dir` holds all `steps` and the heldout pass due
+    /// there is written. The learner is not started.
+    Complete {
+        dir: PathBuf,
+        step: u64,
+        steps: u64,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -101,6 +115,8 @@ const STATE: &str = "rl_state.json";
 const TOKENIZER_FILES: [&str; 4] =
     ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"];
 const LATEST: &str = "LATEST";
+const HELDOUT: &str = "heldout.jsonl";
+const METRICS: &str = "metrics.jsonl";
 
 /// One played rollout batch.
 struct Rollout {
@@ -209,6 +225,104 @@ fn from_baseline(path: &Path, want: &[HeldoutMetrics]) -> Result<Vec<HeldoutMetr
             }
         })
         .collect()
+}
+
+/// A heldout set as its figures identify it: its name and its problems' keys.
+#[derive(Debug, Clone)]
+pub struct HeldoutSet {
+    pub name: String,
+    pub keys: Vec<String>,
+}
+
+/// Whether a heldout pass is due after `step` steps (the last, or every `heldout_every`).
+fn heldout_due(cfg: &RlConfig, step: u64) -> bool {
+    step == cfg.schedule.steps
+        || (cfg.schedule.heldout_every > 0 && step.is_multiple_of(cfg.schedule.heldout_every))
+}
+
+/// Where a run stands before anything starts, read from its config and its output
+/// directory alone: the checkpoint it resumes from, the heldout pass due there, whether
+/// anything is left to do. `train rl` reads it before it starts the policy worker and
+/// the evaluator's pool (tens of seconds on a small machine), so that a complete run, an
+/// unreadable checkpoint or a `heldout_baseline` that cannot stand in is reported at once;
+/// [`train`] reads it again and acts on it.
+#[derive(Debug, Clone)]
+pub struct Standing {
+    /// Steps done: those the latest checkpoint holds (0: none).
+    pub start: u64,
+    /// That checkpoint.
+    pub checkpoint: Option<PathBuf>,
+    /// Every configured step is done and the heldout pass due at the last is written:
+    /// nothing is left to start.
+    pub complete: bool,
+    pool: PoolState,
+    /// How the heldout pass due at `start` is to be played (empty: none due).
+    due: Vec<HeldoutMetrics>,
+    /// Its figures, when `schedule.heldout_baseline` stands in for playing it.
+    baseline: Option<Vec<HeldoutMetrics>>,
+}
+
+impl Standing {
+    /// `sets` in `data.heldout` order; `timed` and `policy` as the run's [`Parts`] say
+    /// (both are part of what identifies a heldout figure).
+    pub fn read(
+        cfg: &RlConfig,
+        sets: &[HeldoutSet],
+        timed: bool,
+        policy: &str,
+    ) -> Result<Standing, RlError> {
+        let out = &cfg.output.dir;
+        let resumed = latest(out)?;
+        let start = resumed.as_ref().map_or(0, |(_, s)| s.step);
+        // Heldout due where this invocation starts: before training, or a pass a stop cut
+        // short after its step's checkpoint. One already written with these settings is
+        // not played again (a first pass can take most of a device command).
+        let want = plan_sets(cfg, sets, timed, policy, start);
+        let due = if !want.is_empty()
+            && (start == 0 || heldout_due(cfg, start))
+            && !heldout_written(&out.join(HELDOUT), &want)
+        {
+            want
+        } else {
+            Vec::new()
+        };
+        let baseline = match &cfg.schedule.heldout_baseline {
+            Some(path) if start == 0 && !due.is_empty() => Some(from_baseline(path, &due)?),
+            _ => None,
+        };
+        let (checkpoint, pool) = match resumed {
+            Some((dir, state)) => (Some(dir), state.pool),
+            None => (None, PoolState::default()),
+        };
+        let complete = checkpoint.is_some() && start >= cfg.schedule.steps && due.is_empty();
+        Ok(Standing { start, checkpoint, complete, pool, due, baseline })
+    }
+}
+
+/// A complete run (`standing.complete`) ended as [`train`] would end it, with nothing
+/// started: the lines past its checkpoint dropped from `metrics.jsonl` and
+/// `heldout.jsonl` (a stop between a step and its checkpoint leaves some), and
+/// [`RlEvent::Complete`]. `None`: work remains.
+pub fn conclude(
+    cfg: &RlConfig,
+    standing: &Standing,
+    run: &str,
+    events: &mut (dyn FnMut(RlEvent) + Send),
+) -> Result<Option<RlSummary>, RlError> {
+    let Some(dir) = standing.checkpoint.as_ref().filter(|_| standing.complete) else {
+        return Ok(None);
+    };
+    let out = &cfg.output.dir;
+    truncate_jsonl(&out.join(METRICS), standing.start)?;
+    truncate_jsonl(&out.join(HELDOUT), standing.start)?;
+    events(RlEvent::Complete { dir: dir.clone(), step: standing.start, steps: cfg.schedule.steps });
+    Ok(Some(RlSummary {
+        run: run.to_string(),
+        start: standing.start,
+        steps_done: standing.start,
+        last_checkpoint: Some(dir.clone()),
+        heldout: Vec::new(),
+    }))
 }
 
 /// Whether a step started now would likely end past `limit_s` seconds from `started`,
@@ -425,13 +539,17 @@ pub async fn train(
     let out = cfg.output.dir.clone();
     std::fs::create_dir_all(out.join("checkpoints")).map_err(|e| io_err(&out, e))?;
     let reward = cfg.reward.resolve().map_err(RlError::Config)?;
-    let resumed = latest(&out)?;
-    let start = resumed.as_ref().map_or(0, |(_, s)| s.step);
+    // Everything that needs no learner is read and checked before it starts.
+    let standing = Standing::read(cfg, &sets_of(&parts), parts.timed, &parts.policy)?;
+    if let Some(summary) = conclude(cfg, &standing, &parts.run, events)? {
+        return Ok(summary);
+    }
+    let start = standing.start;
     let mut setup = parts.setup.clone();
-    setup.resume = resumed.as_ref().map(|(d, _)| d.display().to_string());
+    setup.resume = standing.checkpoint.as_ref().map(|d| d.display().to_string());
     let info = parts.learner.setup(setup).await.map_err(RlError::Learner)?;
-    let metrics_path = out.join("metrics.jsonl");
-    let heldout_path = out.join("heldout.jsonl");
+    let metrics_path = out.join(METRICS);
+    let heldout_path = out.join(HELDOUT);
     truncate_jsonl(&metrics_path, start)?;
     truncate_jsonl(&heldout_path, start)?;
     events(RlEvent::Ready { info, start, steps: cfg.schedule.steps });
@@ -454,36 +572,26 @@ pub async fn train(
         entries,
         source_weights: cfg.data.train.iter().map(|s| s.weight).collect(),
         curriculum: cfg.data.curriculum.clone(),
-        state: resumed.as_ref().map(|(_, s)| s.pool.clone()).unwrap_or_default(),
+        state: standing.pool.clone(),
     };
     let mut summary = RlSummary {
         run: parts.run.clone(),
         start,
         steps_done: start,
-        last_checkpoint: resumed.as_ref().map(|(d, _)| d.clone()),
+        last_checkpoint: standing.checkpoint.clone(),
         heldout: Vec::new(),
     };
     let end = match cfg.schedule.max_steps_now {
         0 => cfg.schedule.steps,
         n => (start + n).min(cfg.schedule.steps),
     };
-    let heldout_due = |s: u64| {
-        s == cfg.schedule.steps
-            || (cfg.schedule.heldout_every > 0 && s.is_multiple_of(cfg.schedule.heldout_every))
-    };
-    // Heldout due where this invocation starts: before training, or a pass a stop cut
-    // short after its step's checkpoint. One already written with these settings is not
-    // played again (a first pass can take most of a device command).
-    let want = planned(cfg, &parts, start);
+    // The heldout pass due where this invocation starts (see [`Standing`]).
     let mut heldout_now = false;
-    if !want.is_empty()
-        && (start == 0 || heldout_due(start))
-        && !heldout_written(&heldout_path, &want)
-    {
+    if !standing.due.is_empty() {
         drop_step(&heldout_path, start)?;
-        let figures = match &cfg.schedule.heldout_baseline {
-            Some(path) if start == 0 => from_baseline(path, &want)?,
-            _ => {
+        let figures = match &standing.baseline {
+            Some(figures) => figures.clone(),
+            None => {
                 heldout_now = true;
                 heldout(cfg, &parts, start, store).await?
             }
@@ -604,7 +712,7 @@ pub async fn train(
             events(RlEvent::Saved { dir: dir.clone(), step: done });
             summary.last_checkpoint = Some(dir);
         }
-        if heldout_due(done) {
+        if heldout_due(cfg, done) {
             // A pass the clock would cut short is left to the next invocation, which plays
             // it first from this step's checkpoint (run 11 lost over 100 s of a device command to
             // a pass killed by its limit): it is taken to last as long as the last one did.
@@ -693,27 +801,44 @@ fn link_evaluations<'a>(
     Ok(())
 }
 
-/// How each heldout set is played at `step`: its identity fields set, no figures yet.
-fn planned(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics> {
+/// The heldout sets of `parts`, as their figures identify them.
+fn sets_of(parts: &Parts) -> Vec<HeldoutSet> {
     parts
         .heldout
         .iter()
+        .map(|(name, env)| HeldoutSet { name: name.clone(), keys: env.keys() })
+        .collect()
+}
+
+/// How each heldout set is played at `step`: its identity fields set, no figures yet.
+fn planned(cfg: &RlConfig, parts: &Parts, step: u64) -> Vec<HeldoutMetrics> {
+    plan_sets(cfg, &sets_of(parts), parts.timed, &parts.policy, step)
+}
+
+/// [`planned`] from the sets' keys alone (no environment needed).
+fn plan_sets(
+    cfg: &RlConfig,
+    sets: &[HeldoutSet],
+    timed: bool,
+    policy: &str,
+    step: u64,
+) -> Vec<HeldoutMetrics> {
+    sets.iter()
         .enumerate()
-        .map(|(i, (name, env))| {
+        .map(|(i, set)| {
             let plan = cfg.schedule.heldout_plan(&cfg.data, &cfg.rollout, i);
-            let keys = env.keys();
             HeldoutMetrics {
                 step,
-                set: name.clone(),
-                problems: keys.len(),
+                set: set.name.clone(),
+                problems: set.keys.len(),
                 samples: plan.samples,
                 turns: plan.turns,
                 max_tokens: plan.max_tokens,
                 temperature: f64::from(plan.temperature),
                 seed: cfg.optim.seed,
-                timed: parts.timed && cfg.schedule.heldout_timing,
-                policy: parts.policy.clone(),
-                tasks: crate::metrics::tasks_digest(&keys),
+                timed: timed && cfg.schedule.heldout_timing,
+                policy: policy.to_string(),
+                tasks: crate::metrics::tasks_digest(&set.keys),
                 ..HeldoutMetrics::default()
             }
         })

@@ -1,0 +1,276 @@
+//! What `train` settles before its learner starts (the policy worker: 10–20 s on a small
+//! machine, plus the evaluator's pool in `train rl`): a run whose steps are done and
+//! whose last heldout pass is written ends with [`RlEvent::Complete`], and a checkpoint
+//! that does not read or a `heldout_baseline` that cannot stand in is an error; in
+//! neither case is the learner set up. The learner here counts its set-ups; the
+//! environment rewards every sample alike, so no step trains.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tritonforge_agent::{Backend, BackendError, ChatMessage, Completion, Episode, Sampling, Turn};
+use tritonforge_protocol::{
+    RlBatch, RlStats, SaveJob, ScoreJob, Scores, Status, TrainInfo, TrainSetup, WeightDtype,
+};
+use tritonforge_rl::env::BoxFuture;
+use tritonforge_rl::{
+    Environment, Generator, HeldoutSet, Learner, Parts, Play, RlConfig, RlError, RlEvent, Standing,
+    Timeline,
+};
+
+/// One-turn episodes, every one rewarded alike (no signal: no step trains).
+struct Even {
+    prefix: &'static str,
+}
+
+impl Environment for Even {
+    fn keys(&self) -> Vec<String> {
+        (0..2).map(|i| format!("{}/t{i}", self.prefix)).collect()
+    }
+
+    fn play<'a>(&'a self, _backend: &'a dyn Backend, play: Play) -> BoxFuture<'a, Episode> {
+        Box::pin(async move {
+            Episode {
+                id: play.id,
+                run: play.run,
+                sample: play.sample,
+                turns: vec![Turn {
+                    outcome: tritonforge_agent::TurnOutcome::Evaluated(Status::Incorrect),
+                    reward: 0.3,
+                    ..Turn::default()
+                }],
+                ..Episode::default()
+            }
+        })
+    }
+}
+
+struct Idle;
+
+impl Backend for Idle {
+    fn describe(&self) -> String {
+        "idle".into()
+    }
+
+    fn complete<'a>(
+        &'a self,
+        _messages: &'a [ChatMessage],
+        _sampling: &'a Sampling,
+    ) -> BoxFuture<'a, Result<Completion, BackendError>> {
+        Box::pin(async { Ok(Completion::default()) })
+    }
+}
+
+impl Generator for Idle {
+    fn backend(&self) -> &dyn Backend {
+        self
+    }
+
+    fn refresh<'a>(&'a self, _: &'a Path, _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn needs_weights_on_disk(&self) -> bool {
+        false
+    }
+}
+
+/// Counts its set-ups (each one is a worker started); saves an empty checkpoint.
+#[derive(Default)]
+struct Counted {
+    setups: AtomicUsize,
+}
+
+impl Learner for Counted {
+    fn setup(&self, _setup: TrainSetup) -> BoxFuture<'_, Result<TrainInfo, String>> {
+        self.setups.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {
+            Ok(TrainInfo {
+                parameters: 1,
+                trainable: 1,
+                head_parameters: 0,
+                vocab_size: 8,
+                layers: 1,
+                attention_width: 1,
+                dtype: WeightDtype::Float32,
+                device: "cpu".into(),
+                world_size: 1,
+                gpu_name: None,
+                step: 0,
+                compiled: false,
+                attention: String::new(),
+            })
+        })
+    }
+
+    fn score(&self, _job: ScoreJob) -> BoxFuture<'_, Result<Scores, String>> {
+        Box::pin(async { Err("no step has signal: nothing is scored".to_string()) })
+    }
+
+    fn step(&self, _batch: RlBatch) -> BoxFuture<'_, Result<RlStats, String>> {
+        Box::pin(async { Err("no step has signal: nothing is trained".to_string()) })
+    }
+
+    fn save(&self, job: SaveJob) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async move {
+            std::fs::create_dir_all(&job.dir).map_err(|e| e.to_string())?;
+            Ok(0)
+        })
+    }
+}
+
+fn config(out: &Path, extra: &str) -> RlConfig {
+    let text = format!(
+        r#"
+[model]
+path = "none"
+[data]
+train = [{{ suite = "toy" }}]
+heldout = [{{ suite = "held", name = "held" }}]
+[rollout]
+problems = 2
+samples = 2
+turns = 1
+max_tokens = 4
+parallel = 4
+fill_rounds = 0
+[schedule]
+steps = 2
+save_every = 1
+{extra}
+[output]
+dir = "{}"
+"#,
+        out.display()
+    );
+    let cfg: RlConfig = toml::from_str(&text).unwrap();
+    cfg.check().unwrap();
+    cfg
+}
+
+fn parts(cfg: &RlConfig, learner: &Arc<Counted>) -> Parts {
+    Parts {
+        env: Arc::new(Even { prefix: "toy" }),
+        heldout: vec![("held".into(), Arc::new(Even { prefix: "held" }))],
+        generator: Arc::new(Idle),
+        learner: learner.clone(),
+        setup: tritonforge_rl::setup::train_setup(cfg, "none"),
+        pad_id: 0,
+        policy: "none".into(),
+        timeline: Arc::new(Timeline::new()),
+        timed: false,
+        run: "rl-toy".into(),
+        tokenizer_dir: None,
+    }
+}
+
+/// `train` once; the events' kinds, or its error.
+fn train(cfg: &RlConfig, learner: &Arc<Counted>) -> Result<Vec<String>, RlError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut kinds = Vec::new();
+    rt.block_on(tritonforge_rl::train(cfg, parts(cfg, learner), None, &mut |e| {
+        kinds.push(match e {
+            RlEvent::Ready { .. } => "ready".to_string(),
+            RlEvent::Heldout(h) => format!("heldout {}", h.step),
+            RlEvent::Step(m) => format!("step {}", m.step),
+            RlEvent::Saved { step, .. } => format!("saved {step}"),
+            RlEvent::Complete { step, steps, .. } => format!("complete {step}/{steps}"),
+        });
+    }))?;
+    Ok(kinds)
+}
+
+fn standing(cfg: &RlConfig) -> Result<Standing, RlError> {
+    let held = HeldoutSet { name: "held".into(), keys: Even { prefix: "held" }.keys() };
+    Standing::read(cfg, &[held], false, "none")
+}
+
+fn setups(learner: &Counted) -> usize {
+    learner.setups.load(Ordering::SeqCst)
+}
+
+/// A run whose steps are done and whose final heldout pass is written starts nothing,
+/// again and again; without that pass written, it is played (the learner started).
+#[test]
+fn a_complete_run_starts_no_learner() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let cfg = config(&out, "");
+    let learner = Arc::new(Counted::default());
+    assert!(!standing(&cfg).unwrap().complete, "nothing done yet");
+    let first = train(&cfg, &learner).unwrap();
+    assert_eq!(first.first().map(String::as_str), Some("ready"));
+    assert_eq!(first.last().map(String::as_str), Some("heldout 2"), "{first:?}");
+    assert_eq!(setups(&learner), 1);
+
+    let s = standing(&cfg).unwrap();
+    assert!(s.complete && s.start == 2, "{s:?}");
+    assert_eq!(s.checkpoint, Some(out.join("checkpoints/step-000002")));
+    for _ in 0..2 {
+        assert_eq!(train(&cfg, &learner).unwrap(), ["complete 2/2"]);
+        assert_eq!(setups(&learner), 1, "a complete run sets up no learner");
+    }
+
+    // The final pass cut short (its lines gone): not complete; the pass is played.
+    let heldout = out.join("heldout.jsonl");
+    let text = std::fs::read_to_string(&heldout).unwrap();
+    let step_of = |l: &str| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64();
+    let kept: String =
+        text.lines().filter(|l| step_of(l) == Some(0)).map(|l| l.to_string() + "\n").collect();
+    assert_ne!(kept, text);
+    std::fs::write(&heldout, kept).unwrap();
+    assert!(!standing(&cfg).unwrap().complete);
+    assert_eq!(train(&cfg, &learner).unwrap(), ["ready", "heldout 2"]);
+    assert_eq!(setups(&learner), 2);
+    // More steps configured: not complete either.
+    let mut longer = cfg.clone();
+    longer.schedule.steps = 3;
+    assert!(!standing(&longer).unwrap().complete);
+}
+
+/// A `heldout_baseline` that is missing, unreadable as figures, or played otherwise, and a
+/// checkpoint whose state does not read, are errors before the learner is set up.
+#[test]
+fn a_bad_baseline_or_checkpoint_is_named_before_the_learner_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let learner = Arc::new(Counted::default());
+    let missing = dir.path().join("missing.jsonl");
+    let garbage = dir.path().join("garbage.jsonl");
+    std::fs::write(&garbage, "not json\n{\"step\": \"zero\"}\n").unwrap();
+    // A real step-0 pass of this config, then the same config sampling three times.
+    let earlier = dir.path().join("earlier");
+    train(&config(&earlier, "max_steps_now = 1"), &learner).unwrap();
+    let played = earlier.join("heldout.jsonl");
+    let setups_before = setups(&learner);
+    for (baseline, extra, needle) in [
+        (&missing, "", "missing.jsonl"),
+        (&garbage, "", "no step-0 figures of set held"),
+        (&played, "heldout_samples = 3\n", "samples 1, this run 3"),
+    ] {
+        let extra = format!("{extra}heldout_baseline = \"{}\"", baseline.display());
+        let cfg = config(&dir.path().join("out"), &extra);
+        let e = standing(&cfg).unwrap_err().to_string();
+        assert!(e.contains("schedule.heldout_baseline") && e.contains(needle), "{e}");
+        let e = train(&cfg, &learner).unwrap_err().to_string();
+        assert!(e.contains(needle), "{e}");
+        assert_eq!(setups(&learner), setups_before, "{needle}: no learner set up");
+    }
+    // The same figures, played the same way: taken, no error.
+    let cfg = config(
+        &dir.path().join("reuse"),
+        &format!("max_steps_now = 1\nheldout_baseline = \"{}\"", played.display()),
+    );
+    assert_eq!(train(&cfg, &learner).unwrap()[..2], ["ready", "heldout 0"]);
+
+    // A checkpoint marker naming a state that does not read.
+    let out = dir.path().join("broken");
+    std::fs::create_dir_all(out.join("checkpoints/step-000001")).unwrap();
+    std::fs::write(out.join("LATEST"), "step-000001").unwrap();
+    std::fs::write(out.join("checkpoints/step-000001/rl_state.json"), "{").unwrap();
+    let cfg = config(&out, "");
+    assert!(matches!(standing(&cfg), Err(RlError::Resume { .. })));
+    let before = setups(&learner);
+    assert!(matches!(train(&cfg, &learner), Err(RlError::Resume { .. })));
+    assert_eq!(setups(&learner), before);
+}
