@@ -6,18 +6,17 @@
 //! environment rewards every sample alike, so no step trains.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tritonforge_agent::{Backend, BackendError, ChatMessage, Completion, Episode, Sampling, Turn};
-use tritonforge_protocol::{
-    RlBatch, RlStats, SaveJob, ScoreJob, Scores, Status, TrainInfo, TrainSetup, WeightDtype,
-};
+use tritonforge_agent::{Backend, Episode, Turn};
+use tritonforge_protocol::Status;
 use tritonforge_rl::env::BoxFuture;
 use tritonforge_rl::{
-    Environment, Generator, HeldoutSet, Learner, Parts, Play, RlConfig, RlError, RlEvent, Standing,
-    Timeline,
+    Environment, HeldoutSet, Parts, Play, RlConfig, RlError, RlEvent, Standing, Timeline,
 };
+
+mod common;
+use common::{Counted, Idle};
 
 /// One-turn episodes, every one rewarded alike (no signal: no step trains).
 struct Even {
@@ -42,80 +41,6 @@ impl Environment for Even {
                 }],
                 ..Episode::default()
             }
-        })
-    }
-}
-
-struct Idle;
-
-impl Backend for Idle {
-    fn describe(&self) -> String {
-        "idle".into()
-    }
-
-    fn complete<'a>(
-        &'a self,
-        _messages: &'a [ChatMessage],
-        _sampling: &'a Sampling,
-    ) -> BoxFuture<'a, Result<Completion, BackendError>> {
-        Box::pin(async { Ok(Completion::default()) })
-    }
-}
-
-impl Generator for Idle {
-    fn backend(&self) -> &dyn Backend {
-        self
-    }
-
-    fn refresh<'a>(&'a self, _: &'a Path, _: &'a str) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn needs_weights_on_disk(&self) -> bool {
-        false
-    }
-}
-
-/// Counts its set-ups (each one is a worker started); saves an empty checkpoint.
-#[derive(Default)]
-struct Counted {
-    setups: AtomicUsize,
-}
-
-impl Learner for Counted {
-    fn setup(&self, _setup: TrainSetup) -> BoxFuture<'_, Result<TrainInfo, String>> {
-        self.setups.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async {
-            Ok(TrainInfo {
-                parameters: 1,
-                trainable: 1,
-                head_parameters: 0,
-                vocab_size: 8,
-                layers: 1,
-                attention_width: 1,
-                dtype: WeightDtype::Float32,
-                device: "cpu".into(),
-                world_size: 1,
-                gpu_name: None,
-                step: 0,
-                compiled: false,
-                attention: String::new(),
-            })
-        })
-    }
-
-    fn score(&self, _job: ScoreJob) -> BoxFuture<'_, Result<Scores, String>> {
-        Box::pin(async { Err("no step has signal: nothing is scored".to_string()) })
-    }
-
-    fn step(&self, _batch: RlBatch) -> BoxFuture<'_, Result<RlStats, String>> {
-        Box::pin(async { Err("no step has signal: nothing is trained".to_string()) })
-    }
-
-    fn save(&self, job: SaveJob) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async move {
-            std::fs::create_dir_all(&job.dir).map_err(|e| e.to_string())?;
-            Ok(0)
         })
     }
 }
@@ -186,10 +111,6 @@ fn standing(cfg: &RlConfig) -> Result<Standing, RlError> {
     Standing::read(cfg, &[held], false, "none")
 }
 
-fn setups(learner: &Counted) -> usize {
-    learner.setups.load(Ordering::SeqCst)
-}
-
 /// A run whose steps are done and whose final heldout pass is written starts nothing,
 /// again and again; without that pass written, it is played (the learner started).
 #[test]
@@ -202,14 +123,14 @@ fn a_complete_run_starts_no_learner() {
     let first = train(&cfg, &learner).unwrap();
     assert_eq!(first.first().map(String::as_str), Some("ready"));
     assert_eq!(first.last().map(String::as_str), Some("heldout 2"), "{first:?}");
-    assert_eq!(setups(&learner), 1);
+    assert_eq!(learner.setups(), 1);
 
     let s = standing(&cfg).unwrap();
     assert!(s.complete && s.start == 2, "{s:?}");
     assert_eq!(s.checkpoint, Some(out.join("checkpoints/step-000002")));
     for _ in 0..2 {
         assert_eq!(train(&cfg, &learner).unwrap(), ["complete 2/2"]);
-        assert_eq!(setups(&learner), 1, "a complete run sets up no learner");
+        assert_eq!(learner.setups(), 1, "a complete run sets up no learner");
     }
 
     // The final pass cut short (its lines gone): not complete; the pass is played.
@@ -222,7 +143,7 @@ fn a_complete_run_starts_no_learner() {
     std::fs::write(&heldout, kept).unwrap();
     assert!(!standing(&cfg).unwrap().complete);
     assert_eq!(train(&cfg, &learner).unwrap(), ["ready", "heldout 2"]);
-    assert_eq!(setups(&learner), 2);
+    assert_eq!(learner.setups(), 2);
     // More steps configured: not complete either.
     let mut longer = cfg.clone();
     longer.schedule.steps = 3;
@@ -242,7 +163,7 @@ fn a_bad_baseline_or_checkpoint_is_named_before_the_learner_starts() {
     let earlier = dir.path().join("earlier");
     train(&config(&earlier, "max_steps_now = 1"), &learner).unwrap();
     let played = earlier.join("heldout.jsonl");
-    let setups_before = setups(&learner);
+    let setups_before = learner.setups();
     for (baseline, extra, needle) in [
         (&missing, "", "missing.jsonl"),
         (&garbage, "", "no step-0 figures of set held"),
@@ -254,7 +175,7 @@ fn a_bad_baseline_or_checkpoint_is_named_before_the_learner_starts() {
         assert!(e.contains("schedule.heldout_baseline") && e.contains(needle), "{e}");
         let e = train(&cfg, &learner).unwrap_err().to_string();
         assert!(e.contains(needle), "{e}");
-        assert_eq!(setups(&learner), setups_before, "{needle}: no learner set up");
+        assert_eq!(learner.setups(), setups_before, "{needle}: no learner set up");
     }
     // The same figures, played the same way: taken, no error.
     let cfg = config(
@@ -270,7 +191,7 @@ fn a_bad_baseline_or_checkpoint_is_named_before_the_learner_starts() {
     std::fs::write(out.join("checkpoints/step-000001/rl_state.json"), "{").unwrap();
     let cfg = config(&out, "");
     assert!(matches!(standing(&cfg), Err(RlError::Resume { .. })));
-    let before = setups(&learner);
+    let before = learner.setups();
     assert!(matches!(train(&cfg, &learner), Err(RlError::Resume { .. })));
-    assert_eq!(setups(&learner), before);
+    assert_eq!(learner.setups(), before);
 }

@@ -2,18 +2,20 @@
 //! evaluation its episodes name (training and heldout) linked to the run, so the
 //! evaluation browser's run filter finds them, and the heldout measurements as metric
 //! rows `heldout:<set>` by step (what the curves page charts). The environment, learner
-//! and generator are stand-ins: the evaluator and the policy are not what is tested here.
+//! and generator are stand-ins (`common`): the evaluator and the policy are not what is
+//! tested here.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use tritonforge_agent::{Backend, BackendError, ChatMessage, Completion, Episode, Sampling, Turn};
-use tritonforge_protocol::{
-    RlBatch, RlStats, SaveJob, ScoreJob, Scores, Status, TrainInfo, TrainSetup, WeightDtype,
-};
+use tritonforge_agent::{Backend, Episode, Turn};
+use tritonforge_protocol::Status;
 use tritonforge_rl::env::BoxFuture;
-use tritonforge_rl::{Environment, Generator, Learner, Parts, Play, RlConfig, RlEvent, Timeline};
+use tritonforge_rl::{Environment, Parts, Play, RlConfig, RlEvent, Timeline};
 use tritonforge_store::{RunKind, Store};
+
+mod common;
+use common::{Counted, Idle};
 
 /// One-turn episodes whose every reward is equal (so no step trains: the learner is never
 /// asked to score or step); each turn names an evaluation record after its episode, except
@@ -45,81 +47,6 @@ impl Environment for Fixed {
                 }],
                 ..Episode::default()
             }
-        })
-    }
-}
-
-struct Idle;
-
-impl Backend for Idle {
-    fn describe(&self) -> String {
-        "idle".into()
-    }
-
-    fn complete<'a>(
-        &'a self,
-        _messages: &'a [ChatMessage],
-        _sampling: &'a Sampling,
-    ) -> BoxFuture<'a, Result<Completion, BackendError>> {
-        Box::pin(async { Ok(Completion::default()) })
-    }
-}
-
-impl Generator for Idle {
-    fn backend(&self) -> &dyn Backend {
-        self
-    }
-
-    fn refresh<'a>(
-        &'a self,
-        _dir: &'a Path,
-        _version: &'a str,
-    ) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn needs_weights_on_disk(&self) -> bool {
-        false
-    }
-}
-
-/// A learner that sets up and saves (a checkpoint directory of nothing) and would fail a
-/// training request: with no signal there must be none.
-struct NoTraining;
-
-impl Learner for NoTraining {
-    fn setup(&self, _setup: TrainSetup) -> BoxFuture<'_, Result<TrainInfo, String>> {
-        Box::pin(async {
-            Ok(TrainInfo {
-                parameters: 1,
-                trainable: 1,
-                head_parameters: 0,
-                vocab_size: 8,
-                layers: 1,
-                attention_width: 1,
-                dtype: WeightDtype::Float32,
-                device: "cpu".into(),
-                world_size: 1,
-                gpu_name: None,
-                step: 0,
-                compiled: false,
-                attention: String::new(),
-            })
-        })
-    }
-
-    fn score(&self, _job: ScoreJob) -> BoxFuture<'_, Result<Scores, String>> {
-        Box::pin(async { Err("no step has signal: nothing is scored".to_string()) })
-    }
-
-    fn step(&self, _batch: RlBatch) -> BoxFuture<'_, Result<RlStats, String>> {
-        Box::pin(async { Err("no step has signal: nothing is trained".to_string()) })
-    }
-
-    fn save(&self, job: SaveJob) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async move {
-            std::fs::create_dir_all(&job.dir).map_err(|e| e.to_string())?;
-            Ok(0)
         })
     }
 }
@@ -158,11 +85,12 @@ fn the_runs_evaluations_are_linked_and_heldout_rows_are_stored_by_step() {
     let path = dir.path().join("s.sqlite");
     let store = Store::open(&path).unwrap();
     store.begin_run("rl-toy", RunKind::Rl, "{}").unwrap();
+    let learner = Arc::new(Counted::default());
     let parts = Parts {
         env: Arc::new(Fixed { tasks: 3, prefix: "toy" }),
         heldout: vec![("toy-held".into(), Arc::new(Fixed { tasks: 2, prefix: "held" }))],
         generator: Arc::new(Idle),
-        learner: Arc::new(NoTraining),
+        learner: learner.clone(),
         setup: tritonforge_rl::setup::train_setup(&cfg, "none"),
         pad_id: 0,
         policy: "none".into(),
@@ -182,6 +110,7 @@ fn the_runs_evaluations_are_linked_and_heldout_rows_are_stored_by_step() {
         }))
         .unwrap();
     assert_eq!((summary.steps_done, steps), (2, 2));
+    assert_eq!(learner.setups(), 1, "one run, one learner set up");
     drop(store);
 
     // What the dashboard reads, through a read-only handle as it does.
