@@ -11,12 +11,10 @@ use std::sync::Arc;
 use tritonforge_agent::{Backend, Episode, Turn};
 use tritonforge_protocol::Status;
 use tritonforge_rl::env::BoxFuture;
-use tritonforge_rl::{
-    Environment, HeldoutSet, Parts, Play, RlConfig, RlError, RlEvent, Standing, Timeline,
-};
+use tritonforge_rl::{Environment, HeldoutSet, Parts, Play, RlConfig, RlError, RlEvent, Standing};
 
 mod common;
-use common::{Counted, Idle};
+use common::Counted;
 
 /// One-turn episodes, every one rewarded alike (no signal: no step trains).
 struct Even {
@@ -69,25 +67,17 @@ dir = "{}"
 "#,
         out.display()
     );
-    let cfg: RlConfig = toml::from_str(&text).unwrap();
-    cfg.check().unwrap();
-    cfg
+    common::config(&text)
 }
 
 fn parts(cfg: &RlConfig, learner: &Arc<Counted>) -> Parts {
-    Parts {
-        env: Arc::new(Even { prefix: "toy" }),
-        heldout: vec![("held".into(), Arc::new(Even { prefix: "held" }))],
-        generator: Arc::new(Idle),
-        learner: learner.clone(),
-        setup: tritonforge_rl::setup::train_setup(cfg, "none"),
-        pad_id: 0,
-        policy: "none".into(),
-        timeline: Arc::new(Timeline::new()),
-        timed: false,
-        run: "rl-toy".into(),
-        tokenizer_dir: None,
-    }
+    let held: Arc<dyn Environment> = Arc::new(Even { prefix: "held" });
+    common::parts(
+        cfg,
+        Arc::new(Even { prefix: "toy" }),
+        vec![("held".into(), held)],
+        learner.clone(),
+    )
 }
 
 /// `train` once; the events' kinds, or its error.

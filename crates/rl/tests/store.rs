@@ -11,11 +11,11 @@ use std::sync::Arc;
 use tritonforge_agent::{Backend, Episode, Turn};
 use tritonforge_protocol::Status;
 use tritonforge_rl::env::BoxFuture;
-use tritonforge_rl::{Environment, Parts, Play, RlConfig, RlEvent, Timeline};
+use tritonforge_rl::{Environment, Play, RlConfig, RlEvent};
 use tritonforge_store::{RunKind, Store};
 
 mod common;
-use common::{Counted, Idle};
+use common::Counted;
 
 /// One-turn episodes whose every reward is equal (so no step trains: the learner is never
 /// asked to score or step); each turn names an evaluation record after its episode, except
@@ -73,9 +73,7 @@ dir = "{}"
 "#,
         out.display()
     );
-    let cfg: RlConfig = toml::from_str(&text).unwrap();
-    cfg.check().unwrap();
-    cfg
+    common::config(&text)
 }
 
 #[test]
@@ -86,19 +84,13 @@ fn the_runs_evaluations_are_linked_and_heldout_rows_are_stored_by_step() {
     let store = Store::open(&path).unwrap();
     store.begin_run("rl-toy", RunKind::Rl, "{}").unwrap();
     let learner = Arc::new(Counted::default());
-    let parts = Parts {
-        env: Arc::new(Fixed { tasks: 3, prefix: "toy" }),
-        heldout: vec![("toy-held".into(), Arc::new(Fixed { tasks: 2, prefix: "held" }))],
-        generator: Arc::new(Idle),
-        learner: learner.clone(),
-        setup: tritonforge_rl::setup::train_setup(&cfg, "none"),
-        pad_id: 0,
-        policy: "none".into(),
-        timeline: Arc::new(Timeline::new()),
-        timed: false,
-        run: "rl-toy".into(),
-        tokenizer_dir: None,
-    };
+    let held: Arc<dyn Environment> = Arc::new(Fixed { tasks: 2, prefix: "held" });
+    let parts = common::parts(
+        &cfg,
+        Arc::new(Fixed { tasks: 3, prefix: "toy" }),
+        vec![("toy-held".into(), held)],
+        learner.clone(),
+    );
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut steps = 0;
     let summary = rt

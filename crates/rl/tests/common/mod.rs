@@ -5,13 +5,14 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use tritonforge_agent::{Backend, BackendError, ChatMessage, Completion, Sampling};
 use tritonforge_protocol::{
     RlBatch, RlStats, SaveJob, ScoreJob, Scores, TrainInfo, TrainSetup, WeightDtype,
 };
 use tritonforge_rl::env::BoxFuture;
-use tritonforge_rl::{Generator, Learner};
+use tritonforge_rl::{Environment, Generator, Learner, Parts, RlConfig, Timeline};
 
 pub struct Idle;
 
@@ -91,5 +92,34 @@ impl Counted {
     /// How many times the learner was set up.
     pub fn setups(&self) -> usize {
         self.setups.load(Ordering::SeqCst)
+    }
+}
+
+/// A config from its TOML text, checked as `train rl` checks it.
+pub fn config(text: &str) -> RlConfig {
+    let cfg: RlConfig = toml::from_str(text).unwrap();
+    cfg.check().unwrap();
+    cfg
+}
+
+/// The run `rl-toy`'s parts: these environments, the idle policy and `learner`.
+pub fn parts(
+    cfg: &RlConfig,
+    env: Arc<dyn Environment>,
+    heldout: Vec<(String, Arc<dyn Environment>)>,
+    learner: Arc<Counted>,
+) -> Parts {
+    Parts {
+        env,
+        heldout,
+        generator: Arc::new(Idle),
+        learner,
+        setup: tritonforge_rl::setup::train_setup(cfg, "none"),
+        pad_id: 0,
+        policy: "none".into(),
+        timeline: Arc::new(Timeline::new()),
+        timed: false,
+        run: "rl-toy".into(),
+        tokenizer_dir: None,
     }
 }
