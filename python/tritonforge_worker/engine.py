@@ -507,7 +507,6 @@ class Engine:
         # them eagerly (what the tests check).
         self.prefill_buckets = bool(prefill_graphs)
         self.prefill_graphs: Dict[Tuple[int, int, int], Tuple[Any, ...]] = {}
-        self.prefill_pool: Any = None
         # Prompt-lookup speculation (`_speculate`): up to this many drafted tokens per row
         # and step, checked in one forward. Only where steps run eagerly (a CUDA graph
         # replays fixed shapes and reads nothing back), so by default on the CPU alone.
@@ -833,27 +832,12 @@ class Engine:
 
     def _capture_prefill(self, shape: Tuple[int, int, int], ids: Any, cols: Any, slots: Any) -> Tuple[Any, ...]:
         """Capture a prefill forward at `shape` on static copies of this wave's inputs,
-        after one eager warm-up on a side stream (it writes this wave's KV, as the replay
-        that follows will again). All prefill graphs share one memory pool: they replay
-        one at a time and their output is read before the next."""
-        import torch
-
+        after one eager warm-up (it writes this wave's KV, as the replay that follows will
+        again)."""
         keys = shape[2]
         ids_s, cols_s, slots_s = ids.clone(), cols.clone(), slots.clone()
-
-        def forward() -> Any:
-            return self._columns(ids_s, cols_s, slots_s.unsqueeze(1), keys, None, slots_s, 1)[:, -1]
-
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            forward()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        if self.prefill_pool is None:
-            self.prefill_pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self.prefill_pool):
-            out = forward()
+        graph, out = self._capture_graph(
+            lambda: self._columns(ids_s, cols_s, slots_s.unsqueeze(1), keys, None, slots_s, 1)[:, -1], 1)
         return graph, ids_s, cols_s, slots_s, out
 
     def _columns(self, ids: Any, cols: Any, rows: Any, keys: int, view: Optional[int], gather: Any,
@@ -1154,29 +1138,37 @@ class Engine:
         graph.replay()
 
     def _capture(self, B: int, keys: int, mode: Tuple[bool, bool]) -> Any:
-        import torch
 
-        # Warm-up on a side stream (compiles, autotunes, allocates). It writes what the
-        # real step writes and records nothing: `live` is cleared around it, so every
-        # row writes its KV to the scratch column and its token is not kept.
+        # The warm-ups write what the real step writes and record nothing: `live` is
+        # cleared around them, so every row writes its KV to the scratch column and its
+        # token is not kept. (The capture runs nothing: the graph reads `live` when replayed.)
         live = self.live.clone()
         self.live.zero_()
         try:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self._decode_device(B, keys, mode)
-            torch.cuda.current_stream().wait_stream(stream)
+            graph, _ = self._capture_graph(lambda: self._decode_device(B, keys, mode), 2)
         finally:
             self.live.copy_(live)
+        return graph
+
+    def _capture_graph(self, work: Any, warmups: int) -> Tuple[Any, Any]:
+        """`work` run `warmups` times on a side stream (compiles, autotunes, allocates),
+        then captured into a CUDA graph; the graph and what the capture returned. Decode
+        and prefill graphs share one memory pool: they replay one at a time, and each
+        output is read before the next replay."""
+        import torch
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(warmups):
+                work()
+        torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
-        # One memory pool for every graph: they replay one at a time.
         with torch.cuda.graph(graph, pool=self.pool):
-            self._decode_device(B, keys, mode)
-        return graph
+            out = work()
+        return graph, out
 
     def _sync(self) -> List[Finished]:
         """Read which rows are done (one device read) and collect them."""
