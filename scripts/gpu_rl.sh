@@ -20,7 +20,10 @@
 #                   (e.g. TF_RL_FLAGS="--spares 48").
 #   PHASE train2 SECONDS [KEY=VALUE ...]: the same on a machine of two GPUs, the candidates
 #                   evaluated by `serve` on the second (its own state under /tmp/tf-rl,
-#                   TF_SERVE_FLAGS for its pool), the policy alone on the first.
+#                   TF_SERVE_FLAGS for its pool, 5 s of grace at its stop), the policy alone
+#                   on the first.
+# A command runs up to: the server's start (train2) + SECONDS + 45 (the backstop, which
+# run 16 reached) + the server's grace + the copies (~20 s): SECONDS 500 fits 10 minutes.
 set -uo pipefail
 B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}
 
@@ -68,7 +71,7 @@ case "$PHASE" in
       port=18777
       # shellcheck disable=SC2086
       CUDA_VISIBLE_DEVICES=1 "$S/tritonforge" --python python3 --state-dir "$S/serve-state" --device cuda \
-        serve --bind "127.0.0.1:$port" ${TF_SERVE_FLAGS:-} >> "$S/serve.log" 2>&1 &
+        serve --bind "127.0.0.1:$port" --grace 5 ${TF_SERVE_FLAGS:-} >> "$S/serve.log" 2>&1 &
       serve_pid=$!
       if ! python3 scripts/wait_http.py "http://127.0.0.1:$port/health" 180; then
         echo "serve did not come up"; tail -n 20 "$S/serve.log"; kill "$serve_pid"; exit 1
@@ -96,6 +99,8 @@ case "$PHASE" in
     fi
     cp "$S/events.jsonl" "$S/train.err" "$S/rl-now.toml" "$OUT/" 2>/dev/null
     cp "$S/out/metrics.jsonl" "$S/out/heldout.jsonl" "$OUT/" 2>/dev/null
+    # The policy worker's own stderr (engine fallbacks, warnings): the last 4 MB.
+    tail -c 4000000 "$S/out/learner.log" > "$OUT/learner.log" 2>/dev/null
     # The latest adapter in bf16 (an fp32 one is over the 16 MiB a file from $OUT may be).
     latest=$(cat "$S/out/LATEST" 2>/dev/null)
     if [ -n "$latest" ] && [ -d "$S/out/checkpoints/$latest/adapter" ]; then

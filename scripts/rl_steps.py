@@ -8,7 +8,8 @@ process and for a place), the policy worker's busy share, the GPU's idle share (
 and, from workers that report them, the engine's decode steps (ms each, with in brackets
 the device's time in the decode alone where the worker measures it; running rows each,
 and in brackets the rows each computed: running rows over the share not idle) and the
-device's seconds in prefill forwards.
+device's seconds in prefill forwards (with, where the worker reports them, the prefill
+shapes captured as CUDA graphs during the step).
 
 Then the steady steps' range and mean. A step is not steady when it is the first of an
 invocation (the worker compiled its decode step: `graphs_compiled` > 0) or the last (no
@@ -48,7 +49,7 @@ def row(m: Dict[str, Any]) -> Dict[str, Any]:
         "rows_per_step": e.get("rows_per_step"), "idle_rows": e.get("idle_rows"),
         "moved_rows": e.get("moved_rows"), "decode_ms_per_step": e.get("decode_ms_per_step"),
         "prefill_s": e.get("prefill_s"), "prefill_forwards": e.get("prefill_forwards"),
-        "prefill_tokens": e.get("prefill_tokens"),
+        "prefill_tokens": e.get("prefill_tokens"), "prefill_graphs": e.get("prefill_graphs"),
     }
 
 
@@ -118,6 +119,8 @@ def main() -> None:
         # Workers before the device brackets report none (0): shown as nothing.
         alone = f" ({fmt(r['decode_ms_per_step'], 1)})" if r["decode_ms_per_step"] else ""
         forwards = f" ({r['prefill_forwards']})" if r["prefill_forwards"] else ""
+        if r["prefill_graphs"]:  # shapes captured this step (reported since 2026-11-30)
+            forwards = f" ({r['prefill_forwards']}; {r['prefill_graphs']} captured)"
         out.append(
             f"| {r['step']} | {'yes' if r['steady'] else 'no'} | {fmt(r['interval_s'])} | {fmt(r['rollout_s'])} "
             f"| {fmt(r['slowest_gen_s'])} ({fmt(r['slowest_gen_wait_s'], 1)}) "

@@ -601,6 +601,10 @@ class EngineUse:
     # The device's time in decode steps and in prefill forwards, milliseconds (`Engine._clock`).
     decode_ms: float = 0.0
     prefill_ms: float = 0.0
+    # Tokens the prefill forwards computed, padding included, and prefill shapes captured
+    # as CUDA graphs (`Engine._prefill_graphed`).
+    prefill_padded: int = 0
+    prefill_graphs: int = 0
 
 
 @dataclass

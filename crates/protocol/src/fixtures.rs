@@ -606,6 +606,8 @@ pub fn sample_messages() -> Vec<Message> {
                         moved_rows: 12,
                         decode_ms: 61.5,
                         prefill_ms: 20.25,
+                        prefill_padded: 768,
+                        prefill_graphs: 2,
                     }),
                 }),
             },

@@ -302,6 +302,15 @@ pub struct EngineUse {
     pub decode_ms: f64,
     #[serde(default)]
     pub prefill_ms: f64,
+    /// Tokens the prefill forwards computed, padding included (their bucketed shapes with
+    /// prefill graphs on, else every row padded to the wave's longest): against
+    /// `prefill_tokens`, what the padding cost.
+    #[serde(default)]
+    pub prefill_padded: u64,
+    /// Prefill shapes captured as CUDA graphs. Why: a run must show whether its prefill
+    /// ran from graphs at all (a failed capture falls back to eager for good).
+    #[serde(default)]
+    pub prefill_graphs: u64,
 }
 
 /// Log-probabilities of the target tokens, no update.

@@ -265,6 +265,13 @@ pub struct EngineShare {
     /// as for several, so `prefill_s` follows this more than `prefill_tokens`.
     #[serde(default)]
     pub prefill_forwards: u64,
+    /// Tokens the prefill forwards computed, padding included.
+    #[serde(default)]
+    pub prefill_padded: u64,
+    /// Prefill shapes captured as CUDA graphs during the step: 0 over a whole run with
+    /// prefill graphs on means every forward ran eagerly.
+    #[serde(default)]
+    pub prefill_graphs: u64,
 }
 
 impl EngineShare {
@@ -287,6 +294,8 @@ impl EngineShare {
             decode_ms_per_step: per((now.decode_ms - p.decode_ms).max(0.0)),
             prefill_s: (now.prefill_ms - p.prefill_ms).max(0.0) / 1000.0,
             prefill_forwards: d(now.prefill_forwards, p.prefill_forwards),
+            prefill_padded: d(now.prefill_padded, p.prefill_padded),
+            prefill_graphs: d(now.prefill_graphs, p.prefill_graphs),
         }
     }
 }
@@ -573,6 +582,8 @@ mod tests {
             // 2.5 ms of device time per decode step, 0.4 s of prefill per 1,000 tokens.
             decode_ms: 2.5 * steps as f64,
             prefill_ms: 0.4 * prefill as f64,
+            prefill_padded: prefill + prefill / 4,
+            prefill_graphs: steps / 200,
         };
         let mut first = totals(40.0, 20.0, 10.0, None);
         first.engine = Some(counts(1000, 50_000, 64_000, 9_000));
@@ -589,6 +600,7 @@ mod tests {
         assert!((e.ms_per_step - 30.0).abs() < 1e-12);
         assert!((e.decode_ms_per_step - 2.5).abs() < 1e-9);
         assert!((e.prefill_s - 0.4).abs() < 1e-9);
+        assert_eq!((e.prefill_padded, e.prefill_graphs), (1_250, 2));
         // From the worker's start, and a step with no decode step at all.
         let e = WorkerShare::between(None, &first).engine.unwrap_or_default();
         assert_eq!(e.decode_steps, 1000);
