@@ -40,7 +40,7 @@ a second: for `ctx`, contexts created and destroyed).
 
 usage: PYTHONPATH=python python3 scripts/bench_contention.py [--model configs/models/smollm2-135m-shape]
        [--batch 96] [--prompt-tokens 1200] [--tokens 384] [--arms alone,gpu:16,cpu:16,...]
-       [--prefill-rows 1,4,16 [--rounds 20] [--vary]] [--out F]
+       [--prefill-rows 1,4,16 [--rounds 20] [--vary] [--prefix-tokens N]] [--out F]
 """
 
 from __future__ import annotations
@@ -173,6 +173,8 @@ def main() -> int:
     ap.add_argument("--prefill-rows", help="time prefill forwards of these many rows instead of decoding")
     ap.add_argument("--rounds", type=int, default=20, help="prefill forwards per row count and arm")
     ap.add_argument("--vary", action="store_true", help="prefill rounds of varying prompt lengths")
+    ap.add_argument("--prefix-tokens", type=int, default=0,
+                    help="prefill rounds as next turns: each row's first N prompt tokens are cached")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.neighbour:
@@ -215,8 +217,8 @@ def main() -> int:
                        prefill_graphs=False)
 
         def both(rounds: int) -> Dict[str, Any]:
-            out = {"eager": prefill(eager, ps, counts, rounds, a.vary),
-                   "graphs": prefill(graphed, ps, counts, rounds, a.vary)}
+            out = {"eager": prefill(eager, ps, counts, rounds, a.vary, a.prefix_tokens),
+                   "graphs": prefill(graphed, ps, counts, rounds, a.vary, a.prefix_tokens)}
             return {**out, "seconds": round(out["eager"]["seconds"] + out["graphs"]["seconds"], 3)}
 
         warm = both(2)
@@ -242,10 +244,14 @@ def agreement(eager: Any, graphed: Any, ps: List[List[int]], rows: int) -> Dict[
             "prefill_graphs": graphed.stats["prefill_graphs"]}
 
 
-def prefill(eng: Any, ps: List[List[int]], counts: List[int], rounds: int, vary: bool = False) -> Dict[str, Any]:
+def prefill(eng: Any, ps: List[List[int]], counts: List[int], rounds: int, vary: bool = False,
+            prefix: int = 0) -> Dict[str, Any]:
     """Rounds of R prompts admitted together (one prefill forward each, one token
     generated), for each R: device ms per forward and wall ms per round (and for a graphed
-    engine the shapes it captured meanwhile)."""
+    engine the shapes it captured meanwhile). With `prefix` > 0 every round is a next turn,
+    as in a multi-turn rollout: row i's prompt starts with the same `prefix` tokens, cached
+    before the rounds, and goes on with other tokens each round (new keys over a long
+    cached prefix, what run 16's 113 ms forwards were)."""
     import torch
     from tritonforge_worker.engine import Request
 
@@ -254,21 +260,33 @@ def prefill(eng: Any, ps: List[List[int]], counts: List[int], rounds: int, vary:
     started = time.perf_counter()
     for r in counts:
         eng.forget_prefixes()  # nothing reused: every round prefills its prompts whole
-        before = (eng.stats["prefill_ms"], eng.stats["prefill_forwards"], eng.stats["prefill_graphs"])
+        if prefix:
+            eng.run([Request(key=("prefix", i), prompt=ps[i][:prefix], max_tokens=1, temperature=1.0, seed=i)
+                     for i in range(r)])
+        before = (eng.stats["prefill_ms"], eng.stats["prefill_forwards"], eng.stats["prefill_graphs"],
+                  eng.stats["reused_tokens"])
         sync()
         t = time.perf_counter()
         for k in range(rounds):
-            eng.forget_prefixes()
             cut = (k * 53) % (len(ps[0]) // 2) if vary else 0
-            eng.run([Request(key=(k, i), prompt=ps[(k * r + i) % len(ps)][: len(ps[0]) - cut], max_tokens=1,
-                             temperature=1.0, seed=i) for i in range(r)])
+            if prefix:
+                # Row i: its cached prefix, then another prompt's tokens (a new turn each round).
+                tail = len(ps[0]) - prefix - cut
+                reqs = [Request(key=(k, i), prompt=ps[i][:prefix] + ps[(k * r + i + 1) % len(ps)][:tail],
+                                max_tokens=1, temperature=1.0, seed=i) for i in range(r)]
+            else:
+                eng.forget_prefixes()
+                reqs = [Request(key=(k, i), prompt=ps[(k * r + i) % len(ps)][: len(ps[0]) - cut], max_tokens=1,
+                                temperature=1.0, seed=i) for i in range(r)]
+            eng.run(reqs)
         sync()
         wall = time.perf_counter() - t
         eng._read_brackets()
         ms, fw = eng.stats["prefill_ms"] - before[0], eng.stats["prefill_forwards"] - before[1]
         out[str(r)] = {"forwards": fw, "device_ms_per_forward": round(ms / max(fw, 1), 2),
                        "wall_ms_per_round": round(1000.0 * wall / rounds, 2),
-                       "captured": eng.stats["prefill_graphs"] - before[2]}
+                       "captured": eng.stats["prefill_graphs"] - before[2],
+                       "reused_tokens_per_round": round((eng.stats["reused_tokens"] - before[3]) / rounds)}
     return {"prefill": out, "seconds": round(time.perf_counter() - started, 3)}
 
 
