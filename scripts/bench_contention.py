@@ -29,8 +29,9 @@ compiled unless --compile). With `--prefill-rows 1,4,16` an arm instead times pr
 forwards (run 13 in docs/rl.md: a third of a step's generation): for each R, rounds of R
 fresh prompts of P tokens admitted together with one new token each, so each round is
 one prefill forward; per R, the device's ms per forward (`Engine._clock`) and the wall,
-for the eager forward and for the forward replayed from a CUDA graph (`Engine._prefill_shape`,
-the default on CUDA), side by side in each arm. With `--vary` every round's prompts have
+for the eager forward, the eager forward at the bucketed shapes (`Engine(prefill_buckets=True)`)
+and the forward replayed from a CUDA graph at those shapes (`Engine._prefill_shape`), side by
+side in each arm. With `--vary` every round's prompts have
 another length (P down to P/2: other buckets, so the graphed side pays its captures inside
 the measurement, as a run does). Before the arms, both engines answer the same requests
 once and the result says how far their first tokens' log-probs are apart.
@@ -215,11 +216,14 @@ def main() -> int:
                          prefill_graphs=True)
         eager = Engine(net, "cuda", max_slots=a.batch, max_len=a.prompt_tokens + a.tokens + 8, compile=a.compile,
                        prefill_graphs=False)
+        buckets = Engine(net, "cuda", max_slots=a.batch, max_len=a.prompt_tokens + a.tokens + 8, compile=a.compile,
+                         prefill_buckets=True)
 
         def both(rounds: int) -> Dict[str, Any]:
             out = {"eager": prefill(eager, ps, counts, rounds, a.vary, a.prefix_tokens),
+                   "buckets": prefill(buckets, ps, counts, rounds, a.vary, a.prefix_tokens),
                    "graphs": prefill(graphed, ps, counts, rounds, a.vary, a.prefix_tokens)}
-            return {**out, "seconds": round(out["eager"]["seconds"] + out["graphs"]["seconds"], 3)}
+            return {**out, "seconds": round(sum(v["seconds"] for v in out.values()), 3)}
 
         warm = both(2)
         warm["agreement"] = agreement(eager, graphed, ps, max(counts))

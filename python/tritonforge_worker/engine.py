@@ -62,7 +62,8 @@ Built on torch and the model's own transformers code only. The pieces:
   shape's first use (eager inside: prefill shapes vary too much for one compile). Alone
   on an H200 that is 2-5x faster than the eager forward, which is bound by its launches;
   beside 16 candidate processes' contexts it is no faster (time-slicing between contexts
-  sets the cost), so it pays only on a GPU the engine does not share.
+  sets the cost), so it pays only on a GPU the engine does not share. With
+  `prefill_buckets` alone the bucketed shapes run eagerly (fewer distinct shapes).
 """
 
 from __future__ import annotations
@@ -456,7 +457,8 @@ class Engine:
                  min_prefix: int = 16, prefill_tokens: Optional[int] = None, compile: Optional[bool] = None,
                  join: Optional[bool] = None, speculate: Optional[int] = None,
                  stats: Optional[Dict[str, float]] = None, compact: bool = True,
-                 admit_wait: Optional[float] = None, prefill_graphs: Optional[bool] = None) -> None:
+                 admit_wait: Optional[float] = None, prefill_graphs: Optional[bool] = None,
+                 prefill_buckets: Optional[bool] = None) -> None:
         import torch
 
         from .joined import join_projections
@@ -505,7 +507,12 @@ class Engine:
         # run 15, docs/rl.md), and capturing its shapes slowed the first step; on a GPU of
         # its own it is 2-5x faster. On the CPU, True pads to the same shapes and runs
         # them eagerly (what the tests check).
-        self.prefill_buckets = bool(prefill_graphs)
+        # `prefill_buckets` alone: the same bucketed shapes run eagerly. Why: an eager
+        # forward at a shape seen before cost 37 ms on an H200 where a new shape's averaged
+        # 65-70 over two (bench_contention.py --prefix-tokens), and a run's shapes are
+        # almost all new; buckets make them repeat. Off by default until a run measures it.
+        self.prefill_graphed = bool(prefill_graphs)
+        self.prefill_buckets = self.prefill_graphed or bool(prefill_buckets)
         self.prefill_graphs: Dict[Tuple[int, int, int], Tuple[Any, ...]] = {}
         # Prompt-lookup speculation (`_speculate`): up to this many drafted tokens per row
         # and step, checked in one forward. Only where steps run eagerly (a CUDA graph
@@ -778,7 +785,7 @@ class Engine:
         cols_t = torch.tensor(cols, dtype=torch.long, device=dev)
         slots_t = torch.tensor(slots, device=dev)
         self.stats["prefill_padded"] += R * W
-        if shape is not None and self.on_cuda and self.use_graphs:
+        if shape is not None and self.on_cuda and self.use_graphs and self.prefill_graphed:
             logits = self._prefill_graphed(shape, ids_t, cols_t, slots_t)[: len(rows)]
         else:
             logits = self._columns(ids_t, cols_t, slots_t.unsqueeze(1), K, None, slots_t, 1)[: len(rows), -1]
@@ -809,7 +816,8 @@ class Engine:
     def _prefill_graphed(self, shape: Tuple[int, int, int], ids: Any, cols: Any, slots: Any) -> Any:
         """The last position's logits of a prefill forward at a bucketed `shape`, replayed
         from the CUDA graph captured on its first use. A shape that fails to capture turns
-        prefill graphs off for good and runs eagerly, never failing the request."""
+        prefill graphs off for good (the shapes stay bucketed) and runs eagerly, never
+        failing the request."""
         import sys
 
         entry = self.prefill_graphs.get(shape)
@@ -819,7 +827,7 @@ class Engine:
             except Exception as exc:  # noqa: BLE001 - fall back, never fail the request
                 sys.stderr.write(f"engine: CUDA graph of a prefill forward {shape} failed "
                                  f"({type(exc).__name__}: {exc}); prefilling eagerly\n")
-                self.prefill_buckets = False
+                self.prefill_graphed = False
                 return self._columns(ids, cols, slots.unsqueeze(1), shape[2], None, slots, 1)[:, -1]
             self.prefill_graphs[shape] = entry
             self.stats["prefill_graphs"] += 1

@@ -306,6 +306,8 @@ class _Generator:
         # Prefill forwards from CUDA graphs at bucketed shapes: TRITONFORGE_POLICY_PREFILL_GRAPHS=1
         # (the engine's default is eager; graphs pay on a GPU the engine does not share).
         self.prefill_graphs = _switch_env("TRITONFORGE_POLICY_PREFILL_GRAPHS")
+        # The same bucketed shapes run eagerly: TRITONFORGE_POLICY_PREFILL_BUCKETS=1.
+        self.prefill_buckets = _switch_env("TRITONFORGE_POLICY_PREFILL_BUCKETS")
         self.engine: Any = None
         self.ids: dict = {}
         # Colocated: the trainer's model, and the generation copy made from it.
@@ -358,7 +360,8 @@ class _Generator:
             self.engine = Engine(self.net, self.device, max_slots=self.slots, max_len=min(self.max_len, limit),
                                  sync_every=self.sync, compile=self.compile, join=join, speculate=self.speculate,
                                  prefill_tokens=self.prefill_tokens, stats=self.usage.engine,
-                                 admit_wait=self.admit_wait, prefill_graphs=self.prefill_graphs)
+                                 admit_wait=self.admit_wait, prefill_graphs=self.prefill_graphs,
+                                 prefill_buckets=self.prefill_buckets)
         return self.engine
 
     def submit(self, msg: Any) -> None:
