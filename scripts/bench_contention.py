@@ -212,12 +212,11 @@ def main() -> int:
         counts = [int(r) for r in a.prefill_rows.split(",")]
         if max(counts) > a.batch:
             sys.exit(f"--prefill-rows {a.prefill_rows}: more rows than --batch {a.batch} slots")
-        graphed = Engine(net, "cuda", max_slots=a.batch, max_len=a.prompt_tokens + a.tokens + 8, compile=a.compile,
-                         prefill_graphs=True)
-        eager = Engine(net, "cuda", max_slots=a.batch, max_len=a.prompt_tokens + a.tokens + 8, compile=a.compile,
-                       prefill_graphs=False)
-        buckets = Engine(net, "cuda", max_slots=a.batch, max_len=a.prompt_tokens + a.tokens + 8, compile=a.compile,
-                         prefill_buckets=True)
+        def engine(**prefill_mode: bool) -> Any:
+            return Engine(net, "cuda", max_slots=a.batch, max_len=a.prompt_tokens + a.tokens + 8,
+                          compile=a.compile, **prefill_mode)
+
+        graphed, eager, buckets = engine(prefill_graphs=True), engine(), engine(prefill_buckets=True)
 
         def both(rounds: int) -> Dict[str, Any]:
             out = {"eager": prefill(eager, ps, counts, rounds, a.vary, a.prefix_tokens),

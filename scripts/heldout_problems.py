@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import sqlite3
 import sys
 
@@ -25,6 +26,9 @@ def main() -> int:
     ap.add_argument("set")
     ap.add_argument("--messages", type=int, default=2)
     a = ap.parse_args()
+    if not os.path.isfile(a.store):
+        print(f"{a.store}: no such store (decompress store-state.sqlite.xz first)", file=sys.stderr)
+        return 2
     pattern = f"%/heldout-{a.step:06d}/{a.set}/%"
     db = sqlite3.connect(f"file:{a.store}?mode=ro", uri=True)
     solved: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
