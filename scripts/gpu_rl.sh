@@ -14,7 +14,9 @@
 #   PHASE train SECONDS [KEY=VALUE ...]: run (or resume) the RL job for about SECONDS
 #                   (it starts no step that would end past them, checkpoints, and resumes
 #                   there next time; a heldout pass already written is not played again); settings
-#                   override [schedule] keys of the config; logs, metrics and heldout
+#                   override keys of the config (new keys go under [schedule]) and stay for
+#                   the later slices (run 17 lost its lr at the second slice; a resume under
+#                   another recipe is now refused by the binary anyway); logs, metrics and heldout
 #                   figures to OUTDIR (as OUTDIR/run.tar, beside the stores'
 #                   store-*.sqlite.xz). TF_RL_FLAGS adds evaluator and pool flags
 #                   (e.g. TF_RL_FLAGS="--spares 48").
@@ -45,6 +47,7 @@ case "$PHASE" in
     ;;
   stage)
     cp "$B" "$S/tritonforge" && chmod +x "$S/tritonforge"
+    rm -f "$S/overrides"  # a new run: no settings of an earlier one
     mkdir -p "$S/data/rl" "$S/data/bundled"
     cp -r data/rl/synth-train "$S/data/rl/" && cp -r data/bundled/synth-heldout40 "$S/data/bundled/"
     sed "s|^dir = .*|dir = \"$S/out\"|; s|data/rl/synth-train|$S/data/rl/synth-train|; s|data/bundled/synth-heldout40|$S/data/bundled/synth-heldout40|" \
@@ -80,7 +83,10 @@ case "$PHASE" in
     fi
     secs=${4:?seconds}; shift 4
     cp "$S/rl.toml" "$S/rl-now.toml"
-    for kv in "$@"; do
+    # Settings given to earlier slices first, then this one's (which win): they persist.
+    for kv in "$@"; do printf '%s\n' "$kv" >> "$S/overrides"; done
+    mapfile -t kept < <(cat "$S/overrides" 2>/dev/null)
+    for kv in "${kept[@]}"; do
       k=${kv%%=*}; v=${kv#*=}
       if grep -q "^$k = " "$S/rl-now.toml"; then sed -i "s|^$k = .*|$k = $v|" "$S/rl-now.toml"
       else sed -i "s|^\[schedule\]|[schedule]\n$k = $v|" "$S/rl-now.toml"; fi

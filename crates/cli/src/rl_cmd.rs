@@ -206,9 +206,10 @@ fn finish(cfg: &RlConfig, run: &RunLog, result: Result<RlSummary, RlError>) -> a
 
 fn describe_json(e: &RlEvent) -> String {
     let v = match e {
-        RlEvent::Ready { info, start, steps } => {
-            serde_json::json!({"event": "ready", "info": info, "start": start, "steps": steps})
-        }
+        RlEvent::Ready { info, start, steps, recipe_changes } => serde_json::json!({
+            "event": "ready", "info": info, "start": start, "steps": steps,
+            "recipe_changes": recipe_changes,
+        }),
         RlEvent::Heldout(h) => serde_json::json!({"event": "heldout", "heldout": h}),
         RlEvent::Step(m) => serde_json::json!({"event": "step", "metrics": m}),
         RlEvent::Saved { dir, step } => {
@@ -223,13 +224,22 @@ fn describe_json(e: &RlEvent) -> String {
 
 fn describe(e: &RlEvent) -> String {
     match e {
-        RlEvent::Ready { info, start, steps } => format!(
-            "model: {:.1}M parameters ({:.1}M trained) on {}; steps {}..{steps}",
-            info.parameters as f64 / 1e6,
-            info.trainable as f64 / 1e6,
-            info.device,
-            start + 1
-        ),
+        RlEvent::Ready { info, start, steps, recipe_changes } => {
+            let mut line = format!(
+                "model: {:.1}M parameters ({:.1}M trained) on {}; steps {}..{steps}",
+                info.parameters as f64 / 1e6,
+                info.trainable as f64 / 1e6,
+                info.device,
+                start + 1
+            );
+            if !recipe_changes.is_empty() {
+                line.push_str(&format!(
+                    "\nrecipe changed since step {start}: {}",
+                    recipe_changes.join("; ")
+                ));
+            }
+            line
+        }
         RlEvent::Heldout(h) => {
             let sampled = if h.samples > 1 {
                 format!(" × {} samples at temperature {:.2}", h.samples, h.temperature)

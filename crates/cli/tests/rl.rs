@@ -186,9 +186,13 @@ fn jsonl(path: &Path) -> Vec<Value> {
 fn the_rewarded_behaviour_increases() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(dir.path(), Some(0.5));
-    let cfg = toy_config(&dir.path().join("out"), &model, 8, 0.01, "");
+    let mut cfg = toy_config(&dir.path().join("out"), &model, 8, 0.01, "");
+    cfg.loss.measure_kl = true; // measured, not a penalty: the same updates
     let steps = toy_run(&cfg, &model);
     assert_eq!(steps.len(), 8);
+    // The KL to the start, measured every trained step; the policy moved away from it.
+    let kls: Vec<f64> = steps.iter().filter(|s| s.updates > 0).map(|s| s.kl.unwrap()).collect();
+    assert!(kls.iter().all(|k| *k >= 0.0) && kls.last().is_some_and(|k| *k > 1e-4), "{kls:?}");
     let first = (steps[0].reward_mean + steps[1].reward_mean) / 2.0;
     let last = (steps[6].reward_mean + steps[7].reward_mean) / 2.0;
     assert!(
@@ -249,6 +253,7 @@ fn a_resumed_run_takes_the_same_steps() {
         assert_eq!(x.generated_tokens, y.generated_tokens, "step {}", x.step);
         assert!((x.reward_mean - y.reward_mean).abs() < 1e-9, "step {}: {x:?} vs {y:?}", x.step);
         assert_eq!(x.updates, y.updates, "step {}", x.step);
+        assert!(x.kl.is_none() && y.kl.is_none(), "no KL asked for, none measured");
         // The loss of one update is ~0 (ratio 1, advantages of mean 0); the gradient is not.
         let (g, h) = (x.grad_norm, y.grad_norm);
         assert!((g - h).abs() <= 1e-3 * g.max(1e-6), "step {}: grad norm {g} vs {h}", x.step);

@@ -210,6 +210,10 @@ pub struct LossCfg {
     pub clip_high: f64,
     /// KL penalty to the starting policy (k3); 0: none.
     pub kl_coef: f64,
+    /// Measure the KL to the starting policy (the step's `kl`) even without a penalty:
+    /// one more scoring pass a step. The per-step clip fraction cannot show drift
+    /// across steps (run 17, docs/rl.md); this does. Implied by `kl_coef > 0`.
+    pub measure_kl: bool,
     pub entropy_coef: f64,
     /// Truncated importance weight cap for stale or numerically different generators
     /// (0: none).
@@ -226,6 +230,7 @@ impl Default for LossCfg {
             clip_low: 0.2,
             clip_high: 0.28,
             kl_coef: 0.0,
+            measure_kl: false,
             entropy_coef: 0.0,
             tis_cap: 2.0,
             proximal: true,
@@ -324,6 +329,12 @@ pub struct ScheduleCfg {
     /// played exactly as this run would play it (policy, seed, timing, samples, turns, cap,
     /// temperature, problems); otherwise the run stops and says what differs.
     pub heldout_baseline: Option<PathBuf>,
+    /// Resume from a checkpoint written under another recipe (model, training data,
+    /// rollout, reward, advantage, loss, optimizer, staleness). Off: such a resume is an
+    /// error naming what changed, since a slice that silently trains otherwise makes the
+    /// run's figures describe neither recipe (run 17, docs/rl.md). On: the run goes on
+    /// and its `ready` event lists the changes.
+    pub allow_recipe_change: bool,
 }
 
 impl ScheduleCfg {
@@ -387,6 +398,7 @@ impl Default for ScheduleCfg {
             max_steps_now: 0,
             max_seconds_now: 0,
             heldout_baseline: None,
+            allow_recipe_change: false,
         }
     }
 }
@@ -578,10 +590,10 @@ impl RlConfig {
                     "a learner on several ranks only trains; generate on external engines ([generation] kind = \"sglang\" or \"vllm\", urls, tokenizer) or set learner.procs = 1",
                 );
             }
-            if l.kl_coef > 0.0 {
+            if l.kl_coef > 0.0 || l.measure_kl {
                 return bad(
-                    &format!("learner.procs = {procs} with loss.kl_coef"),
-                    "the reference policy is not scored on several ranks yet: set loss.kl_coef = 0 or learner.procs = 1",
+                    &format!("learner.procs = {procs} with loss.kl_coef or loss.measure_kl"),
+                    "the reference policy is not scored on several ranks yet: set loss.kl_coef = 0 and loss.measure_kl = false, or learner.procs = 1",
                 );
             }
         }
@@ -709,6 +721,11 @@ mod tests {
                 format!("{MIN}{sglang}[learner]\nprocs = 2\n[loss]\nkl_coef = 0.1\n"),
                 "learner.procs = 2 with loss.kl_coef",
                 "kl_coef = 0",
+            ),
+            (
+                format!("{MIN}{sglang}[learner]\nprocs = 2\n[loss]\nmeasure_kl = true\n"),
+                "learner.procs = 2 with loss.kl_coef or loss.measure_kl",
+                "measure_kl = false",
             ),
             (format!("{MIN}[learner]\nprocs = 0\n"), "learner.procs", "at least 1"),
             (

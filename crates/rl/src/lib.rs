@@ -17,6 +17,7 @@ pub mod env;
 pub mod layout;
 pub mod metrics;
 pub mod pool;
+pub mod recipe;
 pub mod refresh;
 pub mod rng;
 pub mod setup;

@@ -77,6 +77,9 @@ pub enum RlEvent {
         info: TrainInfo,
         start: u64,
         steps: u64,
+        /// What the recipe changed since the checkpoint resumed from, where
+        /// `schedule.allow_recipe_change` let it (`path: old → new`).
+        recipe_changes: Vec<String>,
     },
     Heldout(HeldoutMetrics),
     Step(Box<StepMetrics>),
@@ -108,6 +111,10 @@ struct RlState {
     /// Steps completed.
     step: u64,
     pool: PoolState,
+    /// The recipe the steps were trained with ([`crate::recipe`]); absent in checkpoints
+    /// written before it was recorded (nothing to compare).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    recipe: Option<serde_json::Value>,
 }
 
 const STATE: &str = "rl_state.json";
@@ -260,6 +267,8 @@ pub struct Standing {
     due: Vec<HeldoutMetrics>,
     /// Its figures, when `schedule.heldout_baseline` stands in for playing it.
     baseline: Option<Vec<HeldoutMetrics>>,
+    /// What the recipe changed since that checkpoint (allowed by the config).
+    pub recipe_changes: Vec<String>,
 }
 
 impl Standing {
@@ -290,12 +299,27 @@ impl Standing {
             Some(path) if start == 0 && !due.is_empty() => Some(from_baseline(path, &due)?),
             _ => None,
         };
+        let mut recipe_changes = Vec::new();
+        if let Some((dir, RlState { recipe: Some(old), .. })) = &resumed {
+            recipe_changes = crate::recipe::changes(old, &crate::recipe::recipe(cfg)?);
+            if !recipe_changes.is_empty() && !cfg.schedule.allow_recipe_change {
+                return Err(RlError::Resume {
+                    path: dir.join(STATE),
+                    reason: format!(
+                        "the config trains otherwise than this checkpoint's steps did ({}); \
+                         a resumed run trains as it began: set them back, start a new \
+                         output.dir, or set schedule.allow_recipe_change = true",
+                        recipe_changes.join("; ")
+                    ),
+                });
+            }
+        }
         let (checkpoint, pool) = match resumed {
             Some((dir, state)) => (Some(dir), state.pool),
             None => (None, PoolState::default()),
         };
         let complete = checkpoint.is_some() && start >= cfg.schedule.steps && due.is_empty();
-        Ok(Standing { start, checkpoint, complete, pool, due, baseline })
+        Ok(Standing { start, checkpoint, complete, pool, due, baseline, recipe_changes })
     }
 }
 
@@ -539,6 +563,7 @@ pub async fn train(
     let out = cfg.output.dir.clone();
     std::fs::create_dir_all(out.join("checkpoints")).map_err(|e| io_err(&out, e))?;
     let reward = cfg.reward.resolve().map_err(RlError::Config)?;
+    let recipe = crate::recipe::recipe(cfg)?;
     // Everything that needs no learner is read and checked before it starts.
     let standing = Standing::read(cfg, &sets_of(&parts), parts.timed, &parts.policy)?;
     if let Some(summary) = conclude(cfg, &standing, &parts.run, events)? {
@@ -552,7 +577,12 @@ pub async fn train(
     let heldout_path = out.join(HELDOUT);
     truncate_jsonl(&metrics_path, start)?;
     truncate_jsonl(&heldout_path, start)?;
-    events(RlEvent::Ready { info, start, steps: cfg.schedule.steps });
+    events(RlEvent::Ready {
+        info,
+        start,
+        steps: cfg.schedule.steps,
+        recipe_changes: standing.recipe_changes.clone(),
+    });
 
     let entries = parts
         .env
@@ -662,7 +692,7 @@ pub async fn train(
             // (at the first step, the one this invocation resumed from, or none at 0:
             // the heldout pass is written and is not played again).
             if step > start && !step.is_multiple_of(cfg.schedule.save_every) {
-                let dir = save(&parts, &out, step, &last_pool).await?;
+                let dir = save(&parts, &out, step, &last_pool, &recipe).await?;
                 events(RlEvent::Saved { dir: dir.clone(), step });
                 summary.last_checkpoint = Some(dir);
             }
@@ -708,7 +738,7 @@ pub async fn train(
         let _ = version_tx.send(done);
         last_pool = rollout.pool.clone();
         if done.is_multiple_of(cfg.schedule.save_every) || done == end {
-            let dir = save(&parts, &out, done, &rollout.pool).await?;
+            let dir = save(&parts, &out, done, &rollout.pool, &recipe).await?;
             events(RlEvent::Saved { dir: dir.clone(), step: done });
             summary.last_checkpoint = Some(dir);
         }
@@ -718,7 +748,7 @@ pub async fn train(
             // a pass killed by its limit): it is taken to last as long as the last one did.
             if out_of_time(cfg.schedule.max_seconds_now, started_now, last_pass_s(&heldout_path)) {
                 if !(done.is_multiple_of(cfg.schedule.save_every) || done == end) {
-                    let dir = save(&parts, &out, done, &rollout.pool).await?;
+                    let dir = save(&parts, &out, done, &rollout.pool, &recipe).await?;
                     events(RlEvent::Saved { dir: dir.clone(), step: done });
                     summary.last_checkpoint = Some(dir);
                 }
@@ -764,7 +794,13 @@ pub fn source_name(s: &crate::config::SourceCfg) -> String {
     }
 }
 
-async fn save(parts: &Parts, out: &Path, step: u64, pool: &PoolState) -> Result<PathBuf, RlError> {
+async fn save(
+    parts: &Parts,
+    out: &Path,
+    step: u64,
+    pool: &PoolState,
+    recipe: &serde_json::Value,
+) -> Result<PathBuf, RlError> {
     let name = format!("step-{step:06}");
     let dir = out.join("checkpoints").join(&name);
     parts
@@ -780,7 +816,7 @@ async fn save(parts: &Parts, out: &Path, step: u64, pool: &PoolState) -> Result<
             }
         }
     }
-    let state = RlState { step, pool: pool.clone() };
+    let state = RlState { step, pool: pool.clone(), recipe: Some(recipe.clone()) };
     let text = serde_json::to_string_pretty(&state).map_err(|e| io_err(&dir, e))?;
     write_atomic(&dir.join(STATE), &text)?;
     // Only now is the checkpoint whole: the marker moves last.
@@ -1078,7 +1114,8 @@ async fn train_step(
         }
     };
     let proximal = if cfg.loss.proximal { Some(score(false).await?) } else { None };
-    let reference = if cfg.loss.kl_coef > 0.0 { Some(score(true).await?) } else { None };
+    let reference =
+        if cfg.loss.kl_coef > 0.0 || cfg.loss.measure_kl { Some(score(true).await?) } else { None };
     let t1 = tl.now();
     tl.record(Activity::Train, t0, t1);
     m.score_s = t1 - t0;

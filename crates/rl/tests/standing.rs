@@ -86,7 +86,10 @@ fn train(cfg: &RlConfig, learner: &Arc<Counted>) -> Result<Vec<String>, RlError>
     let mut kinds = Vec::new();
     rt.block_on(tritonforge_rl::train(cfg, parts(cfg, learner), None, &mut |e| {
         kinds.push(match e {
-            RlEvent::Ready { .. } => "ready".to_string(),
+            RlEvent::Ready { recipe_changes, .. } if recipe_changes.is_empty() => "ready".into(),
+            RlEvent::Ready { recipe_changes, .. } => {
+                format!("ready: {}", recipe_changes.join("; "))
+            }
             RlEvent::Heldout(h) => format!("heldout {}", h.step),
             RlEvent::Step(m) => format!("step {}", m.step),
             RlEvent::Saved { step, .. } => format!("saved {step}"),
@@ -184,4 +187,48 @@ fn a_bad_baseline_or_checkpoint_is_named_before_the_learner_starts() {
     let before = learner.setups();
     assert!(matches!(train(&cfg, &learner), Err(RlError::Resume { .. })));
     assert_eq!(learner.setups(), before);
+}
+
+/// A resume under a config that trains otherwise (here another learning rate) is an
+/// error naming the change before the learner starts; one that only runs longer or
+/// measures otherwise is not; with `allow_recipe_change` the change goes on, and the
+/// `ready` event says what changed.
+#[test]
+fn a_resume_that_would_train_otherwise_is_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let learner = Arc::new(Counted::default());
+    let slice = |extra: &str, steps: u64| {
+        let mut c = config(&out, &format!("max_steps_now = 1\n{extra}"));
+        c.schedule.steps = steps;
+        c
+    };
+    let first = slice("", 3);
+    assert_eq!(train(&first, &learner).unwrap()[..3], ["ready", "heldout 0", "step 1"]);
+    let setups = learner.setups();
+
+    // Longer, in another slice length, measured with more samples: the same recipe.
+    let same = slice("max_seconds_now = 500\nheldout_samples = 2", 4);
+    assert!(standing(&same).unwrap().recipe_changes.is_empty());
+
+    let mut other = slice("", 3);
+    other.optim.lr = 5e-5;
+    let e = standing(&other).unwrap_err();
+    assert!(matches!(e, RlError::Resume { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("optim.lr: ") && text.contains("→ 0.00005"), "{text}");
+    assert!(text.contains("rl_state.json") && text.contains("allow_recipe_change"), "{text}");
+    assert!(train(&other, &learner).is_err());
+    assert_eq!(learner.setups(), setups, "refused before the learner starts");
+
+    other.schedule.allow_recipe_change = true;
+    let kinds = train(&other, &learner).unwrap();
+    assert!(
+        kinds[0].starts_with("ready: optim.lr: ") && kinds[0].ends_with("→ 0.00005"),
+        "{kinds:?}"
+    );
+    assert!(kinds.contains(&"step 2".to_string()), "{kinds:?}");
+    // The checkpoint now records the new recipe: resuming under it changes nothing.
+    other.schedule.allow_recipe_change = false;
+    assert!(standing(&other).unwrap().recipe_changes.is_empty());
 }
