@@ -32,6 +32,7 @@ usage: python3 scripts/bench_vs_kernelbench.py --binary B --python python3 --kb 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -187,6 +188,12 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
                          for p in ("build_ms", "trials_ms", "shape_check_ms", "timing_ms", "timed_ms")},
             "unconverged": sum(1 for r in ours.values() if "unconverged" in ((r.get("timing") or {}).get("flags")
                                                                              or [])),
+            # How the timed windows were opened (the gate since 2026-11-30; absent before).
+            "windows": dict(collections.Counter(
+                ((r.get("timing") or {}).get("window") or {}).get("how", "unrecorded")
+                for r in ours.values() if r.get("timing"))),
+            "gates_given_up": sum(((r.get("timing") or {}).get("window") or {}).get("gates_given_up", 0)
+                                  for r in ours.values() if r.get("timing")),
         }
         groups = {}
         for key in NOISE:

@@ -301,6 +301,7 @@ def _warm_up(mode: str) -> None:
     _warm_up_evaluation(mode)
     if mode == "cuda":
         _warm_up_libraries()
+        _warm_up_gate()
 
 
 def _warm_up_evaluation(mode: str) -> None:
@@ -327,6 +328,18 @@ def _warm_up_evaluation(mode: str) -> None:
         raise RuntimeError(f"warm-up evaluation failed, this torch/triton installation is broken: {verdict}")
     for name in ("tf_problem", "tf_candidate"):
         sys.modules.pop(name, None)
+
+
+def _warm_up_gate() -> None:
+    """Compile and try the timing gate (`gate.py`) here, off the critical path: the pool
+    copies the first process's Triton cache to every later one, so they load it instead
+    of compiling it in a candidate's timing phase (about 2 s each under load, measured
+    on 2026-11-30 before this moved here)."""
+    import torch
+
+    from .gate import works
+
+    works(torch, "cuda")
 
 
 def _warm_up_libraries() -> None:

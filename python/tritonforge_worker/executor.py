@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .gate import Gate
+from .gate import works as gate_works
 from .lease import NoLease
 from .protocol import (
     DeviceRequest,
@@ -39,6 +41,7 @@ from .protocol import (
     Tolerance,
     TrialStat,
     Verdict,
+    WindowOpen,
     finite_or_none,
 )
 from .runtime_guard import thread_count
@@ -1107,6 +1110,8 @@ def timing_phase(
         # reference takes tens of seconds that are not the candidate's.
         cx.lease.hold("baseline")
         compiled = compiled_baseline(cx, built.problem, built.reference)
+    if on_gpu:
+        gate_works(cx.torch, cx.device)  # once per process, before the exclusive hold
     # The timing lease: nothing else runs on this GPU until the result is sent. In CPU
     # mode nothing is timed, so it is taken only when the pool asks (its tests do).
     if on_gpu or os.environ.get("TRITONFORGE_CPU_TIMING_LEASE") == "1":
@@ -1167,7 +1172,7 @@ def time_candidate(
     side = cx.recorder.foreign_streams(stream)
     if side:
         run = timed_run(cx, problem, reference, model, compiled, done, sync_each=True)
-    dev, audit, checked = run
+    dev, audit, checked, opened = run
     # The GPU is not needed alone any more: statistics run shared.
     cx.lease.hold("shared")
     check_share(cx, done)
@@ -1210,13 +1215,15 @@ def time_candidate(
         checked_outputs=checked,
         harness_ms=harness,
         compiled=stats("compiled") if compiled is not None else None,
+        window=opened,
     )
 
 
 def timed_run(
     cx: Context, problem: Any, reference: Any, model: Any, compiled: Any, done: List[TrialStat], sync_each: bool
-) -> Tuple[Dict[str, List[float]], Dict[str, List[float]], int]:
-    """One timed run: per-arm window times, audited host times, how many outputs were checked."""
+) -> Tuple[Dict[str, List[float]], Dict[str, List[float]], int, WindowOpen]:
+    """One timed run: per-arm window times, audited host times, how many outputs were
+    checked, and how its windows were opened."""
     import random
     import time as _time
 
@@ -1257,6 +1264,8 @@ def timed_run(
             if sleep is not None:
                 sleep(int(rate * cover[0]))
 
+        gate = Gate(torch, cx.device) if not sync_each and gate_works(torch, cx.device) else None
+
         torch.cuda.synchronize()
         probe_start = _time.perf_counter()
         seed += 1
@@ -1274,6 +1283,21 @@ def timed_run(
         # round takes that much longer).
         cover[0] = cushion_ms(enqueue)
         per_round += len(arms) * (cover[0] - CUSHION_MS) / 1000.0
+        if gate is not None:
+            # One gated call of each arm: a call the gate cannot wait for (it fills the
+            # launch queue, or waits for the device) is timed under the spin instead.
+            seed += 1
+            inputs = fresh(seed)
+            for _, fn in arms:
+                flush.zero_()
+                gate.hold()
+                try:
+                    fn(*inputs)
+                finally:
+                    gate.release()
+            torch.cuda.synchronize()
+            if gate.given_up():
+                gate = None
         # The budget caps the repetitions; timing stops earlier once the speedup's
         # interval is within ±TIMING_CI (checked every few repetitions past the window
         # in which the pre-picked audited and spot-checked calls fall).
@@ -1317,15 +1341,23 @@ def timed_run(
                     # opens, so nothing the call launches can run before it (under a cushion).
                     torch.cuda.synchronize()
                     h0 = _time.perf_counter()
+                elif gate is not None:
+                    # The stream waits for the host to enqueue the whole call and its
+                    # end event (`gate.py`): the window holds the call's work alone.
+                    gate.hold()
                 else:
                     # The GPU stays busy while the host launches the call, so the
                     # window starts with the call's own work, not launch latency.
                     cushion()
                 start.record()
-                out = fn(*inputs)
-                if sync_each:
-                    torch.cuda.synchronize()
-                end.record()
+                try:
+                    out = fn(*inputs)
+                    if sync_each:
+                        torch.cuda.synchronize()
+                    end.record()
+                finally:
+                    if gate is not None:
+                        gate.release()
                 if check:
                     torch.cuda.synchronize()
                     audit[name].append((_time.perf_counter() - h0) * 1000.0)
@@ -1346,7 +1378,9 @@ def timed_run(
                     break
         torch.cuda.synchronize()  # device-wide, before the last timestamp is read
         cx.timed_ms += (_time.perf_counter() - timed_start) * 1000.0
-    return _elapsed(windows, arms, dev), audit, checked
+    opened = WindowOpen(how="synchronised" if sync_each else "gate" if gate is not None else "cushion",
+                        gates_given_up=gate.given_up() if gate is not None else 0)
+    return _elapsed(windows, arms, dev), audit, checked, opened
 
 
 def check_timed_output(cx: Context, reference: Any, i: int, clean: List[Any], out: Any,

@@ -23,6 +23,7 @@ Status = Literal["rejected", "compile_error", "runtime_error", "timeout", "incor
 Stage = Literal["guard", "import", "init", "correctness", "provenance", "timing", "process"]
 LeaseKind = Literal["shared", "baseline", "exclusive"]
 TimingFlag = Literal["implausible_speedup", "clock_disagreement", "side_streams", "unconverged"]
+WindowHow = Literal["gate", "cushion", "synchronised"]
 DeviceRequest = Literal["auto", "cpu", "cuda"]
 MemoryMethod = Literal["allocator", "tensor_sizes"]
 MismatchKind = Literal[
@@ -162,6 +163,17 @@ class Timing:
     checked_outputs: int
     harness_ms: float
     compiled: Optional[TimingStats]
+    window: Optional[WindowOpen] = None
+
+
+@dataclass
+class WindowOpen:
+    """How the reported windows were opened: `gate` (the stream held until the host had
+    enqueued the call, gate.py), `cushion` (a spin of 2.5 times the launch) or
+    `synchronised` (an idle device: side streams); gates that gave up unreleased."""
+
+    how: WindowHow
+    gates_given_up: int = 0
 
 
 @dataclass

@@ -425,3 +425,15 @@ fn the_timing_cushion_is_calibrated_on_its_fastest_spin() {
     assert_eq!(v["failures"], serde_json::json!([]), "{v}");
     assert_eq!(v["first try shared"], 400_000, "{v}");
 }
+
+/// The timing gate's kernel, run by the Triton interpreter: it passes once the host's flag
+/// reaches its target, gives up after its polls when it never does and records which, and
+/// a run counts the gates that gave up; without a GPU the executor is told to keep the spin.
+#[test]
+fn the_timing_gate_passes_when_released_and_gives_up_when_not() {
+    let v = fixture_report("timing/check_gate.py", &[&repo().join("python")]);
+    assert_eq!(v["failures"], serde_json::json!([]), "{v}");
+    assert_eq!(v["released"], serde_json::json!([7, 7, 1, 7]), "{v}");
+    assert_eq!(v["given_up"], serde_json::json!([7, 0, 7, 7]), "{v}");
+    assert_eq!(v["works_without_gpu"], false, "{v}");
+}

@@ -356,6 +356,33 @@ pub struct Timing {
     pub harness_ms: f64,
     /// `torch.compile(Model)`, when that baseline was asked for.
     pub compiled: Option<TimingStats>,
+    /// How the reported windows were opened (absent in records from before it was kept).
+    #[serde(default)]
+    pub window: Option<WindowOpen>,
+}
+
+/// How a timed run opened its windows, so that a figure says what it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowOpen {
+    pub how: WindowHow,
+    /// Gates that ended without being released (their windows may hold launch time).
+    #[serde(default)]
+    pub gates_given_up: u32,
+}
+
+/// What held the stream before each timed window's start event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowHow {
+    /// A kernel that polls a host flag the host sets once the call and its end event are
+    /// enqueued: nothing of the launch can fall inside the window.
+    Gate,
+    /// A spin of 2.5 times the host's measured enqueue time (0.2 to 2 ms): a host late by
+    /// more than that puts launch time inside the window.
+    Cushion,
+    /// An idle device before every window (work on side streams is counted whole).
+    Synchronised,
 }
 
 /// The executor's verdict on a candidate.

@@ -71,6 +71,7 @@ const WORKER_FILES: &[(&str, &str)] = &[
     ("__main__.py", include_str!("../../../python/tritonforge_worker/__main__.py")),
     ("protocol.py", include_str!("../../../python/tritonforge_worker/protocol.py")),
     ("envinfo.py", include_str!("../../../python/tritonforge_worker/envinfo.py")),
+    ("gate.py", include_str!("../../../python/tritonforge_worker/gate.py")),
     ("executor.py", include_str!("../../../python/tritonforge_worker/executor.py")),
     ("problem_check.py", include_str!("../../../python/tritonforge_worker/problem_check.py")),
     ("memory.py", include_str!("../../../python/tritonforge_worker/memory.py")),
