@@ -1,6 +1,6 @@
 """A run's steps as a table, from `train rl`'s metrics.jsonl (docs/rl.md's run tables).
 
-usage: python3 scripts/rl_steps.py METRICS.jsonl [--json] [--means A-B]
+usage: python3 scripts/rl_steps.py METRICS.jsonl [--json] [--means A-B] [--learning]
 
 Per step, in seconds: the pace (`interval`), the rollout, the slowest and the mean chain's
 generation (of which waiting behind the learner) and evaluation (of which waiting for a
@@ -20,6 +20,10 @@ that its rollout ran during the step before).
 them) of the pace, the slowest and mean chain's generation, the engine's time per decode
 step (all, and the decode alone), its prefill seconds and new prompt tokens: how two
 runs' same steps compare (docs/rl.md, run 14).
+
+`--learning` prints what the policy learned instead: per step the lr, the reward's mean
+and std, the pass rate by turn, the groups kept of those drawn, the clip fraction, the KL
+to the start (with `loss.measure_kl` or a `kl_coef`), the entropy and the gradient norm.
 """
 
 from __future__ import annotations
@@ -83,6 +87,20 @@ def computed(r: Dict[str, Any]) -> Optional[float]:
     return float(rows) / (1.0 - float(idle))
 
 
+def learning(lines: List[Dict[str, Any]]) -> List[str]:
+    """The learning table (`--learning`)."""
+    out = ["| step | lr | reward (std) | pass by turn | groups kept | clip | KL to start | entropy | grad norm |",
+           "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for m in lines:
+        turns = " / ".join(f"{100 * p:.0f}%" for p in m.get("pass_by_turn") or [])
+        kl = m.get("kl")
+        out.append(
+            f"| {m['step']} | {m.get('lr', 0):.0e} | {fmt(m.get('reward_mean'), 3)} ({fmt(m.get('reward_std'), 3)}) "
+            f"| {turns} | {m.get('groups_kept')}/{m.get('groups_drawn')} | {fmt(m.get('clip_fraction'), 4)} "
+            f"| {'' if kl is None else f'{kl:.2e}'} | {fmt(m.get('entropy'), 3)} | {fmt(m.get('grad_norm'), 3)} |")
+    return out
+
+
 def main() -> None:
     argv = sys.argv[1:]
     span = None
@@ -95,7 +113,11 @@ def main() -> None:
     if len(args) != 1:
         sys.exit(__doc__)
     with open(args[0]) as f:
-        rows = [row(json.loads(line)) for line in f if line.strip()]
+        lines = [json.loads(line) for line in f if line.strip()]
+    if "--learning" in argv:
+        print("\n".join(learning(lines)))
+        return
+    rows = [row(m) for m in lines]
     intervals = [r["interval_s"] for r in rows if r["steady"] and r["interval_s"] is not None]
     busy = [r["worker_busy"] for r in rows if r["steady"] and r["worker_busy"] is not None]
     idle = [r["gpu_idle"] for r in rows if r["steady"] and r["gpu_idle"] is not None]
