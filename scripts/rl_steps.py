@@ -22,8 +22,9 @@ step (all, and the decode alone), its prefill seconds and new prompt tokens: how
 runs' same steps compare (docs/rl.md, run 14).
 
 `--learning` prints what the policy learned instead: per step the lr, the reward's mean
-and std, the pass rate by turn, the groups kept of those drawn, the clip fraction, the KL
-to the start (with `loss.measure_kl` or a `kl_coef`), the entropy and the gradient norm.
+and std, the pass rate by turn, the share of turns cut at their token cap, the groups kept
+of those drawn, the clip fraction, the KL to the start (with `loss.measure_kl` or a
+`kl_coef`), the entropy and the gradient norm.
 """
 
 from __future__ import annotations
@@ -89,14 +90,20 @@ def computed(r: Dict[str, Any]) -> Optional[float]:
 
 def learning(lines: List[Dict[str, Any]]) -> List[str]:
     """The learning table (`--learning`)."""
-    out = ["| step | lr | reward (std) | pass by turn | groups kept | clip | KL to start | entropy | grad norm |",
-           "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    out = ["| step | lr | reward (std) | pass by turn | cut at the cap | groups kept | clip | KL to start | entropy "
+           "| grad norm |",
+           "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for m in lines:
         turns = " / ".join(f"{100 * p:.0f}%" for p in m.get("pass_by_turn") or [])
         kl = m.get("kl")
+        # Turns that stopped at their source's max_tokens (each source's share, by episodes).
+        src = m.get("by_source") or []
+        eps = sum(s.get("episodes", 0) for s in src)
+        cut = sum(s.get("truncated", 0.0) * s.get("episodes", 0) for s in src) / eps if eps else None
         out.append(
             f"| {m['step']} | {m.get('lr', 0):.0e} | {fmt(m.get('reward_mean'), 3)} ({fmt(m.get('reward_std'), 3)}) "
-            f"| {turns} | {m.get('groups_kept')}/{m.get('groups_drawn')} | {fmt(m.get('clip_fraction'), 4)} "
+            f"| {turns} | {fmt(cut, pct=True)} | {m.get('groups_kept')}/{m.get('groups_drawn')} "
+            f"| {fmt(m.get('clip_fraction'), 4)} "
             f"| {'' if kl is None else f'{kl:.2e}'} | {fmt(m.get('entropy'), 3)} | {fmt(m.get('grad_norm'), 3)} |")
     return out
 
