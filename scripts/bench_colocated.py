@@ -19,11 +19,16 @@ refresh after one optimizer step (the in-place weight write), timed.
 Training: one `score` (proximal log-probs) and one `rl_step` over ROWS rows of 600 to
 1,400 tokens (a third of each a completion, the rest prompt), in micro-batches of 8
 rows, for each attention kernel asked for (`sdpa`; `auto` picks the packed-rows kernel on
-a GPU).
+a GPU) and each of `--train-compile` (`off`, as `train rl` runs its learner; `on`: the
+decoder layers compiled). `--train-rounds N` plays N such batches, each with new lengths
+(an RL step's shapes are new every step): the first round includes the compiles; the
+later rounds' mean, and the graphs dynamo built in them (recompiles), say what a step
+would cost once warm.
 
 usage: PYTHONPATH=python python3 scripts/bench_colocated.py --model MODEL [--device cuda]
        [--batch 64] [--prompt-tokens 800] [--tokens 384] [--rows 64] [--attention sdpa,auto]
        [--lora-rank 16] [--dtype bf16] [--arms trained,copy_sdpa,copy] [--profile]
+       [--train-compile off,on] [--train-rounds 4] [--train-only]
 --quick: the tiny test model on the CPU, small sizes (checks the script itself).
 Prints one JSON object.
 """
@@ -64,12 +69,12 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def setup(model: str, attention: str, rank: int, dtype: str) -> TrainSetupJob:
+def setup(model: str, attention: str, rank: int, dtype: str, compile: Any = "off") -> TrainSetupJob:
     lora = LoraSetup(rank=rank, alpha=2.0 * rank, dropout=0.0,
                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     return TrainSetupJob(model=model, resume=None, lora=lora if rank > 0 else None, lr=1e-4, min_lr=1e-4,
                          warmup_steps=0, total_steps=100, weight_decay=0.0, grad_clip=1.0,
-                         gradient_checkpointing=False, dtype=dtype, seed=0, attention=attention, compile="off")
+                         gradient_checkpointing=False, dtype=dtype, seed=0, attention=attention, compile=compile)
 
 
 def generate(net: Any, device: str, prompts: List[List[int]], tokens: int) -> Dict[str, Any]:
@@ -136,12 +141,18 @@ def rows(n: int, vocab: int, seed: int) -> List[MicroBatch]:
     return out
 
 
-def train_arm(model: str, device: str, attention: str, rank: int, dtype: str, n_rows: int) -> Dict[str, Any]:
-    trainer = Trainer(setup(model, attention, rank, dtype), device)
-    vocab = int(trainer._base().get_input_embeddings().weight.shape[0])
-    micro = rows(n_rows, vocab, 1)
+def graphs_built() -> int:
+    """Graphs dynamo has compiled in this process so far (recompiles included)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return 0
+    return int(counters["stats"].get("unique_graphs", 0))
+
+
+def train_round(trainer: Any, device: str, micro: List[MicroBatch]) -> Dict[str, Any]:
+    """One score and one rl_step over `micro`, timed."""
     job = ScoreJob(batch=TrainBatch(micro=micro), reference=False)
-    trainer.score(job)  # warm-up
     sync(device)
     t = time.perf_counter()
     scores = trainer.score(job).logprobs
@@ -154,16 +165,40 @@ def train_arm(model: str, device: str, attention: str, rank: int, dtype: str, n_
                            for k, mb in enumerate(micro)],
                     loss=RlLoss(clip_low=0.2, clip_high=0.28, kl_coef=0.0, entropy_coef=0.0, tis_cap=2.0,
                                 loss_tokens=targets))
-    trainer.rl_step(batch)  # warm-up
-    sync(device)
     t = time.perf_counter()
     trainer.rl_step(batch)
     sync(device)
-    step_s = time.perf_counter() - t
-    positions = sum(sum(mb.lengths) for mb in micro)
-    return {"attention": trainer.attention_note, "rows": n_rows, "tokens": positions, "targets": targets,
-            "score_s": round(score_s, 3), "rl_step_s": round(step_s, 3),
-            "score_tokens_per_s": round(positions / score_s, 1), "step_tokens_per_s": round(positions / step_s, 1)}
+    return {"score_s": score_s, "rl_step_s": time.perf_counter() - t, "targets": targets,
+            "tokens": sum(sum(mb.lengths) for mb in micro)}
+
+
+def train_arm(model: str, device: str, attention: str, rank: int, dtype: str, n_rows: int,
+              compile: str = "off", rounds: int = 2) -> Dict[str, Any]:
+    """Round 0 at the same shapes as round 1 before the compile modes existed (a warm-up
+    at those shapes, then timed); with compiling, rounds at new shapes show the cost of
+    recompiling as an RL step would meet it."""
+    trainer = Trainer(setup(model, attention, rank, dtype, compile), device)
+    vocab = int(trainer._base().get_input_embeddings().weight.shape[0])
+    played = []
+    for r in range(max(rounds, 2)):
+        # Rounds 0 and 1 share shapes (warm-up, then timed); later rounds draw new lengths.
+        micro = rows(n_rows, vocab, 1 if r < 2 else r)
+        graphs = graphs_built()
+        one = train_round(trainer, device, micro)
+        one["graphs_built"] = graphs_built() - graphs
+        played.append(one)
+    timed = played[1:]
+    mean = {k: sum(x[k] for x in timed) / len(timed) for k in ("score_s", "rl_step_s", "tokens")}
+    return {"attention": trainer.attention_note, "compile": compile, "rows": n_rows, "tokens": played[1]["tokens"],
+            "targets": played[1]["targets"],
+            "score_s": round(played[1]["score_s"], 3), "rl_step_s": round(played[1]["rl_step_s"], 3),
+            "score_tokens_per_s": round(played[1]["tokens"] / played[1]["score_s"], 1),
+            "step_tokens_per_s": round(played[1]["tokens"] / played[1]["rl_step_s"], 1),
+            "warm_up_s": round(played[0]["score_s"] + played[0]["rl_step_s"], 3),
+            "rounds": [{k: round(v, 3) if isinstance(v, float) else v for k, v in x.items()} for x in played],
+            "mean_after_warm_up": {"score_s": round(mean["score_s"], 3), "rl_step_s": round(mean["rl_step_s"], 3),
+                                   "tokens_per_s": round(mean["tokens"] / (mean["score_s"] + mean["rl_step_s"]), 1)},
+            "graphs_built_after_warm_up": sum(x["graphs_built"] for x in timed)}
 
 
 def main() -> int:
@@ -176,6 +211,10 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--attention", default="sdpa,auto", help="trainer attention kernels; '' skips training")
     ap.add_argument("--lora-rank", type=int, default=16)
+    ap.add_argument("--train-compile", default="off", help="the learner's compile modes, e.g. off,on")
+    ap.add_argument("--train-rounds", type=int, default=2,
+                    help="training rounds per arm: a warm-up, one timed at its shapes, then new shapes")
+    ap.add_argument("--train-only", action="store_true", help="skip generation (the learner's arms alone)")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--arms", default="trained,copy_sdpa,copy")
     ap.add_argument("--profile", action="store_true")
@@ -197,7 +236,7 @@ def main() -> int:
     prompts = [[rng.randrange(3, vocab) for _ in range(a.prompt_tokens + rng.randint(-100, 100) * (a.prompt_tokens > 200))]
                for _ in range(a.batch)]
     arms: Dict[str, Any] = {}
-    wanted = a.arms.split(",")
+    wanted = [] if a.train_only else a.arms.split(",")
     copy = GenerationCopy(trainer.net, a.device, gen_dtype)
     for arm in wanted:
         try:
@@ -215,7 +254,7 @@ def main() -> int:
     for arm in ("trained", "copy_sdpa"):
         if "tokens_per_s" in arms.get(arm, {}) and "tokens_per_s" in arms.get("copy", {}):
             result[f"copy_speedup_over_{arm}"] = round(arms["copy"]["tokens_per_s"] / arms[arm]["tokens_per_s"], 2)
-    if a.profile:
+    if a.profile and not a.train_only:
         result["profile"] = profile(copy.net, a.device, prompts)
     # The refresh after an update (the weights moved: its time, and the copy matching).
     with torch.no_grad():
@@ -231,11 +270,14 @@ def main() -> int:
         torch.cuda.empty_cache()
     result["training"] = []
     for attention in filter(None, a.attention.split(",")):
-        try:
-            result["training"].append(train_arm(a.model, a.device, attention, a.lora_rank, a.dtype, a.rows))
-        except Exception as exc:  # noqa: BLE001 - reported, the other arms go on
-            result["training"].append({"attention": attention, "error": f"{type(exc).__name__}: {exc}",
-                                       "trace": traceback.format_exc()[-1500:]})
+        for mode in filter(None, a.train_compile.split(",")):
+            try:
+                result["training"].append(train_arm(a.model, a.device, attention, a.lora_rank, a.dtype, a.rows,
+                                                    mode, a.train_rounds))
+            except Exception as exc:  # noqa: BLE001 - reported, the other arms go on
+                result["training"].append({"attention": attention, "compile": mode,
+                                           "error": f"{type(exc).__name__}: {exc}",
+                                           "trace": traceback.format_exc()[-1500:]})
     print(json.dumps(result))
     return 0
 
