@@ -389,6 +389,13 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     assert_eq!(held["max_tokens"], 12, "heldout at its own cap, rollouts at 8: {held}");
     assert_eq!((held["samples"].as_u64(), held["temperature"].as_f64()), (Some(2), Some(0.5)));
     assert_eq!(held["turns"], 1, "heldout plays its own turns, rollouts 2: {held}");
+    // Per problem, the samples right at the first turn: every problem named, and they
+    // add up to pass@1.
+    let by = held["by_problem"].as_object().expect("by_problem");
+    assert_eq!(by.len(), 20, "{held}");
+    let right: u64 = by.values().map(|v| v.as_u64().unwrap()).sum();
+    assert!(by.values().all(|v| v.as_u64().unwrap() <= 2), "{held}");
+    assert!((right as f64 / 40.0 - held["pass_at_1"].as_f64().unwrap()).abs() < 1e-9, "{held}");
     for e in events.iter().filter(|e| e["event"] == "step") {
         let m = &e["metrics"];
         assert_eq!(m["updates"], 0, "no signal, no update: {m}");

@@ -383,6 +383,11 @@ pub struct HeldoutMetrics {
     pub solved: f64,
     pub compile_rate: f64,
     pub wall_s: f64,
+    /// Per problem (by name), how many of its samples were correct at the first turn:
+    /// which problems a change of pass@1 came from (empty in files written before it was
+    /// recorded, such as run 11's step-0 baseline).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub by_problem: std::collections::BTreeMap<String, u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
     /// The earlier run's `heldout.jsonl` these figures were taken from

@@ -927,11 +927,17 @@ async fn heldout(
                 .count();
             let solved = eps.iter().filter(|e| e.solved()).count();
             let turns: Vec<&tritonforge_agent::Turn> = eps.iter().flat_map(|e| &e.turns).collect();
+            let mut by_problem = std::collections::BTreeMap::new();
+            for e in &eps {
+                let right = e.turns.first().is_some_and(|t| t.outcome.is_correct());
+                *by_problem.entry(e.problem.clone()).or_insert(0) += u32::from(right);
+            }
             let h = HeldoutMetrics {
                 pass_at_1: first as f64 / n,
                 solved: solved as f64 / n,
                 compile_rate: compile_rate(&turns),
                 wall_s: started.elapsed().as_secs_f64(),
+                by_problem,
                 errors: errors(&eps),
                 ..plan
             };
