@@ -9,6 +9,8 @@
 #   PHASE bench:    scripts/bench_colocated.py on the bundled model (generation through the
 #                   trained model against the generation copy; score and rl_step per
 #                   attention kernel) to OUTDIR/bench-colocated.json;
+#   PHASE learner:  scripts/bench_colocated.py's learner arms alone (score and update, compiled
+#                   layers off and on, 4 rounds at new lengths) to OUTDIR/learner.json;
 #   PHASE overlap:  scripts/bench_learner_overlap.py (next-turn completions behind the learner,
 #                   run whole against a micro-batch at a time) to OUTDIR/overlap.json;
 #   PHASE train SECONDS [KEY=VALUE ...]: run (or resume) the RL job for about SECONDS
@@ -61,6 +63,13 @@ case "$PHASE" in
       --device cuda --batch 64 --prompt-tokens 1000 --tokens 256 --rows 96 --attention sdpa,auto \
       > "$OUT/bench-colocated.json" 2> "$OUT/bench-colocated.err"
     echo "bench exit $?"; cat "$OUT/bench-colocated.json"; tail -n 5 "$OUT/bench-colocated.err"
+    ;;
+  learner)
+    install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
+    PYTHONPATH="/tmp/pydeps:python" python3 scripts/bench_colocated.py --model models/tritonforge-smollm2 \
+      --device cuda --attention auto --train-compile off,on --train-rounds 4 --train-only \
+      > "$OUT/learner.json" 2> "$OUT/learner.err"
+    echo "learner exit $?"; cat "$OUT/learner.json"; tail -n 5 "$OUT/learner.err"
     ;;
   overlap)
     install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
