@@ -234,6 +234,26 @@ fn the_rewarded_behaviour_increases() {
     assert_eq!(jsonl(&out.join("metrics.jsonl")).len(), 8);
 }
 
+/// `loss.mask_truncated`: the toy's one-token answers stop at their cap unless they are
+/// the end token, so turns are masked in every step that keeps a group, and a step whose
+/// every kept turn was cut trains on nothing.
+#[test]
+fn turns_cut_at_the_cap_are_masked_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path(), Some(0.5));
+    let mut cfg = toy_config(&dir.path().join("out"), &model, 2, 0.002, "");
+    cfg.loss.mask_truncated = true;
+    let steps = toy_run(&cfg, &model);
+    assert_eq!(steps.len(), 2);
+    for s in steps.iter().filter(|s| s.groups_kept > 0) {
+        assert!(s.masked_turns > 0, "{s:?}");
+        assert!(s.masked_turns <= s.groups_kept * 8, "{s:?}");
+        if s.sequences == 0 {
+            assert_eq!(s.updates, 0, "nothing left to train: {s:?}");
+        }
+    }
+}
+
 /// Stopped after two steps and resumed, a run takes the same steps as one that ran
 /// through: the same problems, the same completions, the same losses.
 #[test]

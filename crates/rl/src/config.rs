@@ -214,6 +214,12 @@ pub struct LossCfg {
     /// one more scoring pass a step. The per-step clip fraction cannot show drift
     /// across steps (run 17, docs/rl.md); this does. Implied by `kl_coef > 0`.
     pub measure_kl: bool,
+    /// Turns whose completion stopped at its token cap get no loss (they stay in their
+    /// sequence as context): a third of the training turns were cut in runs 11–17, and a
+    /// cut answer's zero reward teaches brevity rather than kernels (run 17, docs/rl.md;
+    /// "overlong filtering" in the RL literature). Their rewards still count in the
+    /// group's baseline.
+    pub mask_truncated: bool,
     pub entropy_coef: f64,
     /// Truncated importance weight cap for stale or numerically different generators
     /// (0: none).
@@ -231,6 +237,7 @@ impl Default for LossCfg {
             clip_high: 0.28,
             kl_coef: 0.0,
             measure_kl: false,
+            mask_truncated: false,
             entropy_coef: 0.0,
             tis_cap: 2.0,
             proximal: true,

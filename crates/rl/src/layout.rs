@@ -73,11 +73,20 @@ pub struct Laid {
     pub too_long: usize,
     /// Turns that joined the sequence of the turn before.
     pub merged: usize,
+    /// Turns cut at their token cap, laid out as context (no loss) under `mask_truncated`.
+    pub masked: usize,
 }
 
 /// Lay out `ep`'s turns with `advantages[t]` per turn; sequences longer than `max_len`
-/// tokens are not built (a turn that alone exceeds it is dropped and counted).
-pub fn lay_out(ep: &Episode, advantages: &[f64], max_len: usize) -> Result<Laid, LayoutError> {
+/// tokens are not built (a turn that alone exceeds it is dropped and counted). With
+/// `mask_truncated`, a turn whose completion stopped at its token cap stays in its
+/// sequence as context, with no loss: the cap, not the policy, decided how it ended.
+pub fn lay_out(
+    ep: &Episode,
+    advantages: &[f64],
+    max_len: usize,
+    mask_truncated: bool,
+) -> Result<Laid, LayoutError> {
     let mut out = Laid::default();
     let mut cur: Option<Sequence> = None;
     for (turn, adv) in ep.turns.iter().zip(advantages) {
@@ -95,13 +104,22 @@ pub fn lay_out(ep: &Episode, advantages: &[f64], max_len: usize) -> Result<Laid,
             });
         }
         let adv = *adv as f32;
+        let masked = mask_truncated && c.finish_reason.as_deref() == Some("length");
+        out.masked += usize::from(masked);
+        let push = |seq: &mut Sequence| {
+            if masked {
+                seq.push_context(ids);
+            } else {
+                seq.push_completion(ids, lps, adv, turn.turn);
+            }
+        };
         if let Some(seq) = cur.as_mut() {
             let joins = prompt.len() >= seq.ids.len()
                 && prompt[..seq.ids.len()] == seq.ids[..]
                 && prompt.len() + ids.len() <= max_len;
             if joins {
                 seq.push_context(&prompt[seq.ids.len()..]);
-                seq.push_completion(ids, lps, adv, turn.turn);
+                push(seq);
                 out.merged += 1;
                 continue;
             }
@@ -113,7 +131,7 @@ pub fn lay_out(ep: &Episode, advantages: &[f64], max_len: usize) -> Result<Laid,
         }
         let mut seq = Sequence::default();
         seq.push_context(prompt);
-        seq.push_completion(ids, lps, adv, turn.turn);
+        push(&mut seq);
         cur = Some(seq);
     }
     out.sequences.extend(cur);
@@ -154,7 +172,7 @@ mod tests {
             turn(1, &[1, 2, 3, 10, 11, 7, 8], &[20]),
             turn(2, &[1, 2, 3, 10, 11, 7, 8, 20, 9], &[30, 31, 32]),
         ]);
-        let laid = lay_out(&ep, &[0.5, -1.0, 2.0], 100).unwrap();
+        let laid = lay_out(&ep, &[0.5, -1.0, 2.0], 100, false).unwrap();
         assert_eq!(laid.sequences.len(), 1);
         assert_eq!(laid.merged, 2);
         let s = &laid.sequences[0];
@@ -175,7 +193,7 @@ mod tests {
             turn(0, &[1, 2], &[10, 11]),
             turn(1, &[1, 2, 10, 99, 7], &[20, 21]), // 99: the answer re-tokenised
         ]);
-        let laid = lay_out(&ep, &[1.0, -1.0], 100).unwrap();
+        let laid = lay_out(&ep, &[1.0, -1.0], 100, false).unwrap();
         assert_eq!(laid.merged, 0);
         assert_eq!(laid.sequences.len(), 2);
         assert_eq!(laid.sequences[1].ids, vec![1, 2, 10, 99, 7, 20, 21]);
@@ -192,22 +210,48 @@ mod tests {
             turn(1, &[1, 2, 10, 11, 7], &[20, 21]), // 7 tokens: over a limit of 6
             turn(2, &[1, 2, 3, 4, 5, 6, 7], &[30]), // 8 alone
         ]);
-        let laid = lay_out(&ep, &[1.0, 1.0, 1.0], 6).unwrap();
+        let laid = lay_out(&ep, &[1.0, 1.0, 1.0], 6, false).unwrap();
         assert_eq!(laid.too_long, 2);
         assert_eq!(laid.sequences.len(), 1);
         assert_eq!(laid.sequences[0].ids, vec![1, 2, 10, 11]);
+    }
+
+    /// With `mask_truncated`, a turn cut at its cap stays in the sequence as context and
+    /// is no target; without it, it is trained like the others.
+    #[test]
+    fn a_turn_cut_at_its_cap_is_context_when_masked() {
+        let mut cut = turn(1, &[1, 2, 3, 10, 11, 7], &[20, 21]);
+        cut.completion.finish_reason = Some("length".into());
+        let ep = episode(vec![
+            turn(0, &[1, 2, 3], &[10, 11]),
+            cut,
+            turn(2, &[1, 2, 3, 10, 11, 7, 20, 21, 9], &[30]),
+        ]);
+        let laid = lay_out(&ep, &[0.5, -1.0, 2.0], 100, true).unwrap();
+        assert_eq!((laid.sequences.len(), laid.merged, laid.masked), (1, 2, 1));
+        let s = &laid.sequences[0];
+        assert_eq!(s.ids, vec![1, 2, 3, 10, 11, 7, 20, 21, 9, 30]);
+        assert_eq!(s.mask, vec![0, 0, 0, 1, 1, 0, 0, 0, 0, 1]);
+        assert_eq!((s.advantages.clone(), s.turn_of.clone()), (vec![0.5, 0.5, 2.0], vec![0, 0, 2]));
+        let plain = lay_out(&ep, &[0.5, -1.0, 2.0], 100, false).unwrap();
+        assert_eq!(plain.masked, 0);
+        assert_eq!(plain.sequences[0].turn_of, vec![0, 0, 1, 1, 2]);
+        // An episode whose only turn was cut leaves nothing to train.
+        let mut only = turn(0, &[1], &[5, 6]);
+        only.completion.finish_reason = Some("length".into());
+        assert!(lay_out(&episode(vec![only]), &[1.0], 10, true).unwrap().sequences.is_empty());
     }
 
     #[test]
     fn missing_ids_are_named() {
         let mut t = turn(0, &[1], &[2]);
         t.completion.token_ids = None;
-        let err = lay_out(&episode(vec![t]), &[1.0], 10).unwrap_err();
+        let err = lay_out(&episode(vec![t]), &[1.0], 10, false).unwrap_err();
         assert!(err.to_string().contains("no token ids"), "{err}");
         let mut t = turn(0, &[1], &[2, 3]);
         t.completion.logprobs = Some(vec![0.0]);
         assert!(matches!(
-            lay_out(&episode(vec![t]), &[1.0], 10),
+            lay_out(&episode(vec![t]), &[1.0], 10, false),
             Err(LayoutError::Mismatch { ids: 2, logprobs: 1, .. })
         ));
     }

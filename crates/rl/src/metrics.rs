@@ -39,6 +39,9 @@ pub struct StepMetrics {
     pub sequences: usize,
     pub merged_turns: usize,
     pub too_long_turns: usize,
+    /// Turns cut at their token cap and trained on as context only (`loss.mask_truncated`).
+    #[serde(default)]
+    pub masked_turns: usize,
     pub generated_tokens: u64,
     pub trained_tokens: u64,
     pub target_tokens: u64,

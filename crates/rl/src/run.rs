@@ -1086,9 +1086,10 @@ async fn train_step(
             }
             abs_adv.0 += a.iter().map(|x| x.abs()).sum::<f64>();
             abs_adv.1 += a.len();
-            let laid = lay_out(ep, a, cfg.rollout.seq_len)?;
+            let laid = lay_out(ep, a, cfg.rollout.seq_len, cfg.loss.mask_truncated)?;
             m.merged_turns += laid.merged;
             m.too_long_turns += laid.too_long;
+            m.masked_turns += laid.masked;
             seqs.extend(laid.sequences);
         }
     }
