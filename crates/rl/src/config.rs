@@ -230,6 +230,13 @@ pub struct LossCfg {
     pub proximal: bool,
 }
 
+impl LossCfg {
+    /// Whether each step scores the starting policy: for a KL penalty or to measure it.
+    pub fn scores_reference(&self) -> bool {
+        self.kl_coef > 0.0 || self.measure_kl
+    }
+}
+
 impl Default for LossCfg {
     fn default() -> Self {
         LossCfg {
@@ -597,7 +604,7 @@ impl RlConfig {
                     "a learner on several ranks only trains; generate on external engines ([generation] kind = \"sglang\" or \"vllm\", urls, tokenizer) or set learner.procs = 1",
                 );
             }
-            if l.kl_coef > 0.0 || l.measure_kl {
+            if l.scores_reference() {
                 return bad(
                     &format!("learner.procs = {procs} with loss.kl_coef or loss.measure_kl"),
                     "the reference policy is not scored on several ranks yet: set loss.kl_coef = 0 and loss.measure_kl = false, or learner.procs = 1",

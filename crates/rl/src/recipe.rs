@@ -6,38 +6,32 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::config::RlConfig;
 use crate::RlError;
 
-/// The recipe of `cfg` as JSON (what a checkpoint records).
+/// The recipe of `cfg` as JSON (what a checkpoint records): the whole config less what a
+/// slice may change. A section added to the config later counts as recipe until it is
+/// named here, so a new setting is compared rather than missed.
 pub fn recipe(cfg: &RlConfig) -> Result<Value, RlError> {
-    fn part(name: &str, v: serde_json::Result<Value>) -> Result<Value, RlError> {
-        v.map_err(|e| RlError::Config(format!("the config's {name} cannot be recorded: {e}")))
+    let mut v = serde_json::to_value(cfg)
+        .map_err(|e| RlError::Config(format!("the config cannot be recorded: {e}")))?;
+    if let Value::Object(m) = &mut v {
+        for free in ["generation", "learner", "output"] {
+            m.remove(free);
+        }
+        if let Some(Value::Object(data)) = m.get_mut("data") {
+            data.remove("heldout");
+        }
+        if let Some(Value::Object(loss)) = m.get_mut("loss") {
+            loss.remove("measure_kl"); // an instrument: it changes no update
+        }
+        if let Some(Value::Object(schedule)) = m.get_mut("schedule") {
+            schedule.retain(|k, _| k == "max_staleness");
+        }
     }
-    let mut m = Map::new();
-    m.insert("model".into(), part("model", serde_json::to_value(&cfg.model))?);
-    let mut data = Map::new();
-    data.insert("train".into(), part("data.train", serde_json::to_value(&cfg.data.train))?);
-    data.insert(
-        "curriculum".into(),
-        part("data.curriculum", serde_json::to_value(&cfg.data.curriculum))?,
-    );
-    m.insert("data".into(), Value::Object(data));
-    m.insert("rollout".into(), part("rollout", serde_json::to_value(&cfg.rollout))?);
-    m.insert("reward".into(), part("reward", serde_json::to_value(&cfg.reward))?);
-    m.insert("advantage".into(), part("advantage", serde_json::to_value(&cfg.advantage))?);
-    let mut loss = part("loss", serde_json::to_value(&cfg.loss))?;
-    if let Value::Object(l) = &mut loss {
-        l.remove("measure_kl"); // an instrument: it changes no update
-    }
-    m.insert("loss".into(), loss);
-    m.insert("optim".into(), part("optim", serde_json::to_value(&cfg.optim))?);
-    let mut schedule = Map::new();
-    schedule.insert("max_staleness".into(), Value::from(cfg.schedule.max_staleness));
-    m.insert("schedule".into(), Value::Object(schedule));
-    Ok(Value::Object(m))
+    Ok(v)
 }
 
 /// What differs from `old` to `new`, one `path: old → new` per changed leaf (a list is

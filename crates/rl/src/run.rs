@@ -1121,8 +1121,7 @@ async fn train_step(
         }
     };
     let proximal = if cfg.loss.proximal { Some(score(false).await?) } else { None };
-    let reference =
-        if cfg.loss.kl_coef > 0.0 || cfg.loss.measure_kl { Some(score(true).await?) } else { None };
+    let reference = if cfg.loss.scores_reference() { Some(score(true).await?) } else { None };
     let t1 = tl.now();
     tl.record(Activity::Train, t0, t1);
     m.score_s = t1 - t0;
