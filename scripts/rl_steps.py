@@ -1,6 +1,6 @@
 """A run's steps as a table, from `train rl`'s metrics.jsonl (docs/rl.md's run tables).
 
-usage: python3 scripts/rl_steps.py METRICS.jsonl [--json] [--means A-B] [--learning]
+usage: python3 scripts/rl_steps.py METRICS.jsonl [--json] [--means A-B] [--learning] [--worker]
 
 Per step, in seconds: the pace (`interval`), the rollout, the slowest and the mean chain's
 generation (of which waiting behind the learner) and evaluation (of which waiting for a
@@ -20,6 +20,11 @@ that its rollout ran during the step before).
 them) of the pace, the slowest and mean chain's generation, the engine's time per decode
 step (all, and the decode alone), its prefill seconds and new prompt tokens: how two
 runs' same steps compare (docs/rl.md, run 14).
+
+`--worker` prints the policy worker's split over the steady steps instead (docs/rl.md,
+run 17): generation and learner seconds a step, the worker's ms per decode step (weighted
+by steps) with its device decode and prefill parts, the learner's tokens a second of its
+own time, and the range of `learner_with_generation`.
 
 `--learning` prints what the policy learned instead: per step the lr, the reward's mean
 and std, the pass rate by turn, the share of turns cut at their token cap, the groups kept
@@ -108,6 +113,28 @@ def learning(lines: List[Dict[str, Any]]) -> List[str]:
     return out
 
 
+def worker_split(lines: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The policy worker's time over the steady steps (`--worker`)."""
+    picked = [m for m in lines if steady(m) and (m.get("worker") or {}).get("engine")]
+    if not picked:
+        return {"steady_steps": []}
+    w = [m["worker"] for m in picked]
+    steps = sum(x["engine"]["decode_steps"] for x in w)
+    gen = sum(x["generate_s"] for x in w)
+    train = sum(x["train_s"] for x in w)
+    overlap = [float(m["learner_with_generation"]) for m in picked if m.get("learner_with_generation") is not None]
+    return {
+        "steady_steps": [m["step"] for m in picked],
+        "generate_s_per_step": round(gen / len(w), 2), "learner_s_per_step": round(train / len(w), 2),
+        "ms_per_decode_step": round(1000 * gen / steps, 2),
+        "decode_device_ms": round(sum(x["engine"].get("decode_ms_per_step", 0) * x["engine"]["decode_steps"]
+                                      for x in w) / steps, 2),
+        "prefill_ms_per_decode_step": round(1000 * sum(x["engine"].get("prefill_s", 0) for x in w) / steps, 2),
+        "learner_tokens_per_s": round(sum(m.get("trained_tokens", 0) for m in picked) / train) if train else None,
+        "learner_with_generation": [round(min(overlap), 3), round(max(overlap), 3)] if overlap else None,
+    }
+
+
 def main() -> None:
     argv = sys.argv[1:]
     span = None
@@ -123,6 +150,9 @@ def main() -> None:
         lines = [json.loads(line) for line in f if line.strip()]
     if "--learning" in argv:
         print("\n".join(learning(lines)))
+        return
+    if "--worker" in argv:
+        print(json.dumps(worker_split(lines)))
         return
     rows = [row(m) for m in lines]
     intervals = [r["interval_s"] for r in rows if r["steady"] and r["interval_s"] is not None]
