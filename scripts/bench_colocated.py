@@ -28,7 +28,9 @@ would cost once warm.
 usage: PYTHONPATH=python python3 scripts/bench_colocated.py --model MODEL [--device cuda]
        [--batch 64] [--prompt-tokens 800] [--tokens 384] [--rows 64] [--attention sdpa,auto]
        [--lora-rank 16] [--dtype bf16] [--arms trained,copy_sdpa,copy] [--profile]
-       [--train-compile off,on] [--train-rounds 4] [--train-only]
+       [--train-compile off,on] [--train-rounds 4] [--train-only] [--train-profile]
+--train-profile: one warm learner round under torch's profiler (compile off): device busy
+against the wall, kernel launches, the busiest kernels and host operators.
 --quick: the tiny test model on the CPU, small sizes (checks the script itself).
 Prints one JSON object.
 """
@@ -150,6 +152,17 @@ def graphs_built() -> int:
     return int(counters["stats"].get("unique_graphs", 0))
 
 
+def rl_batch(micro: List[MicroBatch], scores: List[List[List[float]]]) -> RlBatch:
+    """An update over `micro` with alternating advantages, its policies all `scores`."""
+    targets = sum(len(r) for mb in scores for r in mb)
+    return RlBatch(micro=[RlMicroBatch(rows=mb, advantages=[[1.0 if i % 2 else -1.0] * len(r)
+                                                            for i, r in enumerate(scores[k])],
+                                       behaviour=scores[k], proximal=scores[k], reference=None)
+                          for k, mb in enumerate(micro)],
+                   loss=RlLoss(clip_low=0.2, clip_high=0.28, kl_coef=0.0, entropy_coef=0.0, tis_cap=2.0,
+                               loss_tokens=targets))
+
+
 def train_round(trainer: Any, device: str, micro: List[MicroBatch]) -> Dict[str, Any]:
     """One score and one rl_step over `micro`, timed."""
     job = ScoreJob(batch=TrainBatch(micro=micro), reference=False)
@@ -159,17 +172,64 @@ def train_round(trainer: Any, device: str, micro: List[MicroBatch]) -> Dict[str,
     sync(device)
     score_s = time.perf_counter() - t
     targets = sum(len(r) for mb in scores for r in mb)
-    batch = RlBatch(micro=[RlMicroBatch(rows=mb, advantages=[[1.0 if i % 2 else -1.0] * len(r)
-                                                             for i, r in enumerate(scores[k])],
-                                        behaviour=scores[k], proximal=scores[k], reference=None)
-                           for k, mb in enumerate(micro)],
-                    loss=RlLoss(clip_low=0.2, clip_high=0.28, kl_coef=0.0, entropy_coef=0.0, tis_cap=2.0,
-                                loss_tokens=targets))
+    batch = rl_batch(micro, scores)
     t = time.perf_counter()
     trainer.rl_step(batch)
     sync(device)
     return {"score_s": score_s, "rl_step_s": time.perf_counter() - t, "targets": targets,
             "tokens": sum(sum(mb.lengths) for mb in micro)}
+
+
+def train_profile(model: str, device: str, attention: str, rank: int, dtype: str, n_rows: int) -> Dict[str, Any]:
+    """Where one warm learner round's time goes (compile off): for `score` and `rl_step`
+    apart, the wall, the device's busy time (kernels' own time summed), kernel launches,
+    and the busiest kernels and host operators. Busy far below the wall: the host (launches,
+    Python) bounds the learner, not the GPU."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    trainer = Trainer(setup(model, attention, rank, dtype, "off"), device)
+    vocab = int(trainer._base().get_input_embeddings().weight.shape[0])
+    micro = rows(n_rows, vocab, 1)
+    train_round(trainer, device, micro)  # warm-up: kernels picked, allocator grown
+    cuda = device.startswith("cuda")
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    out: Dict[str, Any] = {"rows": n_rows, "tokens": sum(sum(mb.lengths) for mb in micro)}
+    parts: Dict[str, Any] = {}
+
+    def run(part: str, prof: Any) -> None:
+        # The profiler's own overhead inflates the wall: compare busy with the wall here.
+        dev = "self_device_time_total" if cuda else "self_cpu_time_total"
+        events = prof.key_averages()
+        kernels = [e for e in events if getattr(e, "device_type", None) is not None
+                   and str(e.device_type).endswith("CUDA")] if cuda else []
+        busy_ms = sum(getattr(e, dev, 0.0) for e in kernels) / 1000.0
+        parts[part]["device_busy_ms"] = round(busy_ms, 1)
+        parts[part]["kernel_launches"] = sum(e.count for e in kernels)
+        parts[part]["top_kernels"] = [{"name": e.key[:100], "ms": round(getattr(e, dev, 0.0) / 1000.0, 2),
+                                       "calls": e.count}
+                                      for e in sorted(kernels, key=lambda e: -getattr(e, dev, 0.0))[:25]]
+        host = [e for e in events if e not in kernels]
+        parts[part]["top_host_ops"] = [{"name": e.key[:100], "self_ms": round(e.self_cpu_time_total / 1000.0, 2),
+                                        "calls": e.count}
+                                       for e in sorted(host, key=lambda e: -e.self_cpu_time_total)[:20]]
+
+    scores = trainer.score(ScoreJob(batch=TrainBatch(micro=micro), reference=False)).logprobs
+    for part in ("score", "rl_step"):
+        batch = rl_batch(micro, scores)
+        sync(device)
+        with torch_profile(activities=acts) as prof:
+            t = time.perf_counter()
+            if part == "score":
+                trainer.score(ScoreJob(batch=TrainBatch(micro=micro), reference=False))
+            else:
+                trainer.rl_step(batch)
+            sync(device)
+            wall = time.perf_counter() - t
+        parts[part] = {"wall_ms": round(wall * 1000.0, 1)}
+        run(part, prof)
+    out["parts"] = parts
+    return out
 
 
 def train_arm(model: str, device: str, attention: str, rank: int, dtype: str, n_rows: int,
@@ -211,13 +271,15 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--attention", default="sdpa,auto", help="trainer attention kernels; '' skips training")
     ap.add_argument("--lora-rank", type=int, default=16)
-    ap.add_argument("--train-compile", default="off", help="the learner's compile modes, e.g. off,on")
+    ap.add_argument("--train-compile", default="off", help="the learner's compile modes, e.g. off,on ('none': no arm)")
     ap.add_argument("--train-rounds", type=int, default=2,
                     help="training rounds per arm: a warm-up, one timed at its shapes, then new shapes")
     ap.add_argument("--train-only", action="store_true", help="skip generation (the learner's arms alone)")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--arms", default="trained,copy_sdpa,copy")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--train-profile", action="store_true",
+                    help="profile one warm learner round (compile off) per attention kernel")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
     if a.quick:
@@ -270,7 +332,7 @@ def main() -> int:
         torch.cuda.empty_cache()
     result["training"] = []
     for attention in filter(None, a.attention.split(",")):
-        for mode in filter(None, a.train_compile.split(",")):
+        for mode in [m for m in a.train_compile.split(",") if m and m != "none"]:
             try:
                 result["training"].append(train_arm(a.model, a.device, attention, a.lora_rank, a.dtype, a.rows,
                                                     mode, a.train_rounds))
@@ -278,6 +340,15 @@ def main() -> int:
                 result["training"].append({"attention": attention, "compile": mode,
                                            "error": f"{type(exc).__name__}: {exc}",
                                            "trace": traceback.format_exc()[-1500:]})
+    if a.train_profile:
+        result["training_profile"] = []
+        for attention in filter(None, a.attention.split(",")):
+            try:
+                found = train_profile(a.model, a.device, attention, a.lora_rank, a.dtype, a.rows)
+                result["training_profile"].append({"attention": attention, **found})
+            except Exception as exc:  # noqa: BLE001 - reported, the rest stands
+                result["training_profile"].append({"attention": attention, "error": f"{type(exc).__name__}: {exc}",
+                                                   "trace": traceback.format_exc()[-1500:]})
     print(json.dumps(result))
     return 0
 

@@ -10,13 +10,15 @@
 #                   trained model against the generation copy; score and rl_step per
 #                   attention kernel) to OUTDIR/bench-colocated.json;
 #   PHASE learner:  scripts/bench_colocated.py's learner arms alone (score and update, compiled
-#                   layers off and on, 4 rounds at new lengths) to OUTDIR/learner.json;
+#                   layers off and on, 4 rounds at new lengths; TF_LEARNER_FLAGS replaces
+#                   those, e.g. "--train-profile --train-compile none") to OUTDIR/learner.json;
 #   PHASE overlap:  scripts/bench_learner_overlap.py (next-turn completions behind the learner,
 #                   run whole against a micro-batch at a time) to OUTDIR/overlap.json;
 #   PHASE train SECONDS [KEY=VALUE ...]: run (or resume) the RL job for about SECONDS
 #                   (it starts no step that would end past them, checkpoints, and resumes
 #                   there next time; a heldout pass already written is not played again); settings
-#                   override keys of the config (new keys go under [schedule]) and stay for
+#                   override keys of the config (a new key goes under [schedule], or under
+#                   the section it names: model.compile='"on"') and stay for
 #                   the later slices (run 17 lost its lr at the second slice; a resume under
 #                   another recipe is now refused by the binary anyway); logs, metrics and heldout
 #                   figures to OUTDIR (as OUTDIR/run.tar, beside the stores'
@@ -66,8 +68,9 @@ case "$PHASE" in
     ;;
   learner)
     install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
+    # shellcheck disable=SC2086
     PYTHONPATH="/tmp/pydeps:python" python3 scripts/bench_colocated.py --model models/tritonforge-smollm2 \
-      --device cuda --attention auto --train-compile off,on --train-rounds 4 --train-only \
+      --device cuda --attention auto --dtype mixed --train-only ${TF_LEARNER_FLAGS:---train-compile off,on --train-rounds 4} \
       > "$OUT/learner.json" 2> "$OUT/learner.err"
     echo "learner exit $?"; cat "$OUT/learner.json"; tail -n 5 "$OUT/learner.err"
     ;;
@@ -95,10 +98,13 @@ case "$PHASE" in
     # Settings given to earlier slices first, then this one's (which win): they persist.
     for kv in "$@"; do printf '%s\n' "$kv" >> "$S/overrides"; done
     mapfile -t kept < <(cat "$S/overrides" 2>/dev/null)
+    # A key may name its section (`model.compile="on"`): a new key goes there, else under
+    # [schedule]; a key already in the file is replaced where it stands.
     for kv in "${kept[@]}"; do
-      k=${kv%%=*}; v=${kv#*=}
+      k=${kv%%=*}; v=${kv#*=}; sec=schedule
+      case "$k" in *.*) sec=${k%.*}; k=${k##*.} ;; esac
       if grep -q "^$k = " "$S/rl-now.toml"; then sed -i "s|^$k = .*|$k = $v|" "$S/rl-now.toml"
-      else sed -i "s|^\[schedule\]|[schedule]\n$k = $v|" "$S/rl-now.toml"; fi
+      else sed -i "s|^\[$sec\]\$|[$sec]\n$k = $v|" "$S/rl-now.toml"; fi
     done
     # The run stops itself before a step that would end past SECONDS (max_seconds_now) and
     # checkpoints there; `timeout` is only the backstop, 45 s later.
