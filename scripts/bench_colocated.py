@@ -18,7 +18,7 @@ refresh after one optimizer step (the in-place weight write), timed.
 
 Training: one `score` (proximal log-probs) and one `rl_step` over ROWS rows of 600 to
 1,400 tokens (a third of each a completion, the rest prompt), in micro-batches of 8
-rows, for each attention kernel asked for (`sdpa`; `auto` picks the packed-rows kernel on
+rows (`--micro-rows`), for each attention kernel asked for (`sdpa`; `auto` picks the packed-rows kernel on
 a GPU) and each of `--train-compile` (`off`, as `train rl` runs its learner; `on`: the
 decoder layers compiled). `--train-rounds N` plays N such batches, each with new lengths
 (an RL step's shapes are new every step): the first round includes the compiles; the
@@ -28,7 +28,7 @@ would cost once warm.
 usage: PYTHONPATH=python python3 scripts/bench_colocated.py --model MODEL [--device cuda]
        [--batch 64] [--prompt-tokens 800] [--tokens 384] [--rows 64] [--attention sdpa,auto]
        [--lora-rank 16] [--dtype bf16] [--arms trained,copy_sdpa,copy] [--profile]
-       [--train-compile off,on] [--train-rounds 4] [--train-only] [--train-profile]
+       [--train-compile off,on] [--train-rounds 4] [--train-only] [--train-profile] [--micro-rows 8]
 --train-profile: one warm learner round under torch's profiler (compile off): device busy
 against the wall, kernel launches, the busiest kernels and host operators.
 --quick: the tiny test model on the CPU, small sizes (checks the script itself).
@@ -127,11 +127,17 @@ def profile(net: Any, device: str, prompts: List[List[int]]) -> List[Dict[str, A
             for e in rows_]
 
 
+# Rows per learner micro-batch (`--micro-rows`): RL packs micro-batches to
+# `optim.micro_tokens` padded tokens (16,384 by default: about 12 of these rows).
+MICRO_ROWS = [8]
+
+
 def rows(n: int, vocab: int, seed: int) -> List[MicroBatch]:
     rng = random.Random(seed)
     out = []
-    for start in range(0, n, 8):
-        lengths = [rng.randint(600, 1400) for _ in range(min(8, n - start))]
+    per = MICRO_ROWS[0]
+    for start in range(0, n, per):
+        lengths = [rng.randint(600, 1400) for _ in range(min(per, n - start))]
         width = max(lengths)
         ids, mask, pos = [], [], []
         for length in lengths:
@@ -278,6 +284,7 @@ def main() -> int:
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--arms", default="trained,copy_sdpa,copy")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--micro-rows", type=int, default=8, help="rows per learner micro-batch")
     ap.add_argument("--train-profile", action="store_true",
                     help="profile one warm learner round (compile off) per attention kernel")
     ap.add_argument("--quick", action="store_true")
@@ -286,7 +293,8 @@ def main() -> int:
         a.model, a.device, a.batch, a.prompt_tokens, a.tokens, a.rows = (
             str(REPO / "configs/models/tiny-llama"), "cpu", 4, 40, 8, 8)
         a.attention, a.dtype, a.lora_rank, a.profile = "sdpa", "fp32", 4, True
-    result: Dict[str, Any] = {"model": a.model, "device": a.device, "batch": a.batch,
+    MICRO_ROWS[0] = a.micro_rows
+    result: Dict[str, Any] = {"model": a.model, "device": a.device, "batch": a.batch, "micro_rows": a.micro_rows,
                               "prompt_tokens": a.prompt_tokens, "tokens": a.tokens, "lora_rank": a.lora_rank,
                               "dtype": a.dtype}
     if a.device.startswith("cuda"):

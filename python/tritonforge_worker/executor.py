@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .gate import Gate
+from .gate import probe as probe_gate
 from .gate import works as gate_works
 from .lease import NoLease
 from .protocol import (
@@ -1264,7 +1265,8 @@ def timed_run(
             if sleep is not None:
                 sleep(int(rate * cover[0]))
 
-        gate = Gate(torch, cx.device) if not sync_each and gate_works(torch, cx.device) else None
+        gate: Optional[Gate] = None
+        gated_ok = not sync_each and gate_works(torch, cx.device)
 
         torch.cuda.synchronize()
         probe_start = _time.perf_counter()
@@ -1283,24 +1285,27 @@ def timed_run(
         # round takes that much longer).
         cover[0] = cushion_ms(enqueue)
         per_round += len(arms) * (cover[0] - CUSHION_MS) / 1000.0
-        if gate is not None:
+        if gated_ok:
             # One gated call of each arm: a call the gate cannot wait for (it fills the
             # launch queue, or waits for the device) is timed under the spin instead.
-            seed += 1
-            inputs = fresh(seed)
-            gated_start = _time.perf_counter()
-            for _, fn in arms:
-                flush.zero_()
-                gate.hold()
-                try:
-                    fn(*inputs)
-                finally:
-                    gate.release()
-            torch.cuda.synchronize()
-            if gate.given_up():
-                gate = None
-            else:  # a round as the repetitions will run it: no spin in it
-                per_round = max(_time.perf_counter() - gated_start, 1e-6)
+            gated: List[float] = []
+
+            def gated_round(g: Any) -> None:
+                nonlocal seed
+                seed += 1
+                inputs = fresh(seed)
+                gated.append(_time.perf_counter())
+                for _, fn in arms:
+                    flush.zero_()
+                    g.hold()
+                    try:
+                        fn(*inputs)
+                    finally:
+                        g.release()
+
+            gate = probe_gate(lambda: Gate(torch, cx.device), gated_round, torch.cuda.synchronize)
+            if gate is not None:  # a round as the repetitions will run it: no spin in it
+                per_round = max(_time.perf_counter() - gated[-1], 1e-6)
         # The budget caps the repetitions; timing stops earlier once the speedup's
         # interval is within ±TIMING_CI (checked every few repetitions past the window
         # in which the pre-picked audited and spot-checked calls fall).

@@ -8,13 +8,14 @@ replaces had to last 2.5 times the launch it covered; the gate lasts exactly as 
 A gate that is never released gives up after `MAX_POLLS` polls and records that it did:
 a call that fills the device's launch queue, or that waits for the device itself (a
 `.item()` in `forward`), would otherwise wait for a gate that waits for it. The executor
-tries the gate on each candidate's probe round and times with the spin where it gave up.
+tries the gate on each candidate's probe round (`probe`: twice, on fresh gates) and times
+with the spin where it gave up both times.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 # Polls of the host flag before a gate gives up (each crosses the bus: about a
 # microsecond, so some tens of milliseconds in all).
@@ -22,6 +23,10 @@ MAX_POLLS = 50_000
 # Gates one timed run may queue (its windows: at most 1,000 repetitions of 4 arms, plus
 # the probe); slots are reused beyond that, and only counts are read.
 SLOTS = 4_608
+# Gated probe rounds a candidate gets before it is timed under the spin: one host stall
+# past the polls (sixteen processes starting at once did it to 6 of 76 candidates in the
+# mixed 100: docs/results/evaluator-load.md) is not a call that cannot be gated.
+PROBES = 2
 
 _KERNEL: Any = None
 _WORKS: Optional[bool] = None
@@ -104,3 +109,18 @@ def works(torch: Any, device: Any) -> bool:
         except Exception:  # noqa: BLE001 - any failure means: time with the spin
             _WORKS = False
     return _WORKS
+
+
+def probe(make: Callable[[], Gate], play: Callable[[Gate], None], settle: Callable[[], None],
+          tries: int = PROBES) -> Optional[Gate]:
+    """A gate that held every call of one probe round (`play` queues the round through it,
+    `settle` waits for the device), on a fresh gate each try; None when every try had a
+    gate give up: the executor then times under the spin. A call that fills the launch
+    queue or waits for the device gives up every time, a stalled host once."""
+    for _ in range(tries):
+        gate = make()
+        play(gate)
+        settle()
+        if gate.given_up() == 0:
+            return gate
+    return None

@@ -428,12 +428,17 @@ fn the_timing_cushion_is_calibrated_on_its_fastest_spin() {
 
 /// The timing gate's kernel, run by the Triton interpreter: it passes once the host's flag
 /// reaches its target, gives up after its polls when it never does and records which, and
-/// a run counts the gates that gave up; without a GPU the executor is told to keep the spin.
+/// a run counts the gates that gave up, a stalled probe round is tried once more; without a
+/// GPU the executor is told to keep the spin.
 #[test]
 fn the_timing_gate_passes_when_released_and_gives_up_when_not() {
     let v = fixture_report("timing/check_gate.py", &[&repo().join("python")]);
     assert_eq!(v["failures"], serde_json::json!([]), "{v}");
     assert_eq!(v["released"], serde_json::json!([7, 7, 1, 7]), "{v}");
     assert_eq!(v["given_up"], serde_json::json!([7, 0, 7, 7]), "{v}");
+    // A probe round that stalled once is tried again on a fresh gate; one that always
+    // stalls leaves the candidate to the spin.
+    assert_eq!(v["probe_after_one_stall"]["kept_the_second"], true, "{v}");
+    assert_eq!(v["probe_always_stalled"]["gate"], false, "{v}");
     assert_eq!(v["works_without_gpu"], false, "{v}");
 }
