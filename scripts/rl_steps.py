@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 
 def steady(m: Dict[str, Any]) -> bool:
@@ -113,6 +113,14 @@ def learning(lines: List[Dict[str, Any]]) -> List[str]:
     return out
 
 
+def passes(m: Dict[str, Any]) -> Tuple[str, int]:
+    """A step's learner passes over its tokens and their count, e.g. (`score+ref+2
+    updates`, 4): the reference scores only when the KL is measured (the step's `kl`)."""
+    ref = m.get("kl") is not None
+    updates = int(m.get("updates", 1))
+    return f"score{'+ref' if ref else ''}+{updates} updates", 1 + int(ref) + updates
+
+
 def worker_split(lines: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The policy worker's time over the steady steps (`--worker`)."""
     picked = [m for m in lines if steady(m) and (m.get("worker") or {}).get("engine")]
@@ -131,6 +139,11 @@ def worker_split(lines: List[Dict[str, Any]]) -> Dict[str, Any]:
                                       for x in w) / steps, 2),
         "prefill_ms_per_decode_step": round(1000 * sum(x["engine"].get("prefill_s", 0) for x in w) / steps, 2),
         "learner_tokens_per_s": round(sum(m.get("trained_tokens", 0) for m in picked) / train) if train else None,
+        # What the learner ran over those tokens each step: the proximal score, the
+        # reference score when the KL is measured, and each update (forward and backward).
+        "learner_passes": sorted({passes(m)[0] for m in picked}),
+        "learner_pass_tokens_per_s": round(sum(m.get("trained_tokens", 0) * passes(m)[1] for m in picked) / train)
+        if train else None,
         "learner_with_generation": [round(min(overlap), 3), round(max(overlap), 3)] if overlap else None,
     }
 
