@@ -211,7 +211,9 @@ def train_profile(model: str, device: str, attention: str, rank: int, dtype: str
                    and str(e.device_type).endswith("CUDA")] if cuda else []
         busy_ms = sum(getattr(e, dev, 0.0) for e in kernels) / 1000.0
         parts[part]["device_busy_ms"] = round(busy_ms, 1)
-        parts[part]["kernel_launches"] = sum(e.count for e in kernels)
+        # Everything the device ran (copies and fills included), and the kernels alone.
+        parts[part]["device_events"] = sum(e.count for e in kernels)
+        parts[part]["kernel_launches"] = sum(e.count for e in kernels if not e.key.startswith(("Memcpy", "Memset")))
         parts[part]["top_kernels"] = [{"name": e.key[:100], "ms": round(getattr(e, dev, 0.0) / 1000.0, 2),
                                        "calls": e.count}
                                       for e in sorted(kernels, key=lambda e: -getattr(e, dev, 0.0))[:25]]
@@ -245,6 +247,8 @@ def train_arm(model: str, device: str, attention: str, rank: int, dtype: str, n_
     recompiling as an RL step would meet it."""
     trainer = Trainer(setup(model, attention, rank, dtype, compile), device)
     vocab = int(trainer._base().get_input_embeddings().weight.shape[0])
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
     played = []
     for r in range(max(rounds, 2)):
         # Rounds 0 and 1 share shapes (warm-up, then timed); later rounds draw new lengths.
@@ -264,7 +268,9 @@ def train_arm(model: str, device: str, attention: str, rank: int, dtype: str, n_
             "rounds": [{k: round(v, 3) if isinstance(v, float) else v for k, v in x.items()} for x in played],
             "mean_after_warm_up": {"score_s": round(mean["score_s"], 3), "rl_step_s": round(mean["rl_step_s"], 3),
                                    "tokens_per_s": round(mean["tokens"] / (mean["score_s"] + mean["rl_step_s"]), 1)},
-            "graphs_built_after_warm_up": sum(x["graphs_built"] for x in timed)}
+            "graphs_built_after_warm_up": sum(x["graphs_built"] for x in timed),
+            # What a micro-batch of this size needs beside the model: the memory to plan for.
+            "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if device.startswith("cuda") else None}
 
 
 def main() -> int:
@@ -293,6 +299,8 @@ def main() -> int:
         a.model, a.device, a.batch, a.prompt_tokens, a.tokens, a.rows = (
             str(REPO / "configs/models/tiny-llama"), "cpu", 4, 40, 8, 8)
         a.attention, a.dtype, a.lora_rank, a.profile = "sdpa", "fp32", 4, True
+    if a.micro_rows < 1:
+        ap.error("--micro-rows must be at least 1")
     MICRO_ROWS[0] = a.micro_rows
     result: Dict[str, Any] = {"model": a.model, "device": a.device, "batch": a.batch, "micro_rows": a.micro_rows,
                               "prompt_tokens": a.prompt_tokens, "tokens": a.tokens, "lora_rank": a.lora_rank,

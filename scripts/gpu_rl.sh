@@ -98,17 +98,12 @@ case "$PHASE" in
     # Settings given to earlier slices first, then this one's (which win): they persist.
     for kv in "$@"; do printf '%s\n' "$kv" >> "$S/overrides"; done
     mapfile -t kept < <(cat "$S/overrides" 2>/dev/null)
-    # A key may name its section (`model.compile="on"`): a new key goes there, else under
-    # [schedule]; a key already in the file is replaced where it stands.
-    for kv in "${kept[@]}"; do
-      k=${kv%%=*}; v=${kv#*=}; sec=schedule
-      case "$k" in *.*) sec=${k%.*}; k=${k##*.} ;; esac
-      if grep -q "^$k = " "$S/rl-now.toml"; then sed -i "s|^$k = .*|$k = $v|" "$S/rl-now.toml"
-      else sed -i "s|^\[$sec\]\$|[$sec]\n$k = $v|" "$S/rl-now.toml"; fi
-    done
+    # A key may name its section (`model.compile='"on"'`): set there, the header added if
+    # missing; a bare key is replaced where it stands, else goes under [schedule].
+    [ "${#kept[@]}" -gt 0 ] && python3 scripts/toml_set.py "$S/rl-now.toml" "${kept[@]}"
     # The run stops itself before a step that would end past SECONDS (max_seconds_now) and
     # checkpoints there; `timeout` is only the backstop, 45 s later.
-    grep -q "^max_seconds_now = " "$S/rl-now.toml" || sed -i "s|^\[schedule\]|[schedule]\nmax_seconds_now = $secs|" "$S/rl-now.toml"
+    grep -q "^max_seconds_now = " "$S/rl-now.toml" || python3 scripts/toml_set.py "$S/rl-now.toml" "schedule.max_seconds_now=$secs"
     t0=$(date +%s)
     # TF_RL_FLAGS: evaluator and pool flags for `train rl` (e.g. "--spares 48"), unquoted on purpose.
     # shellcheck disable=SC2086

@@ -10,8 +10,8 @@ rate changed between slices shows both), the settings that set runs apart
 (`loss.mask_truncated`, `optim.micro_tokens`), the mean steady interval (before run 9,
 whose metrics lack it, the mean `step_s`, starred) and GPU idle share (steady as
 `rl_steps.py` counts them), and heldout pass@1 per set at the first and the
-last step measured, with the samples per problem (4 before run 11, 16 after; a step-0
-figure reused from an earlier run counts as measured).
+last step measured, with the samples per problem (1, greedy, in runs 2–4; 4 in runs 5–10;
+16 from run 11; a step-0 figure reused from an earlier run counts as measured).
 """
 
 from __future__ import annotations
@@ -84,7 +84,11 @@ def summary(n: int, files: Dict[str, Path]) -> Dict[str, Any]:
     held = jsonl(files.get("heldout"))
     gpu = next(iter(files.values())).stem.rsplit("-", 1)[-1]
     r, loss, optim = cfg.get("rollout", {}), cfg.get("loss", {}), cfg.get("optim", {})
-    rates = sorted({m["lr"] for m in metrics if m.get("lr")}, reverse=True)
+    # The rates in the order the steps ran them (a schedule would show its first and last).
+    seen = [m["lr"] for m in sorted(metrics, key=lambda m: m["step"]) if m.get("lr")]
+    rates = [x for i, x in enumerate(seen) if i == 0 or x != seen[i - 1]]
+    if len(rates) > 3:
+        rates = [rates[0], rates[-1]]
     steady_lines = [m for m in metrics if steady(m)]
     intervals = [m["interval_s"] for m in steady_lines if m.get("interval_s") is not None]
     # Before run 9 the metrics had no `interval_s`; their `step_s` is the step's own time.

@@ -24,7 +24,10 @@ runs' same steps compare (docs/rl.md, run 14).
 `--worker` prints the policy worker's split over the steady steps instead (docs/rl.md,
 run 17): generation and learner seconds a step, the worker's ms per decode step (weighted
 by steps) with its device decode and prefill parts, the learner's tokens a second of its
-own time, and the range of `learner_with_generation`.
+own time, its passes over them a step (`learner_passes`: the score, the reference's when
+the KL is measured, the updates, which split the tokens between them) and the tokens a
+second over all passes (`learner_pass_tokens_per_s`), and the range of
+`learner_with_generation`.
 
 `--learning` prints what the policy learned instead: per step the lr, the reward's mean
 and std, the pass rate by turn, the share of turns cut at their token cap, the groups kept
@@ -115,10 +118,12 @@ def learning(lines: List[Dict[str, Any]]) -> List[str]:
 
 def passes(m: Dict[str, Any]) -> Tuple[str, int]:
     """A step's learner passes over its tokens and their count, e.g. (`score+ref+2
-    updates`, 4): the reference scores only when the KL is measured (the step's `kl`)."""
+    updates`, 3): the reference scores only when the KL is measured (the step's `kl`),
+    and the updates split the step's sequences between them (`batch::plan`), so together
+    they are one forward and backward pass over the step's tokens."""
     ref = m.get("kl") is not None
     updates = int(m.get("updates", 1))
-    return f"score{'+ref' if ref else ''}+{updates} updates", 1 + int(ref) + updates
+    return f"score{'+ref' if ref else ''}+{updates} updates", 2 + int(ref)
 
 
 def worker_split(lines: List[Dict[str, Any]]) -> Dict[str, Any]:
