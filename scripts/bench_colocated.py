@@ -127,15 +127,11 @@ def profile(net: Any, device: str, prompts: List[List[int]]) -> List[Dict[str, A
             for e in rows_]
 
 
-# Rows per learner micro-batch (`--micro-rows`): RL packs micro-batches to
-# `optim.micro_tokens` padded tokens (16,384 by default: about 12 of these rows).
-MICRO_ROWS = [8]
-
-
-def rows(n: int, vocab: int, seed: int) -> List[MicroBatch]:
+def rows(n: int, vocab: int, seed: int, per: int = 8) -> List[MicroBatch]:
+    """`n` rows in micro-batches of `per` (RL packs micro-batches to `optim.micro_tokens`
+    padded tokens: 16,384 by default, about 12 of these rows)."""
     rng = random.Random(seed)
     out = []
-    per = MICRO_ROWS[0]
     for start in range(0, n, per):
         lengths = [rng.randint(600, 1400) for _ in range(min(per, n - start))]
         width = max(lengths)
@@ -177,8 +173,8 @@ def train_round(trainer: Any, device: str, micro: List[MicroBatch]) -> Dict[str,
     scores = trainer.score(job).logprobs
     sync(device)
     score_s = time.perf_counter() - t
-    targets = sum(len(r) for mb in scores for r in mb)
     batch = rl_batch(micro, scores)
+    targets = batch.loss.loss_tokens
     t = time.perf_counter()
     trainer.rl_step(batch)
     sync(device)
@@ -186,7 +182,8 @@ def train_round(trainer: Any, device: str, micro: List[MicroBatch]) -> Dict[str,
             "tokens": sum(sum(mb.lengths) for mb in micro)}
 
 
-def train_profile(model: str, device: str, attention: str, rank: int, dtype: str, n_rows: int) -> Dict[str, Any]:
+def train_profile(model: str, device: str, attention: str, rank: int, dtype: str, n_rows: int,
+                  per: int) -> Dict[str, Any]:
     """Where one warm learner round's time goes (compile off): for `score` and `rl_step`
     apart, the wall, the device's busy time (kernels' own time summed), kernel launches,
     and the busiest kernels and host operators. Busy far below the wall: the host (launches,
@@ -196,7 +193,7 @@ def train_profile(model: str, device: str, attention: str, rank: int, dtype: str
 
     trainer = Trainer(setup(model, attention, rank, dtype, "off"), device)
     vocab = int(trainer._base().get_input_embeddings().weight.shape[0])
-    micro = rows(n_rows, vocab, 1)
+    micro = rows(n_rows, vocab, 1, per)
     train_round(trainer, device, micro)  # warm-up: kernels picked, allocator grown
     cuda = device.startswith("cuda")
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -207,8 +204,9 @@ def train_profile(model: str, device: str, attention: str, rank: int, dtype: str
         # The profiler's own overhead inflates the wall: compare busy with the wall here.
         dev = "self_device_time_total" if cuda else "self_cpu_time_total"
         events = prof.key_averages()
-        kernels = [e for e in events if getattr(e, "device_type", None) is not None
-                   and str(e.device_type).endswith("CUDA")] if cuda else []
+        on_device = [cuda and str(getattr(e, "device_type", "")).endswith("CUDA") for e in events]
+        kernels = [e for e, d in zip(events, on_device, strict=True) if d]
+        host = [e for e, d in zip(events, on_device, strict=True) if not d]
         busy_ms = sum(getattr(e, dev, 0.0) for e in kernels) / 1000.0
         parts[part]["device_busy_ms"] = round(busy_ms, 1)
         # Everything the device ran (copies and fills included), and the kernels alone.
@@ -217,14 +215,12 @@ def train_profile(model: str, device: str, attention: str, rank: int, dtype: str
         parts[part]["top_kernels"] = [{"name": e.key[:100], "ms": round(getattr(e, dev, 0.0) / 1000.0, 2),
                                        "calls": e.count}
                                       for e in sorted(kernels, key=lambda e: -getattr(e, dev, 0.0))[:25]]
-        host = [e for e in events if e not in kernels]
         parts[part]["top_host_ops"] = [{"name": e.key[:100], "self_ms": round(e.self_cpu_time_total / 1000.0, 2),
                                         "calls": e.count}
                                        for e in sorted(host, key=lambda e: -e.self_cpu_time_total)[:20]]
 
-    scores = trainer.score(ScoreJob(batch=TrainBatch(micro=micro), reference=False)).logprobs
+    batch = rl_batch(micro, trainer.score(ScoreJob(batch=TrainBatch(micro=micro), reference=False)).logprobs)
     for part in ("score", "rl_step"):
-        batch = rl_batch(micro, scores)
         sync(device)
         with torch_profile(activities=acts) as prof:
             t = time.perf_counter()
@@ -240,7 +236,7 @@ def train_profile(model: str, device: str, attention: str, rank: int, dtype: str
     return out
 
 
-def train_arm(model: str, device: str, attention: str, rank: int, dtype: str, n_rows: int,
+def train_arm(model: str, device: str, attention: str, rank: int, dtype: str, n_rows: int, per: int,
               compile: str = "off", rounds: int = 2) -> Dict[str, Any]:
     """Round 0 at the same shapes as round 1 before the compile modes existed (a warm-up
     at those shapes, then timed); with compiling, rounds at new shapes show the cost of
@@ -252,7 +248,7 @@ def train_arm(model: str, device: str, attention: str, rank: int, dtype: str, n_
     played = []
     for r in range(max(rounds, 2)):
         # Rounds 0 and 1 share shapes (warm-up, then timed); later rounds draw new lengths.
-        micro = rows(n_rows, vocab, 1 if r < 2 else r)
+        micro = rows(n_rows, vocab, 1 if r < 2 else r, per)
         graphs = graphs_built()
         one = train_round(trainer, device, micro)
         one["graphs_built"] = graphs_built() - graphs
@@ -301,7 +297,6 @@ def main() -> int:
         a.attention, a.dtype, a.lora_rank, a.profile = "sdpa", "fp32", 4, True
     if a.micro_rows < 1:
         ap.error("--micro-rows must be at least 1")
-    MICRO_ROWS[0] = a.micro_rows
     result: Dict[str, Any] = {"model": a.model, "device": a.device, "batch": a.batch, "micro_rows": a.micro_rows,
                               "prompt_tokens": a.prompt_tokens, "tokens": a.tokens, "lora_rank": a.lora_rank,
                               "dtype": a.dtype}
@@ -351,7 +346,7 @@ def main() -> int:
         for mode in [m for m in a.train_compile.split(",") if m and m != "none"]:
             try:
                 result["training"].append(train_arm(a.model, a.device, attention, a.lora_rank, a.dtype, a.rows,
-                                                    mode, a.train_rounds))
+                                                    a.micro_rows, mode, a.train_rounds))
             except Exception as exc:  # noqa: BLE001 - reported, the other arms go on
                 result["training"].append({"attention": attention, "compile": mode,
                                            "error": f"{type(exc).__name__}: {exc}",
@@ -360,7 +355,7 @@ def main() -> int:
         result["training_profile"] = []
         for attention in filter(None, a.attention.split(",")):
             try:
-                found = train_profile(a.model, a.device, attention, a.lora_rank, a.dtype, a.rows)
+                found = train_profile(a.model, a.device, attention, a.lora_rank, a.dtype, a.rows, a.micro_rows)
                 result["training_profile"].append({"attention": attention, **found})
             except Exception as exc:  # noqa: BLE001 - reported, the rest stands
                 result["training_profile"].append({"attention": attention, "error": f"{type(exc).__name__}: {exc}",

@@ -98,12 +98,11 @@ case "$PHASE" in
     # Settings given to earlier slices first, then this one's (which win): they persist.
     for kv in "$@"; do printf '%s\n' "$kv" >> "$S/overrides"; done
     mapfile -t kept < <(cat "$S/overrides" 2>/dev/null)
-    # A key may name its section (`model.compile='"on"'`): set there, the header added if
-    # missing; a bare key is replaced where it stands, else goes under [schedule].
-    [ "${#kept[@]}" -gt 0 ] && python3 scripts/toml_set.py "$S/rl-now.toml" "${kept[@]}"
-    # The run stops itself before a step that would end past SECONDS (max_seconds_now) and
-    # checkpoints there; `timeout` is only the backstop, 45 s later.
-    grep -q "^max_seconds_now = " "$S/rl-now.toml" || python3 scripts/toml_set.py "$S/rl-now.toml" "schedule.max_seconds_now=$secs"
+    # The run stops itself before a step that would end past SECONDS (max_seconds_now, which
+    # a setting may replace) and checkpoints there; `timeout` is only the backstop, 45 s
+    # later. A key may name its section (`model.compile='"on"'`): set there, the header
+    # added if missing; a bare key is replaced where it stands, else goes under [schedule].
+    python3 scripts/toml_set.py "$S/rl-now.toml" "schedule.max_seconds_now=$secs" "${kept[@]}"
     t0=$(date +%s)
     # TF_RL_FLAGS: evaluator and pool flags for `train rl` (e.g. "--spares 48"), unquoted on purpose.
     # shellcheck disable=SC2086

@@ -16,6 +16,7 @@ last step measured, with the samples per problem (1, greedy, in runs 2–4; 4 in
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import sys
@@ -24,6 +25,9 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rl_steps import steady  # noqa: E402
+
+# Python 3.11's (the machines that run this); mypy checks the scripts as 3.10, which lacks it.
+tomllib = importlib.import_module("tomllib")
 
 SETS = (("l1-heldout", "L1"), ("l2-heldout", "L2"), ("synth-heldout", "synth"))
 
@@ -36,29 +40,6 @@ def runs(root: Path) -> Dict[int, Dict[str, Path]]:
         if m:
             found.setdefault(int(m.group(1)), {})[m.group(2)] = f
     return found
-
-
-def settings(text: str) -> Dict[str, Dict[str, Any]]:
-    """A config's plain `key = value` settings by section (enough for the sizes and
-    switches read here; the worker's Python floor, 3.10, has no `tomllib`)."""
-    out: Dict[str, Dict[str, Any]] = {}
-    section = ""
-    for line in text.splitlines():
-        head = re.fullmatch(r"\[([A-Za-z0-9_.]+)\]\s*", line)
-        if head:
-            section = head.group(1)
-            continue
-        kv = re.fullmatch(r"([A-Za-z0-9_]+)\s*=\s*([^#\[{]+?)\s*(#.*)?", line)
-        if kv:
-            raw = kv.group(2).strip('"')
-            value: Any = {"true": True, "false": False}.get(raw, raw)
-            if isinstance(value, str):
-                try:
-                    value = float(value) if re.search(r"[.eE]", value) else int(value)
-                except ValueError:
-                    pass
-            out.setdefault(section, {})[kv.group(1)] = value
-    return out
 
 
 def jsonl(path: Optional[Path]) -> List[Dict[str, Any]]:
@@ -79,7 +60,7 @@ def heldout(lines: List[Dict[str, Any]], name: str) -> str:
 
 
 def summary(n: int, files: Dict[str, Path]) -> Dict[str, Any]:
-    cfg = settings(files["config"].read_text()) if "config" in files else {}
+    cfg: Dict[str, Any] = tomllib.loads(files["config"].read_text()) if "config" in files else {}
     metrics = jsonl(files.get("metrics"))
     held = jsonl(files.get("heldout"))
     gpu = next(iter(files.values())).stem.rsplit("-", 1)[-1]

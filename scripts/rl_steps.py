@@ -144,8 +144,7 @@ def worker_split(lines: List[Dict[str, Any]]) -> Dict[str, Any]:
                                       for x in w) / steps, 2),
         "prefill_ms_per_decode_step": round(1000 * sum(x["engine"].get("prefill_s", 0) for x in w) / steps, 2),
         "learner_tokens_per_s": round(sum(m.get("trained_tokens", 0) for m in picked) / train) if train else None,
-        # What the learner ran over those tokens each step: the proximal score, the
-        # reference score when the KL is measured, and each update (forward and backward).
+        # What the learner ran over those tokens each step (`passes`).
         "learner_passes": sorted({passes(m)[0] for m in picked}),
         "learner_pass_tokens_per_s": round(sum(m.get("trained_tokens", 0) * passes(m)[1] for m in picked) / train)
         if train else None,
