@@ -20,12 +20,14 @@ use tritonforge_store::{Store, StoreError};
 use tritonforge_suite::{Candidate, Problem, SuiteError};
 
 pub mod batch;
+mod cost;
 mod device_lock;
 pub mod doctor;
 mod fork_server;
 pub mod import;
 pub mod memory;
 mod need;
+pub mod places;
 pub mod pool;
 pub mod report;
 pub mod service;
@@ -35,6 +37,7 @@ pub mod validate;
 pub use batch::{evaluate_all, evaluate_sources, BatchResults, PairOutcome};
 pub use memory::{Charge, JobKind, MemoryBudget};
 pub use need::{Measured, MemoryPlan};
+pub use places::Priority;
 pub use pool::{
     AdmissionEvent, Execution, Exit, LeaseEvent, Pool, PoolConfig, PoolStart, Preflight,
     PreflightRun, ShareMode, WorkerSpec,
@@ -152,6 +155,8 @@ pub struct Evaluator {
     /// (G samples of a group writing the same code, a client's retry) waits for the first
     /// and then reads its stored verdict instead of running again.
     inflight: Mutex<HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    /// Executor times seen by problem: the pool starts the costliest candidates first.
+    costs: cost::Costs,
 }
 
 impl Evaluator {
@@ -164,6 +169,7 @@ impl Evaluator {
             guard: None,
             needs: Mutex::default(),
             inflight: Mutex::default(),
+            costs: cost::Costs::default(),
         }
     }
 
@@ -407,7 +413,9 @@ impl Evaluator {
         let plan = self.memory_plan(problem, config, timed).await?;
         record.prepare_ms = preparing.elapsed().as_secs_f64() * 1000.0;
         let job = EvalJob { gpu_memory_fraction: plan.cap, ..job };
-        let mut execution = self.pool.run(&job, budget, plan.charge).await?;
+        let cost_key = sha256_hex(problem.source.as_bytes());
+        let priority = self.costs.priority(&cost_key, &candidate.source);
+        let mut execution = self.pool.run(&job, budget, plan.charge, priority).await?;
         // Sharing a device, a candidate may still run out of memory: a neighbour took more
         // than its problem's need, or its own cap was too tight. One that did, anywhere in
         // its life (building the models, drawing inputs, trials, timing, the reference), is
@@ -444,6 +452,9 @@ impl Evaluator {
         record.process_banked_ms = execution.process_banked_ms;
         record.process_startup = execution.process_startup;
         record.device_slot = u32::try_from(execution.slot).unwrap_or(u32::MAX);
+        if let Exit::Answered { executor_ms, .. } = &execution.exit {
+            self.costs.observe(&cost_key, *executor_ms);
+        }
         match execution.exit {
             Exit::Answered { outcome: Outcome::ProblemError(p), .. }
                 if alone && p.error.as_ref().is_some_and(|e| e.out_of_memory) =>

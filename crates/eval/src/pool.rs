@@ -35,6 +35,7 @@ use tritonforge_pyenv::{WorkerCommand, WorkerMode};
 use crate::device_lock::{DeviceLock, ExclusiveHold, SharedHold};
 use crate::fork_server::ForkServer;
 use crate::memory::{self, Admission, Charge, JobKind, MemoryBudget};
+use crate::places::{Places, Priority};
 use crate::EvalError;
 
 /// The longest protocol line accepted from a worker; anything longer is hostile.
@@ -535,7 +536,8 @@ struct Slot {
     index: usize,
     launch: Arc<Launch>,
     warm: Mutex<VecDeque<Warm>>,
-    running: Semaphore,
+    /// Places for running jobs, granted costliest first.
+    running: Places,
     /// Places for candidates waiting for the timing lane without a running place.
     timing_queue: Semaphore,
     /// Preflights at once on this device (forks and imports: CPU work).
@@ -714,7 +716,7 @@ impl Pool {
                 index,
                 launch: launch(gpu, index, cache_template.clone(), fork_server.clone()),
                 warm: Mutex::new(VecDeque::new()),
-                running: Semaphore::new(workers),
+                running: Places::new(workers),
                 timing_queue: Semaphore::new(cfg.timing_queue),
                 preflights: Semaphore::new(PREFLIGHTS),
                 lock: Arc::new(DeviceLock::default()),
@@ -855,19 +857,22 @@ impl Pool {
 
     /// Run one evaluation in a fresh process, within `budget` of its own running time,
     /// once `charge` fits its device's memory.
+    /// Places go costliest first: `priority` is the job's estimated cost.
     pub async fn run(
         &self,
         job: &EvalJob,
         budget: Duration,
         charge: Charge,
+        priority: Priority,
     ) -> Result<Execution, EvalError> {
-        self.run_evaluation(job, budget, charge).await
+        self.run_evaluation(job, budget, charge, priority).await
     }
 
     /// Run one evaluation holding its device alone from start to end, as exclusive mode
     /// does, its memory included: for a candidate that ran out of memory while sharing it.
     pub async fn run_alone(&self, job: &EvalJob, budget: Duration) -> Result<Execution, EvalError> {
-        self.run_evaluation(job, budget, Charge::Whole).await
+        // Ahead of the queue: it already waited its turn once.
+        self.run_evaluation(job, budget, Charge::Whole, Priority::FIRST).await
     }
 
     async fn run_evaluation(
@@ -875,10 +880,11 @@ impl Pool {
         job: &EvalJob,
         budget: Duration,
         charge: Charge,
+        priority: Priority,
     ) -> Result<Execution, EvalError> {
         let job = job.clone();
         let build = move |id| Message::Evaluate { id, job };
-        let mut exec = self.run_message(build, budget, charge, JobKind::Evaluate).await?;
+        let mut exec = self.run_message(build, budget, charge, JobKind::Evaluate, priority).await?;
         if let Exit::Reply { message } = exec.exit {
             exec.exit = match message {
                 Message::Result { outcome, elapsed_ms, .. } => {
@@ -906,7 +912,8 @@ impl Pool {
         let job = job.clone();
         let build = move |id| Message::CheckProblem { id, job };
         let charge = if alone { Charge::Whole } else { Charge::Share };
-        self.run_message(build, budget, charge, JobKind::CheckProblem).await
+        // Candidates of the problem wait on it.
+        self.run_message(build, budget, charge, JobKind::CheckProblem, Priority::FIRST).await
     }
 
     /// Measure a problem's memory need in a fresh process (`alone` as for a check).
@@ -919,7 +926,7 @@ impl Pool {
         let job = job.clone();
         let build = move |id| Message::MeasureMemory { id, job };
         let charge = if alone { Charge::Whole } else { Charge::Share };
-        self.run_message(build, budget, charge, JobKind::MeasureMemory).await
+        self.run_message(build, budget, charge, JobKind::MeasureMemory, Priority::FIRST).await
     }
 
     /// Whether evaluations on this pool are preflighted (see [`Preflight`]).
@@ -1006,10 +1013,11 @@ impl Pool {
         budget: Duration,
         charge: Charge,
         kind: JobKind,
+        priority: Priority,
     ) -> Result<Execution, EvalError> {
         let slot = self.pick_slot()?;
         slot.in_flight.fetch_add(1, Ordering::Relaxed);
-        let result = self.run_on(slot, build, budget, charge, kind).await;
+        let result = self.run_on(slot, build, budget, charge, kind, priority).await;
         slot.in_flight.fetch_sub(1, Ordering::Relaxed);
         result
     }
@@ -1047,9 +1055,10 @@ impl Pool {
         budget: Duration,
         charge: Charge,
         kind: JobKind,
+        priority: Priority,
     ) -> Result<Execution, EvalError> {
         let queued = Instant::now();
-        let mut place = Some(slot.running.acquire().await.map_err(|_| EvalError::PoolClosed)?);
+        let mut place = Some(slot.running.acquire(priority).await);
         // Taken in exchange for `place` while this job waits for (and holds) the timing lane.
         let mut _timing_place = None;
         let queue_wait_ms = queued.elapsed().as_secs_f64() * 1000.0;
