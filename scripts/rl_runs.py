@@ -78,7 +78,8 @@ def summary(n: int, files: Dict[str, Path]) -> Dict[str, Any]:
         intervals = [m["step_s"] for m in steady_lines if m.get("step_s") is not None]
     idle = [m["worker"]["gpu_idle"] for m in steady_lines if (m.get("worker") or {}).get("gpu_idle") is not None]
     extra = [k for k, on in (("masked cut turns", loss.get("mask_truncated")),
-                             (f"micro {optim.get('micro_tokens')}", optim.get("micro_tokens"))) if on]
+                             (f"micro {optim.get('micro_tokens')}", optim.get("micro_tokens")),
+                             ("compiled learner", cfg.get("model", {}).get("compile") == "on")) if on]
     return {
         "run": n, "gpu": gpu, "steps": max((m["step"] for m in metrics), default=0),
         "size": f"{r.get('problems', '?')}×{r.get('samples', '?')}×{r.get('turns', '?')} @{r.get('max_tokens', '?')}",
