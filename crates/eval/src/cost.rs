@@ -24,17 +24,18 @@ struct Seen {
     n: u32,
 }
 
-/// Executor times seen so far, by problem key.
+/// Executor times seen so far, by problem key (the problem, its shapes, whether timed).
 #[derive(Default)]
 pub(crate) struct Costs(Mutex<HashMap<String, Seen>>);
 
 impl Costs {
     /// The expected executor milliseconds of `source` against the problem `key`.
     pub fn estimate_ms(&self, key: &str, source: &str) -> f64 {
-        let seen = self.0.lock().ok().and_then(|m| m.get(key).map(|s| s.total_ms / s.n as f64));
+        let seen = self.seen().get(key).map(|s| s.total_ms / s.n as f64);
         seen.unwrap_or(source.len() as f64 * MS_PER_SOURCE_BYTE)
     }
 
+    /// The place queue's priority for that estimate.
     pub fn priority(&self, key: &str, source: &str) -> Priority {
         Priority::cost_ms(self.estimate_ms(key, source))
     }
@@ -45,11 +46,15 @@ impl Costs {
         if !executor_ms.is_finite() || executor_ms < 0.0 {
             return;
         }
-        if let Ok(mut m) = self.0.lock() {
-            let s = m.entry(key.to_string()).or_default();
-            s.total_ms += executor_ms;
-            s.n += 1;
-        }
+        let mut m = self.seen();
+        let s = m.entry(key.to_string()).or_default();
+        s.total_ms += executor_ms;
+        s.n += 1;
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<String, Seen>> {
+        // A panic elsewhere while holding it leaves whole sums behind: keep using them.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

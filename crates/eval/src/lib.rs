@@ -413,7 +413,12 @@ impl Evaluator {
         let plan = self.memory_plan(problem, config, timed).await?;
         record.prepare_ms = preparing.elapsed().as_secs_f64() * 1000.0;
         let job = EvalJob { gpu_memory_fraction: plan.cap, ..job };
-        let cost_key = sha256_hex(problem.source.as_bytes());
+        // Timed or not, and at which shapes, a problem's candidates cost differently.
+        let cost_key = sha256_hex(
+            serde_json::json!([problem.source, job.overrides, job.shape_check, job.timing])
+                .to_string()
+                .as_bytes(),
+        );
         let priority = self.costs.priority(&cost_key, &candidate.source);
         let mut execution = self.pool.run(&job, budget, plan.charge, priority).await?;
         // Sharing a device, a candidate may still run out of memory: a neighbour took more

@@ -4,10 +4,17 @@
 //! arrives behind sixty short ones starts last and runs alone at the end; granted
 //! costliest first (longest-processing-time scheduling), it starts while the short ones
 //! fill the other places. Waiters carry a [`Priority`]; equal ones keep arrival order.
+//!
+//! A long-lived pool (`serve`) must not starve a cheap job behind costlier ones that keep
+//! arriving, so a waiter's standing is its expected cost plus the time it has waited:
+//! a job that has waited longer than the difference between its cost and a newcomer's
+//! goes first. Since every waiter's wait grows alike, that order is fixed at arrival
+//! (cost minus arrival time) and a heap keeps it.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::oneshot;
 
@@ -28,7 +35,10 @@ impl Priority {
 }
 
 struct Waiter {
-    priority: Priority,
+    /// Work others wait on, ahead of every candidate whatever its standing.
+    first: bool,
+    /// Expected cost less arrival, in ms since the places were made (see the module).
+    standing: i128,
     seq: u64,
     tx: oneshot::Sender<Place>,
 }
@@ -48,17 +58,20 @@ impl PartialOrd for Waiter {
 }
 
 impl Ord for Waiter {
-    /// The max-heap's top is the highest priority, then the earliest arrival.
+    /// The max-heap's top: work others wait on, then the best standing, then the
+    /// earliest arrival.
     fn cmp(&self, other: &Self) -> Ordering {
-        self.priority.cmp(&other.priority).then(other.seq.cmp(&self.seq))
+        (self.first, self.standing)
+            .cmp(&(other.first, other.standing))
+            .then(other.seq.cmp(&self.seq))
     }
 }
 
-#[derive(Default)]
 struct State {
     free: usize,
     waiters: BinaryHeap<Waiter>,
     seq: u64,
+    made: Instant,
 }
 
 /// A fixed number of places; cheap to clone (shared).
@@ -79,8 +92,10 @@ impl Drop for Place {
 }
 
 impl Places {
+    /// `n` places, all free.
     pub fn new(n: usize) -> Places {
-        Places(Arc::new(Mutex::new(State { free: n, ..State::default() })))
+        let state = State { free: n, waiters: BinaryHeap::new(), seq: 0, made: Instant::now() };
+        Places(Arc::new(Mutex::new(state)))
     }
 
     /// Wait for a place. Dropping the future while it waits gives up its turn, and a place
@@ -96,7 +111,9 @@ impl Places {
                 let (tx, rx) = oneshot::channel();
                 let seq = s.seq;
                 s.seq += 1;
-                s.waiters.push(Waiter { priority, seq, tx });
+                let arrived = s.made.elapsed().as_millis() as i128;
+                let first = priority == Priority::FIRST;
+                s.waiters.push(Waiter { first, standing: priority.0 as i128 - arrived, seq, tx });
                 rx
             };
             // The sender is only dropped unsent once its receiver is gone, which cannot
@@ -181,6 +198,28 @@ mod tests {
             vec!["first", "costly-a", "costly-b", "cheap", "cheap-2"]
         );
         assert_eq!(places.available(), 1, "every place came back");
+    }
+
+    #[tokio::test]
+    async fn a_cheap_waiter_goes_before_a_costlier_one_that_came_much_later() {
+        let places = Places::new(1);
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let held = places.acquire(Priority::default()).await;
+        let cheap = waiter(&places, Priority::cost_ms(10.0), "cheap, waited 300 ms", &order);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // 100 ms costlier, but it arrives 300 ms later: the cheap one has waited longer.
+        let later = waiter(&places, Priority::cost_ms(110.0), "costlier, later", &order);
+        // 500 ms costlier: that outweighs the wait.
+        let much = waiter(&places, Priority::cost_ms(510.0), "much costlier, later", &order);
+        settle().await;
+        drop(held);
+        for t in [cheap, later, much] {
+            t.await.unwrap();
+        }
+        assert_eq!(
+            *order.lock().unwrap(),
+            vec!["much costlier, later", "cheap, waited 300 ms", "costlier, later"]
+        );
     }
 
     #[tokio::test]

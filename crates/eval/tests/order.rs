@@ -28,6 +28,11 @@ async fn a_longer_candidate_arriving_later_takes_the_freed_place_first() {
     let pool = Pool::start(spec(state.path()), cfg).await.expect("pool");
     let ev = std::sync::Arc::new(Evaluator::new(pool, None, "test".into()));
     let problem = Problem::load(&fixture("problems/relu_small.py")).unwrap();
+    // The blocker's problem is another one: once it has answered, its own problem counts
+    // as seen, and that must not make the two waiters' estimates equal.
+    let other = state.path().join("relu_wide.py");
+    std::fs::write(&other, problem.source.replace("DIM = 1000", "DIM = 2000")).unwrap();
+    let other = Problem::load(&other).unwrap();
     let blocker = Candidate::load(&fixture("candidates/sleepy_relu.py")).unwrap();
     let short = Candidate::load(&fixture("candidates/relu_ok.py")).unwrap();
     let long = Candidate {
@@ -40,20 +45,20 @@ async fn a_longer_candidate_arriving_later_takes_the_freed_place_first() {
         ..short.clone()
     };
 
-    let spawn = |c: Candidate| {
-        let (ev, p) = (ev.clone(), problem.clone());
+    let spawn = |p: &Problem, c: Candidate| {
+        let (ev, p) = (ev.clone(), p.clone());
         tokio::spawn(async move { evaluate(&ev, &p, &c).await })
     };
-    let blocking = spawn(blocker);
+    let blocking = spawn(&other, blocker);
     // The blocker holds the only place (its forwards sleep 0.9 s in all) before the
     // others ask for it.
     while ev.pool().in_flight().iter().sum::<usize>() == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let early_short = spawn(short);
+    let early_short = spawn(&problem, short);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let late_long = spawn(long);
+    let late_long = spawn(&problem, long);
 
     let (b, s, l) = (blocking.await.unwrap(), early_short.await.unwrap(), late_long.await.unwrap());
     for r in [&b, &s, &l] {
