@@ -86,8 +86,8 @@ def works(torch: Any, device: Any, tries: int = PROBES + 1) -> bool:
     """Whether a gate holds this device's stream until released, once per process: queued,
     then released 2 ms later by the host, it must have held the stream that long and
     ended released, in one of `tries` tries (the check runs in every process's warm-up,
-    sixteen starting at once: a host stall past the polls there once sent 27 of 76
-    candidates of a batch to the spin). False where Triton cannot read pinned host
+    sixteen starting at once; in one batch it failed for 27 of 76 candidates, a host
+    stall past the polls suspected). False where Triton cannot read pinned host
     memory, anything raises, or `TRITONFORGE_TIMING_GATE=0` asks for the spin (the
     executor then keeps the spin)."""
     global _WORKS

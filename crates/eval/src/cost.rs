@@ -8,7 +8,7 @@
 //! tried at, and that grows with the code. On the H200's mixed 100 of 2026-11-30 the
 //! executor time per source byte of the 56 correct suite solutions had a median of 7.5 ms
 //! (deciles 4.0 to 10.5), and ordering by length alone came within 4 s of ordering by the
-//! true times in a replay of that batch (`docs/results/evaluator-load.md`).
+//! true times in replays of that set's batches (`docs/results/evaluator-load.md`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
