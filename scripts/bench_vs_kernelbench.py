@@ -194,6 +194,11 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
                 for r in ours.values() if r.get("timing"))),
             "gates_given_up": sum(((r.get("timing") or {}).get("window") or {}).get("gates_given_up", 0)
                                   for r in ours.values() if r.get("timing")),
+            # Why a window fell to the spin (kept since 2026-11-30, night; "unrecorded" before).
+            "spin_because": dict(collections.Counter(
+                ((r.get("timing") or {}).get("window") or {}).get("spin_because") or "unrecorded"
+                for r in ours.values()
+                if ((r.get("timing") or {}).get("window") or {}).get("how") == "cushion")),
         }
         groups = {}
         for key in NOISE:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .gate import Gate
 from .gate import probe as probe_gate
+from .gate import why_not as gate_why_not
 from .gate import works as gate_works
 from .lease import NoLease
 from .protocol import (
@@ -35,6 +36,7 @@ from .protocol import (
     PreflightPassed,
     ProblemError,
     Provenance,
+    SpinBecause,
     Stage,
     Status,
     Timing,
@@ -1386,8 +1388,12 @@ def timed_run(
                     break
         torch.cuda.synchronize()  # device-wide, before the last timestamp is read
         cx.timed_ms += (_time.perf_counter() - timed_start) * 1000.0
+    spin_because: Optional[SpinBecause] = None
+    if not sync_each and gate is None:
+        spin_because = "probe_gave_up" if gated_ok else gate_why_not()
     opened = WindowOpen(how="synchronised" if sync_each else "gate" if gate is not None else "cushion",
-                        gates_given_up=gate.given_up() if gate is not None else 0)
+                        gates_given_up=gate.given_up() if gate is not None else 0,
+                        spin_because=spin_because)
     return _elapsed(windows, arms, dev), audit, checked, opened
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Optional
 
+from .protocol import SpinBecause
+
 # Polls of the host flag before a gate gives up (each crosses the bus: about a
 # microsecond, so some tens of milliseconds in all).
 MAX_POLLS = 50_000
@@ -30,6 +32,8 @@ PROBES = 2
 
 _KERNEL: Any = None
 _WORKS: Optional[bool] = None
+# Why the check said no (`SpinBecause` in the protocol), for the record.
+_WHY_NOT: Optional[SpinBecause] = None
 
 
 def kernel() -> Any:
@@ -90,9 +94,9 @@ def works(torch: Any, device: Any, tries: int = PROBES + 1) -> bool:
     stall past the polls suspected). False where Triton cannot read pinned host
     memory, anything raises, or `TRITONFORGE_TIMING_GATE=0` asks for the spin (the
     executor then keeps the spin)."""
-    global _WORKS
+    global _WORKS, _WHY_NOT
     if _WORKS is None and os.environ.get("TRITONFORGE_TIMING_GATE", "1") == "0":
-        _WORKS = False  # asked for the spin
+        _WORKS, _WHY_NOT = False, "asked"  # asked for the spin
     if _WORKS is None:
         import time
 
@@ -111,12 +115,21 @@ def works(torch: Any, device: Any, tries: int = PROBES + 1) -> bool:
                 time.sleep(0.002)
                 gate.release()
                 b.synchronize()
-                if float(a.elapsed_time(b)) >= 1.0 and gate.given_up() == 0:
-                    _WORKS = True
+                if gate.given_up() > 0:
+                    _WHY_NOT = "check_gave_up"
+                elif float(a.elapsed_time(b)) < 1.0:
+                    _WHY_NOT = "check_held_short"
+                else:
+                    _WORKS, _WHY_NOT = True, None
                     break
         except Exception:  # noqa: BLE001 - any failure means: time with the spin
-            _WORKS = False
+            _WORKS, _WHY_NOT = False, "check_raised"
     return _WORKS
+
+
+def why_not() -> Optional[SpinBecause]:
+    """Why `works` said no in this process (None if it said yes or was not asked)."""
+    return _WHY_NOT
 
 
 def probe(make: Callable[[], Gate], play: Callable[[Gate], None], settle: Callable[[], None],

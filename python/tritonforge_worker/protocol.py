@@ -24,6 +24,7 @@ Stage = Literal["guard", "import", "init", "correctness", "provenance", "timing"
 LeaseKind = Literal["shared", "baseline", "exclusive"]
 TimingFlag = Literal["implausible_speedup", "clock_disagreement", "side_streams", "unconverged"]
 WindowHow = Literal["gate", "cushion", "synchronised"]
+SpinBecause = Literal["asked", "check_raised", "check_gave_up", "check_held_short", "probe_gave_up"]
 DeviceRequest = Literal["auto", "cpu", "cuda"]
 MemoryMethod = Literal["allocator", "tensor_sizes"]
 MismatchKind = Literal[
@@ -174,6 +175,8 @@ class WindowOpen:
 
     how: WindowHow
     gates_given_up: int = 0
+    # Under the spin on a GPU, why not the gate (`SpinBecause` on the host's side).
+    spin_because: Optional[SpinBecause] = None
 
 
 @dataclass

@@ -441,4 +441,5 @@ fn the_timing_gate_passes_when_released_and_gives_up_when_not() {
     assert_eq!(v["probe_after_one_stall"]["kept_the_second"], true, "{v}");
     assert_eq!(v["probe_always_stalled"]["gate"], false, "{v}");
     assert_eq!(v["works_without_gpu"], false, "{v}");
+    assert_eq!(v["why_not_without_gpu"], "check_raised", "{v}");
 }

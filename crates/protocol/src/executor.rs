@@ -369,6 +369,26 @@ pub struct WindowOpen {
     /// Gates that ended without being released (their windows may hold launch time).
     #[serde(default)]
     pub gates_given_up: u32,
+    /// Under the spin (`cushion`) on a GPU: why not the gate (absent in records from
+    /// before it was kept, and for the other ways).
+    #[serde(default)]
+    pub spin_because: Option<SpinBecause>,
+}
+
+/// Why a timed run on a GPU opened its windows with the spin rather than the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpinBecause {
+    /// `TRITONFORGE_TIMING_GATE=0` asked for it.
+    Asked,
+    /// The process's check raised (Triton cannot read pinned host memory, or another error).
+    CheckRaised,
+    /// In the process's check the gate gave up unreleased in every try.
+    CheckGaveUp,
+    /// In the process's check the gate held the stream less than the host's 2 ms pause.
+    CheckHeldShort,
+    /// A gate gave up in every gated probe round of this candidate.
+    ProbeGaveUp,
 }
 
 /// What held the stream before each timed window's start event.

@@ -139,7 +139,11 @@ pub fn sample_messages() -> Vec<Message> {
                 min_ms: None,
                 max_ms: None,
             }),
-            window: Some(WindowOpen { how: WindowHow::Gate, gates_given_up: 1 }),
+            window: Some(WindowOpen {
+                how: WindowHow::Cushion,
+                gates_given_up: 0,
+                spin_because: Some(SpinBecause::ProbeGaveUp),
+            }),
         }),
         timing_note: None,
         tolerance: Some(Tolerance { atol: 1e-4, rtol: 1e-4 }),
