@@ -373,10 +373,30 @@ fn last_pass_s(path: &Path) -> Option<f64> {
 }
 
 /// The mean `step_s` of the steps `metrics.jsonl` holds (earlier invocations' steps).
-fn earlier_step_mean(path: &Path) -> Option<f64> {
-    let steps: Vec<f64> =
-        read_jsonl::<StepMetrics>(path).ok()?.into_iter().map(|m| m.step_s).collect();
-    (!steps.is_empty()).then(|| steps.iter().sum::<f64>() / steps.len() as f64)
+fn earlier_step_median(path: &Path) -> Option<f64> {
+    let mut steps: Vec<f64> = read_jsonl::<StepMetrics>(path)
+        .ok()?
+        .into_iter()
+        .map(|m| m.step_s)
+        .filter(|s| s.is_finite())
+        .collect();
+    steps.sort_by(f64::total_cmp);
+    // The lower median: of two, the faster (the other is likely a first step's).
+    steps.get(steps.len().saturating_sub(1) / 2).copied()
+}
+
+/// What the next step of this invocation is taken to last. Its first step pays the
+/// invocation's one-time costs (the engine's compile, the learner's first round: run 19's
+/// took 263 s against about 32 s for the steps after it, and the run stopped a 500 s
+/// slice after that one step, predicting the next from it). So once steps after the first
+/// are timed, they alone count; with only the first timed, the earlier invocations'
+/// median step when smaller, else half the first; with none, that median.
+fn next_step_estimate(first_s: Option<f64>, later_s: &[f64], earlier: Option<f64>) -> Option<f64> {
+    match (first_s, later_s) {
+        (_, [_, ..]) => Some(later_s.iter().sum::<f64>() / later_s.len() as f64),
+        (Some(first), []) => Some(earlier.map_or(first / 2.0, |e| e.min(first))),
+        (None, []) => earlier,
+    }
 }
 
 fn append_jsonl(path: &Path, value: &impl Serialize) -> Result<(), RlError> {
@@ -674,17 +694,24 @@ pub async fn train(
     // The worker's time totals at the previous update.
     let mut last_use: Option<DeviceUse> = None;
     let mut result = Ok(());
-    // What a step is taken to last before this invocation has timed one: the earlier
-    // invocations' mean.
-    let earlier = earlier_step_mean(&metrics_path);
+    // What a step is taken to last (`next_step_estimate`): the earlier invocations'
+    // median, this one's first step, and the steps after it.
+    let earlier = earlier_step_median(&metrics_path);
+    let (mut first_s, mut later_s) = (None, Vec::new());
+    let mut step_began = steps_from;
     for step in start..end {
+        if step > start {
+            let took = step_began.elapsed().as_secs_f64();
+            if first_s.is_none() {
+                first_s = Some(took);
+            } else {
+                later_s.push(took);
+            }
+            step_began = Instant::now();
+        }
         // The first step of an invocation is always taken unless a heldout pass used the
         // time first (otherwise a limit under one step would never let the run move on).
-        let estimate = if step > start {
-            Some(steps_from.elapsed().as_secs_f64() / (step - start) as f64)
-        } else {
-            earlier
-        };
+        let estimate = next_step_estimate(first_s, &later_s, earlier);
         if (step > start || heldout_now)
             && out_of_time(cfg.schedule.max_seconds_now, started_now, estimate)
         {
@@ -1203,6 +1230,20 @@ mod tests {
         assert!(!out_of_time(220, ago(100), None));
     }
 
+    /// Run 19's first slice: a 263 s first step, then nothing timed. Half of it lets the
+    /// 32 s steps after it run; once they are timed, they alone count.
+    #[test]
+    fn the_first_step_s_one_time_costs_do_not_stand_for_the_next() {
+        assert_eq!(next_step_estimate(None, &[], None), None);
+        assert_eq!(next_step_estimate(None, &[], Some(33.0)), Some(33.0));
+        assert_eq!(next_step_estimate(Some(263.0), &[], None), Some(131.5));
+        assert_eq!(next_step_estimate(Some(159.0), &[], Some(33.0)), Some(33.0));
+        assert_eq!(next_step_estimate(Some(20.0), &[], Some(33.0)), Some(20.0));
+        assert_eq!(next_step_estimate(Some(263.0), &[30.0, 34.0], Some(263.0)), Some(32.0));
+        // 290 s in, a 500 s slice: the next step is started on that estimate.
+        assert!(!out_of_time(500, ago(290), next_step_estimate(Some(263.0), &[], None)));
+    }
+
     /// A pass is taken to last as long as the latest one's slowest set.
     #[test]
     fn the_latest_pass_gives_a_pass_estimate() {
@@ -1223,13 +1264,16 @@ mod tests {
     fn earlier_steps_give_the_estimate() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("metrics.jsonl");
-        assert_eq!(earlier_step_mean(&path), None, "no file");
+        assert_eq!(earlier_step_median(&path), None, "no file");
         let line = |s: u64, t: f64| {
             serde_json::to_string(&StepMetrics { step: s, step_s: t, ..Default::default() })
                 .unwrap()
         };
         std::fs::write(&path, [line(1, 100.0), line(2, 40.0)].join("\n") + "\n").unwrap();
-        assert_eq!(earlier_step_mean(&path), Some(70.0));
+        assert_eq!(earlier_step_median(&path), Some(40.0), "the lower median: each began slow");
+        let three = [line(1, 263.0), line(2, 32.0), line(3, 30.0)].join("\n") + "\n";
+        std::fs::write(&path, three).unwrap();
+        assert_eq!(earlier_step_median(&path), Some(32.0));
     }
 
     fn held(step: u64, set: &str, max_tokens: u32, temperature: f64) -> HeldoutMetrics {
