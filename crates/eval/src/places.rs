@@ -209,8 +209,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         // 100 ms costlier, but it arrives 300 ms later: the cheap one has waited longer.
         let later = waiter(&places, Priority::cost_ms(110.0), "costlier, later", &order);
-        // 500 ms costlier: that outweighs the wait.
-        let much = waiter(&places, Priority::cost_ms(510.0), "much costlier, later", &order);
+        // 10 s costlier: that outweighs the wait (and any stall of a loaded machine).
+        let much = waiter(&places, Priority::cost_ms(10_010.0), "much costlier, later", &order);
         settle().await;
         drop(held);
         for t in [cheap, later, much] {

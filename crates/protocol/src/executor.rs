@@ -385,7 +385,7 @@ pub enum SpinBecause {
     CheckRaised,
     /// In the process's check the gate gave up unreleased in every try.
     CheckGaveUp,
-    /// In the process's check the gate held the stream less than the host's 2 ms pause.
+    /// In the process's check the gate held the stream under 1 ms of the host's 2 ms pause.
     CheckHeldShort,
     /// A gate gave up in every gated probe round of this candidate.
     ProbeGaveUp,

@@ -372,13 +372,15 @@ fn last_pass_s(path: &Path) -> Option<f64> {
     lines.iter().filter(|h| h.step == step).map(|h| h.wall_s).reduce(f64::max)
 }
 
-/// The mean `step_s` of the steps `metrics.jsonl` holds (earlier invocations' steps).
+/// The lower median interval of the steps `metrics.jsonl` holds (earlier invocations').
 fn earlier_step_median(path: &Path) -> Option<f64> {
+    // `interval_s` (end to end), as this invocation times its own steps; `step_s` also
+    // holds the rollout that overlapped the step before.
     let mut steps: Vec<f64> = read_jsonl::<StepMetrics>(path)
         .ok()?
         .into_iter()
-        .map(|m| m.step_s)
-        .filter(|s| s.is_finite())
+        .map(|m| m.interval_s)
+        .filter(|s| s.is_finite() && *s > 0.0)
         .collect();
     steps.sort_by(f64::total_cmp);
     // The lower median: of two, the faster (the other is likely a first step's).
@@ -389,12 +391,12 @@ fn earlier_step_median(path: &Path) -> Option<f64> {
 /// invocation's one-time costs (the engine's compile, the learner's first round: run 19's
 /// took 263 s against about 32 s for the steps after it, and the run stopped a 500 s
 /// slice after that one step, predicting the next from it). So once steps after the first
-/// are timed, they alone count; with only the first timed, the earlier invocations'
-/// median step when smaller, else half the first; with none, that median.
+/// are timed, they alone count; with only the first timed, half of it, or the earlier
+/// invocations' median step if smaller; with none, that median.
 fn next_step_estimate(first_s: Option<f64>, later_s: &[f64], earlier: Option<f64>) -> Option<f64> {
     match (first_s, later_s) {
         (_, [_, ..]) => Some(later_s.iter().sum::<f64>() / later_s.len() as f64),
-        (Some(first), []) => Some(earlier.map_or(first / 2.0, |e| e.min(first))),
+        (Some(first), []) => Some(earlier.map_or(first / 2.0, |e| e.min(first / 2.0))),
         (None, []) => earlier,
     }
 }
@@ -700,15 +702,6 @@ pub async fn train(
     let (mut first_s, mut later_s) = (None, Vec::new());
     let mut step_began = steps_from;
     for step in start..end {
-        if step > start {
-            let took = step_began.elapsed().as_secs_f64();
-            if first_s.is_none() {
-                first_s = Some(took);
-            } else {
-                later_s.push(took);
-            }
-            step_began = Instant::now();
-        }
         // The first step of an invocation is always taken unless a heldout pass used the
         // time first (otherwise a limit under one step would never let the run move on).
         let estimate = next_step_estimate(first_s, &later_s, earlier);
@@ -769,6 +762,14 @@ pub async fn train(
             events(RlEvent::Saved { dir: dir.clone(), step: done });
             summary.last_checkpoint = Some(dir);
         }
+        // The step's own time, its checkpoint included and a heldout pass after it not
+        // (that pass has its own estimate, `last_pass_s`).
+        let took = step_began.elapsed().as_secs_f64();
+        if first_s.is_none() {
+            first_s = Some(took);
+        } else {
+            later_s.push(took);
+        }
         if heldout_due(cfg, done) {
             // A pass the clock would cut short is left to the next invocation, which plays
             // it first from this step's checkpoint (run 11 lost over 100 s of a device command to
@@ -790,6 +791,7 @@ pub async fn train(
         }
         last_end = parts.timeline.now();
         parts.timeline.forget_before(rollout.started.min(last_end) - 1.0);
+        step_began = Instant::now();
     }
     produce.abort();
     result.map(|_| summary)
@@ -1238,7 +1240,8 @@ mod tests {
         assert_eq!(next_step_estimate(None, &[], Some(33.0)), Some(33.0));
         assert_eq!(next_step_estimate(Some(263.0), &[], None), Some(131.5));
         assert_eq!(next_step_estimate(Some(159.0), &[], Some(33.0)), Some(33.0));
-        assert_eq!(next_step_estimate(Some(20.0), &[], Some(33.0)), Some(20.0));
+        assert_eq!(next_step_estimate(Some(20.0), &[], Some(33.0)), Some(10.0));
+        assert_eq!(next_step_estimate(Some(159.0), &[], Some(263.0)), Some(79.5));
         assert_eq!(next_step_estimate(Some(263.0), &[30.0, 34.0], Some(263.0)), Some(32.0));
         // 290 s in, a 500 s slice: the next step is started on that estimate.
         assert!(!out_of_time(500, ago(290), next_step_estimate(Some(263.0), &[], None)));
@@ -1266,7 +1269,7 @@ mod tests {
         let path = dir.path().join("metrics.jsonl");
         assert_eq!(earlier_step_median(&path), None, "no file");
         let line = |s: u64, t: f64| {
-            serde_json::to_string(&StepMetrics { step: s, step_s: t, ..Default::default() })
+            serde_json::to_string(&StepMetrics { step: s, interval_s: t, ..Default::default() })
                 .unwrap()
         };
         std::fs::write(&path, [line(1, 100.0), line(2, 40.0)].join("\n") + "\n").unwrap();
