@@ -175,6 +175,8 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
         timed = sum(((r.get("phases") or {}).get("timed_ms") or 0.0) for r in ours.values()) / 1000.0
         exclusive = sum((r.get("exclusive_ms") or 0.0) for r in ours.values()) / 1000.0
         start_wait = [r.get("start_wait_ms") or 0.0 for r in ours.values()]
+        # Each timed record's window (an empty one where it was not kept).
+        windows = [(r["timing"].get("window") or {}) for r in ours.values() if r.get("timing")]
         summary["ours"] = {
             "evaluated": len(ours), "wall_s": round(wall, 1), "per_gpu_minute": round(len(ours) / wall * 60, 1),
             "pool_start": pool_start,
@@ -189,16 +191,11 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
             "unconverged": sum(1 for r in ours.values() if "unconverged" in ((r.get("timing") or {}).get("flags")
                                                                              or [])),
             # How the timed windows were opened (the gate since 2026-11-30; absent before).
-            "windows": dict(collections.Counter(
-                ((r.get("timing") or {}).get("window") or {}).get("how", "unrecorded")
-                for r in ours.values() if r.get("timing"))),
-            "gates_given_up": sum(((r.get("timing") or {}).get("window") or {}).get("gates_given_up", 0)
-                                  for r in ours.values() if r.get("timing")),
+            "windows": dict(collections.Counter(w.get("how", "unrecorded") for w in windows)),
+            "gates_given_up": sum(w.get("gates_given_up", 0) for w in windows),
             # Why a window fell to the spin (kept since 2026-11-30, night; "unrecorded" before).
             "spin_because": dict(collections.Counter(
-                ((r.get("timing") or {}).get("window") or {}).get("spin_because") or "unrecorded"
-                for r in ours.values()
-                if ((r.get("timing") or {}).get("window") or {}).get("how") == "cushion")),
+                w.get("spin_because") or "unrecorded" for w in windows if w.get("how") == "cushion")),
         }
         groups = {}
         for key in NOISE:

@@ -124,8 +124,9 @@ impl Places {
         }
     }
 
-    /// Places free now (for tests and reports).
-    pub fn available(&self) -> usize {
+    /// Places free now.
+    #[cfg(test)]
+    fn available(&self) -> usize {
         self.lock().free
     }
 
