@@ -169,6 +169,14 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
         pool_start = ({"whole_s": float(start.group(1)),
                        "fork_server_s": float(start.group(2)) if start.group(2) else None,
                        "first_process_s": float(start.group(3))} if start else None)
+        # Where each device's time went (builds since 2026-11-30, evening): "device 0: timing
+        # holds 28.5s (76 holds), draining for them 20.1s, shared only 30.2s, idle 7.0s, of the batch's 72.0s".
+        lanes = [{"device": int(m.group(1)), "timing_holds_s": float(m.group(2)), "holds": int(m.group(3)),
+                  "draining_s": float(m.group(4)), "shared_only_s": float(m.group(5)),
+                  "idle_s": float(m.group(6)), "batch_s": float(m.group(7))}
+                 for m in re.finditer(r"device (\d+): timing holds ([0-9.]+)s \((\d+) holds\), draining for them "
+                                      r"([0-9.]+)s, shared only ([0-9.]+)s, idle ([0-9.]+)s, of the batch's ([0-9.]+)s",
+                                      err)]
         statuses: Dict[str, int] = {}
         for r in ours.values():
             statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -180,6 +188,7 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
         summary["ours"] = {
             "evaluated": len(ours), "wall_s": round(wall, 1), "per_gpu_minute": round(len(ours) / wall * 60, 1),
             "pool_start": pool_start,
+            "lanes": lanes,
             "statuses": statuses, "timed_run_s": round(timed, 1), "exclusive_hold_s": round(exclusive, 1),
             "timing_lane_share_of_wall": round(exclusive / wall, 3),
             "start_wait_s": {"sum": round(sum(start_wait) / 1000, 1),

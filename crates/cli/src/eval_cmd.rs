@@ -193,6 +193,11 @@ async fn batch(
         print!("{}", report::table(&rows));
     }
     eprintln!("{}", report::summary(&rows, started.elapsed()));
+    let (events, ended) = (evaluator.pool().lease_events(), Instant::now());
+    for slot in 0..evaluator.pool().devices() {
+        let split = tritonforge_eval::lane::split(&events, slot, started, ended);
+        eprintln!("{}", report::lane_line(slot, &split));
+    }
     if let Some(run) = run {
         let failed = rows.iter().any(|r| r.env_error || r.problem_error);
         let status = if failed { RunStatus::Failed } else { RunStatus::Done };

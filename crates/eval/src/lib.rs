@@ -25,6 +25,7 @@ mod device_lock;
 pub mod doctor;
 mod fork_server;
 pub mod import;
+pub mod lane;
 pub mod memory;
 mod need;
 pub mod places;

@@ -273,6 +273,8 @@ pub struct LeaseEvent {
     pub job: String,
     pub slot: usize,
     pub kind: LeaseKind,
+    /// When it was asked for (the wait until `acquired` is the lease wait).
+    pub asked: Instant,
     pub acquired: Instant,
     pub released: Instant,
 }
@@ -341,6 +343,7 @@ struct Held {
     kind: LeaseKind,
     job: String,
     slot: usize,
+    asked: Instant,
     acquired: Instant,
     log: LeaseLog,
     /// The job's running total of exclusive hold time, in nanoseconds.
@@ -357,6 +360,7 @@ impl Drop for Held {
             job: self.job.clone(),
             slot: self.slot,
             kind: self.kind,
+            asked: self.asked,
             acquired: self.acquired,
             released: Instant::now(),
         });
@@ -990,6 +994,7 @@ impl Pool {
         job: &str,
         exclusive_ns: &Arc<AtomicU64>,
     ) -> Held {
+        let asked = Instant::now();
         let guard = match kind {
             LeaseKind::Shared | LeaseKind::Baseline => Guard::Shared(slot.lock.shared().await),
             LeaseKind::Exclusive => Guard::Exclusive(slot.lock.exclusive().await),
@@ -999,6 +1004,7 @@ impl Pool {
             kind,
             job: job.to_string(),
             slot: slot.index,
+            asked,
             acquired: Instant::now(),
             log: self.leases.clone(),
             exclusive_ns: exclusive_ns.clone(),

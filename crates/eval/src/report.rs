@@ -336,6 +336,20 @@ pub fn pool_start_line(start: &crate::PoolStart, opened: Duration) -> String {
     )
 }
 
+/// One line on where a device's time went during a batch (`lane::split`).
+pub fn lane_line(slot: usize, s: &crate::lane::LaneSplit) -> String {
+    let secs = |d: std::time::Duration| d.as_secs_f64();
+    format!(
+        "device {slot}: timing holds {:.1}s ({} holds), draining for them {:.1}s, shared only {:.1}s, idle {:.1}s, of the batch's {:.1}s",
+        secs(s.exclusive),
+        s.exclusive_holds,
+        secs(s.draining),
+        secs(s.shared),
+        secs(s.idle),
+        secs(s.wall)
+    )
+}
+
 /// Trials the evaluation plans: the configured ones, plus those at unseen shapes when asked
 /// (one at the named variant, one more with `BATCH + 1` where the problem has a `BATCH`).
 fn planned_trials(r: &tritonforge_protocol::record::EvalRecord) -> usize {

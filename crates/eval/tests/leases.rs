@@ -102,6 +102,18 @@ async fn correctness_overlaps_but_a_timing_lease_holds_the_device_alone() {
             }
         }
     }
+    // The lane's split of the same events: all three holds, the parts adding up, and the
+    // time with shared holders (alone, or draining for a timing hold) at least the longest
+    // shared hold.
+    let from = events.iter().map(|e| e.asked).min().unwrap();
+    let to = events.iter().map(|e| e.released).max().unwrap();
+    let lane = tritonforge_eval::lane::split(&events, 0, from, to);
+    assert_eq!(lane.exclusive_holds, 3, "{lane:?}");
+    assert!(lane.exclusive > Duration::ZERO, "{lane:?}");
+    assert_eq!(lane.exclusive + lane.draining + lane.shared + lane.idle, lane.wall, "{lane:?}");
+    let longest = shared.iter().map(|e| e.released - e.acquired).max().unwrap();
+    assert!(lane.shared + lane.draining >= longest, "{lane:?} {longest:?}");
+    assert_eq!(tritonforge_eval::lane::split(&events, 1, from, to).exclusive_holds, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
