@@ -169,14 +169,15 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
         pool_start = ({"whole_s": float(start.group(1)),
                        "fork_server_s": float(start.group(2)) if start.group(2) else None,
                        "first_process_s": float(start.group(3))} if start else None)
-        # Where each device's time went (builds since 2026-11-30, evening): "device 0: timing
-        # holds 28.5s (76 holds), draining for them 20.1s, shared only 30.2s, idle 7.0s, of the batch's 72.0s".
-        lanes = [{"device": int(m.group(1)), "timing_holds_s": float(m.group(2)), "holds": int(m.group(3)),
+        # Where each device's time went (builds since 2026-11-30, evening; "timing holds" in
+        # the first): "device 0: exclusive holds 28.5s (76 holds), draining for them 20.1s,
+        # shared only 30.2s, idle 7.0s, of the batch's 72.0s[ (incomplete: ...)]".
+        lanes = [{"device": int(m.group(1)), "exclusive_holds_s": float(m.group(2)), "holds": int(m.group(3)),
                   "draining_s": float(m.group(4)), "shared_only_s": float(m.group(5)),
-                  "idle_s": float(m.group(6)), "batch_s": float(m.group(7))}
-                 for m in re.finditer(r"device (\d+): timing holds ([0-9.]+)s \((\d+) holds\), draining for them "
-                                      r"([0-9.]+)s, shared only ([0-9.]+)s, idle ([0-9.]+)s, of the batch's ([0-9.]+)s",
-                                      err)]
+                  "idle_s": float(m.group(6)), "batch_s": float(m.group(7)), "incomplete": bool(m.group(8))}
+                 for m in re.finditer(r"device (\d+): (?:timing|exclusive) holds ([0-9.]+)s \((\d+) holds\), "
+                                      r"draining for them ([0-9.]+)s, shared only ([0-9.]+)s, idle ([0-9.]+)s, "
+                                      r"of the batch's ([0-9.]+)s( \(incomplete)?", err)]
         statuses: Dict[str, int] = {}
         for r in ours.values():
             statuses[r["status"]] = statuses.get(r["status"], 0) + 1

@@ -194,9 +194,10 @@ async fn batch(
     }
     eprintln!("{}", report::summary(&rows, started.elapsed()));
     let (events, ended) = (evaluator.pool().lease_events(), Instant::now());
+    let lost = evaluator.pool().lease_events_lost();
     for slot in 0..evaluator.pool().devices() {
         let split = tritonforge_eval::lane::split(&events, slot, started, ended);
-        eprintln!("{}", report::lane_line(slot, &split));
+        eprintln!("{}", report::lane_line(slot, &split, lost));
     }
     if let Some(run) = run {
         let failed = rows.iter().any(|r| r.env_error || r.problem_error);

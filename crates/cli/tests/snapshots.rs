@@ -70,10 +70,10 @@ fn eval_verdict_and_batch_table() {
     // A batch says how long the pool took to start, in its parts (CPU mode forks).
     let err = text(&batch.stderr);
     assert!(err.contains("pool started in") && err.contains("fork server ready at"), "{err}");
-    // And where its device's time went (here: nothing held it, one verdict was stored and
-    // one candidate failed its import in the preflight).
+    // And where its device's time went (CPU mode times nothing: no exclusive hold).
     let lane = err.lines().find(|l| l.starts_with("device 0: ")).unwrap_or_else(|| panic!("{err}"));
-    assert!(lane.contains("timing holds 0.0s (0 holds), draining for them 0.0s"), "{lane}");
+    assert!(lane.contains("exclusive holds 0.0s (0 holds), draining for them 0.0s"), "{lane}");
+    assert!(!lane.contains("incomplete"), "{lane}");
     settings().bind(|| {
         insta::assert_snapshot!("eval_single", text(&one.stdout));
         insta::assert_snapshot!("eval_batch", text(&batch.stdout));

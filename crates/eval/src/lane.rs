@@ -1,6 +1,8 @@
 //! Where one device's time went over a stretch of a batch, from its lease events: held
-//! exclusive (timing), waited for by an exclusive request while nobody held it so (the
-//! drain: shared holders finish, new shared requests wait), held shared only, or idle.
+//! exclusive (timing holds, and whole jobs run alone: retries after running out of memory,
+//! or every job in exclusive mode), waited for by an exclusive request while nobody held it
+//! so (the drain: shared holders finish, new shared requests wait; the hand-over between
+//! two exclusive holds counts here too), held shared only, or idle.
 //!
 //! The mixed 100 ends at the same wall with 8 to 24 places while each candidate's time
 //! grows with those beside it, the GPU busy under half the time
@@ -32,6 +34,9 @@ pub struct LaneSplit {
 /// The split of `slot`'s time from `from` to `to`, from `events` (holds still held are not
 /// in them, so the stretch should end after the batch's last job).
 pub fn split(events: &[LeaseEvent], slot: usize, from: Instant, to: Instant) -> LaneSplit {
+    if to <= from {
+        return LaneSplit::default();
+    }
     // Boundaries: (when, which counter, +1 or -1); counters: exclusive held, waiting, shared.
     let mut edges: Vec<(Instant, usize, i32)> = Vec::new();
     let mut holds = 0;
@@ -47,12 +52,15 @@ pub fn split(events: &[LeaseEvent], slot: usize, from: Instant, to: Instant) -> 
             LeaseKind::Exclusive => {
                 add(e.asked, e.acquired, 1);
                 add(e.acquired, e.released, 0);
-                holds += 1;
+                if from < e.released && e.released <= to {
+                    holds += 1;
+                }
             }
             LeaseKind::Shared | LeaseKind::Baseline => add(e.acquired, e.released, 2),
         }
     }
-    // At one instant, ends before starts: a hold handed over at once leaves no gap.
+    // In time order: a span ends at the next boundary, so counters changing together at
+    // one instant attribute nothing wrongly.
     edges.sort_by_key(|&(t, _, d)| (t, d));
     let mut split = LaneSplit { exclusive_holds: holds, ..LaneSplit::default() };
     let mut counts = [0i64; 3];
@@ -124,6 +132,10 @@ mod tests {
         ];
         let s = split(&events, 0, t0 + ms(100), t0 + ms(1100));
         assert_eq!(s.exclusive, ms(300));
+        assert_eq!(s.exclusive_holds, 2);
+        // A stretch that ends before the second hold does counts only the first.
+        assert_eq!(split(&events, 0, t0, t0 + ms(350)).exclusive_holds, 1);
+        assert_eq!(split(&events, 0, t0 + ms(10), t0), LaneSplit::default());
         assert_eq!(s.draining, Duration::ZERO, "granted at once on the handover");
         assert_eq!(s.shared, ms(700));
         assert_eq!(s.idle, Duration::ZERO);

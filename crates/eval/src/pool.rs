@@ -291,28 +291,37 @@ pub struct AdmissionEvent {
     pub released: Instant,
 }
 
-/// The most recent events of one kind, bounded.
+/// The most recent events of one kind, bounded, and how many older ones were let go (so
+/// that what is read from it can say it is not the whole story).
 #[derive(Debug, Clone)]
-struct EventLog<T>(Arc<Mutex<VecDeque<T>>>);
+struct EventLog<T> {
+    events: Arc<Mutex<VecDeque<T>>>,
+    lost: Arc<AtomicUsize>,
+}
 
 impl<T> Default for EventLog<T> {
     fn default() -> Self {
-        EventLog(Arc::default())
+        EventLog { events: Arc::default(), lost: Arc::default() }
     }
 }
 
 impl<T: Clone> EventLog<T> {
     fn push(&self, e: T) {
-        if let Ok(mut log) = self.0.lock() {
+        if let Ok(mut log) = self.events.lock() {
             if log.len() == LEASE_LOG {
                 log.pop_front();
+                self.lost.fetch_add(1, Ordering::Relaxed);
             }
             log.push_back(e);
         }
     }
 
     fn all(&self) -> Vec<T> {
-        self.0.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
+        self.events.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    fn lost(&self) -> usize {
+        self.lost.load(Ordering::Relaxed)
     }
 }
 
@@ -840,6 +849,11 @@ impl Pool {
     /// Every lease granted so far (the most recent ones), in release order.
     pub fn lease_events(&self) -> Vec<LeaseEvent> {
         self.leases.all()
+    }
+
+    /// Lease events let go since the pool started, the oldest first, to keep the log bounded.
+    pub fn lease_events_lost(&self) -> usize {
+        self.leases.lost()
     }
 
     /// Every admission to a device's memory so far (the most recent ones), in release order.
@@ -1736,6 +1750,20 @@ async fn await_hello(mut worker: Worker, timeout: Duration) -> Result<Ready, Eva
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_event_log_counts_what_it_lets_go() {
+        let log: EventLog<usize> = EventLog::default();
+        for i in 0..LEASE_LOG + 3 {
+            log.push(i);
+        }
+        let kept = log.all();
+        assert_eq!((kept.len(), kept[0], log.lost()), (LEASE_LOG, 3, 3));
+        let line = crate::report::lane_line(0, &crate::lane::LaneSplit::default(), log.lost());
+        assert!(line.ends_with("(incomplete: the lease log let go of its 3 oldest events; their holds count as idle)"), "{line}");
+        assert!(!crate::report::lane_line(0, &crate::lane::LaneSplit::default(), 0)
+            .contains("incomplete"));
+    }
 
     /// A process that has started is taken before older ones still starting; with none
     /// started, the oldest is.

@@ -336,18 +336,25 @@ pub fn pool_start_line(start: &crate::PoolStart, opened: Duration) -> String {
     )
 }
 
-/// One line on where a device's time went during a batch (`lane::split`).
-pub fn lane_line(slot: usize, s: &crate::lane::LaneSplit) -> String {
+/// One line on where a device's time went during a batch (`lane::split`); `lost`: lease
+/// events the pool's bounded log let go, whose holds the line cannot count.
+pub fn lane_line(slot: usize, s: &crate::lane::LaneSplit, lost: usize) -> String {
     let secs = |d: std::time::Duration| d.as_secs_f64();
-    format!(
-        "device {slot}: timing holds {:.1}s ({} holds), draining for them {:.1}s, shared only {:.1}s, idle {:.1}s, of the batch's {:.1}s",
+    let mut line = format!(
+        "device {slot}: exclusive holds {:.1}s ({} holds), draining for them {:.1}s, shared only {:.1}s, idle {:.1}s, of the batch's {:.1}s",
         secs(s.exclusive),
         s.exclusive_holds,
         secs(s.draining),
         secs(s.shared),
         secs(s.idle),
         secs(s.wall)
-    )
+    );
+    if lost > 0 {
+        line.push_str(&format!(
+            " (incomplete: the lease log let go of its {lost} oldest events; their holds count as idle)"
+        ));
+    }
+    line
 }
 
 /// Trials the evaluation plans: the configured ones, plus those at unseen shapes when asked
