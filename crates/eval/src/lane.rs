@@ -59,9 +59,9 @@ pub fn split(events: &[LeaseEvent], slot: usize, from: Instant, to: Instant) -> 
             LeaseKind::Shared | LeaseKind::Baseline => add(e.acquired, e.released, 2),
         }
     }
-    // In time order: a span ends at the next boundary, so counters changing together at
-    // one instant attribute nothing wrongly.
-    edges.sort_by_key(|&(t, _, d)| (t, d));
+    // In time order (at one instant the order does not matter: the span between two
+    // boundaries at the same instant is empty).
+    edges.sort_by_key(|&(t, _, _)| t);
     let mut split = LaneSplit { exclusive_holds: holds, ..LaneSplit::default() };
     let mut counts = [0i64; 3];
     let mut at = from;
@@ -74,7 +74,7 @@ pub fn split(events: &[LeaseEvent], slot: usize, from: Instant, to: Instant) -> 
             _ => &mut split.idle,
         };
         *bucket += span;
-        at = at.max(t);
+        at = t;
         counts[which] += i64::from(d);
     }
     split.wall = to.saturating_duration_since(from);
