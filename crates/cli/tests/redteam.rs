@@ -328,6 +328,7 @@ const MIXED_ROUTES: &[(&str, &str)] = &[
     ("decoy_output_scale_level3", "[runtime-share-model]"), // PyTorch, then the output scale in Triton
     ("loosens_reference_precision", "[runtime-patched]"),   // TF32 for the reference too
     ("slows_the_reference", "[runtime-patched]"),           // the reference's attention slowed
+    ("shadows_module_attribute", "[runtime-patched]"),      // the same, by a module subclass
 ];
 
 /// With no guard at all the runtime layers are still on (they belong to the evaluator):

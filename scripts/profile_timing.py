@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Where a timed run's host time goes, on a GPU (issue 20: the timing lane bounds a batch).
+
+For a few suite solutions at their default size, the executor runs in this process as a
+worker runs it (`Executor.run`, timing on, the given budget), with `timed_run` under
+cProfile. Per solution it prints the timed run's repetitions, samples, wall time and wall
+time a repetition; then the functions that took the most of the timed runs' time in all,
+by own time and by cumulative time. With `--load N`, N processes spin on other cores
+while it runs (the pool's sixteen places compile and check beside a timing hold).
+
+  python3 scripts/profile_timing.py [--budget-ms 400] [--load 0] [--top 30] [solution ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import multiprocessing as mp
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, List
+
+REPO = Path(__file__).resolve().parent.parent
+# `--worker DIR` profiles another copy of the worker package (an A/B in one run).
+WORKER = sys.argv[sys.argv.index("--worker") + 1] if "--worker" in sys.argv else str(REPO / "python")
+sys.path.insert(0, WORKER)
+
+DEFAULT = ["level1/relu", "level1/elu", "level1/softmax", "level1/layer_norm", "level1/matmul",
+           "level1/cumsum_rows", "level1/conv2d", "level2/linear_bias_gelu"]
+
+
+def spin() -> None:
+    while True:
+        pass
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget-ms", type=int, default=400)
+    ap.add_argument("--load", type=int, default=0, help="processes spinning beside the run")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--plain", action="store_true", help="no profiler: the timings alone")
+    ap.add_argument("--worker", default=WORKER, help="the directory holding tritonforge_worker")
+    ap.add_argument("solutions", nargs="*", default=DEFAULT, help="suite names, e.g. level1/relu")
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("profile_timing.py needs a CUDA device", file=sys.stderr)
+        return 2
+    spinners = [mp.Process(target=spin, daemon=True) for _ in range(args.load)]
+    for p in spinners:
+        p.start()
+    import tritonforge_worker.executor as ex
+
+    prof = cProfile.Profile()
+    timed = ex.timed_run
+    runs: List[float] = []
+
+    def profiled(*a: Any, **kw: Any) -> Any:
+        t = time.perf_counter()
+        if not args.plain:
+            prof.enable()
+        try:
+            return timed(*a, **kw)
+        finally:
+            prof.disable()
+            runs.append((time.perf_counter() - t) * 1000.0)
+
+    ex.timed_run = profiled
+    print(f"budget {args.budget_ms} ms, {args.load} spinning processes, torch {torch.__version__}, "
+          f"worker {ex.__file__}")
+    print("| solution | status | runs | run wall ms | samples | timed ms | ms a repetition | ref ms | cand ms | CI % "
+          "| window |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    try:
+        for name in args.solutions:
+            print(row(ex, name, args.budget_ms, runs), flush=True)
+    finally:
+        for p in spinners:
+            p.kill()
+    for key in () if args.plain else ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
+        print(f"\n## timed runs, by {key}\n")
+        print("\n".join(line for line in out.getvalue().splitlines() if line.strip()))
+    return 0
+
+
+def row(ex: Any, name: str, budget_ms: int, runs: List[float]) -> str:
+    from tritonforge_worker.protocol import EvalJob, RuntimePolicy, SourceFile
+
+    file = name.split("/")[1] + ".py"
+    job = EvalJob(
+        problem=SourceFile(name=file, source=(REPO / "bench" / f"{name}.py").read_text()),
+        candidate=SourceFile(name=file, source=(REPO / "bench/solutions" / f"{name}.py").read_text()),
+        trials=5, seed=42, tolerance=None, overrides={}, device="cuda", timing=True,
+        timing_budget_ms=budget_ms, speedup_cap=10.0, profile=False, compile_baseline=False,
+        runtime=RuntimePolicy(allow_aten=_default_allow(), allow_torch_compute=False, min_kernel_share=0.1),
+        shape_check=None)
+    before = len(runs)
+    v = ex.Executor(job, tempfile.mkdtemp()).run()
+    t = v.timing
+    if t is None:
+        return f"| {name} | {v.status} ({v.message[:60]}) | {len(runs) - before} | | | | | | | | |"
+    timed_ms = v.phases.timed_ms if v.phases else float("nan")
+    # Repetitions: samples, plus the audited and spot-checked calls kept out of them.
+    reps = t.candidate.samples + 8
+    ci = (t.speedup_high - t.speedup_low) / 2.0 / t.speedup * 100.0
+    wall = sum(runs[before:])
+    return (f"| {name} | {v.status} | {len(runs) - before} | {wall:.0f} | {t.candidate.samples} | {timed_ms:.0f} | "
+            f"{timed_ms / reps:.2f} | {t.reference.median_ms:.3f} | {t.candidate.median_ms:.3f} | {ci:.2f} | "
+            f"{t.window.how} |")
+
+
+def _default_allow() -> List[str]:
+    """The evaluator's default allow-list, read from the guard crate's source."""
+    text = (REPO / "crates/guard/src/lib.rs").read_text()
+    body = text[text.index("pub fn default_allowed_aten()"):]
+    body = body[:body.index("]")]
+    return [part.split('"')[1] for part in body.splitlines() if part.strip().startswith('"')]
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())
