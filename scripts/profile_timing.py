@@ -39,10 +39,24 @@ def spin() -> None:
         pass
 
 
+# One process start as the pool's places make them, reduced to its GPU side: a CUDA
+# context, one small kernel, an exit (the context torn down).
+START = "import torch; torch.zeros(1, device='cuda').add_(1); torch.cuda.synchronize()"
+
+
+def starts() -> None:
+    import subprocess
+
+    while True:
+        subprocess.run([sys.executable, "-c", START], check=False)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget-ms", type=int, default=400)
-    ap.add_argument("--load", type=int, default=0, help="processes spinning beside the run")
+    ap.add_argument("--load", type=int, default=0, help="processes beside the run (see --disturb)")
+    ap.add_argument("--disturb", choices=["spin", "starts"], default="spin",
+                    help="what they do: spin on a core, or start CUDA processes over and over")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--plain", action="store_true", help="no profiler: the timings alone")
     ap.add_argument("--worker", default=WORKER, help="the directory holding tritonforge_worker")
@@ -53,7 +67,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("profile_timing.py needs a CUDA device", file=sys.stderr)
         return 2
-    spinners = [mp.Process(target=spin, daemon=True) for _ in range(args.load)]
+    spinners = [mp.Process(target=spin if args.disturb == "spin" else starts, daemon=True)
+                for _ in range(args.load)]
     for p in spinners:
         p.start()
     import tritonforge_worker.executor as ex
@@ -73,23 +88,42 @@ def main() -> int:
             runs.append((time.perf_counter() - t) * 1000.0)
 
     ex.timed_run = profiled
-    print(f"budget {args.budget_ms} ms, {args.load} spinning processes, torch {torch.__version__}, "
+    print(f"budget {args.budget_ms} ms, {args.load} processes beside ({args.disturb}), torch {torch.__version__}, "
           f"worker {ex.__file__}")
-    print("| solution | status | runs | run wall ms | samples | timed ms | ms a repetition | ref ms | cand ms | CI % "
-          "| window |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| solution | status | runs | run wall ms | samples | timed ms | ms a repetition | ref ms | cand ms | "
+          "cand IQR ms | cand max ms | CI % | window |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     try:
         for name in args.solutions:
             print(row(ex, name, args.budget_ms, runs), flush=True)
     finally:
         for p in spinners:
             p.kill()
+        if args.disturb == "starts":
+            subprocess_children_kill()
     for key in () if args.plain else ("tottime", "cumulative"):
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
         print(f"\n## timed runs, by {key}\n")
         print("\n".join(line for line in out.getvalue().splitlines() if line.strip()))
     return 0
+
+
+def subprocess_children_kill() -> None:
+    """The last CUDA starts of the killed loops, if any are still running."""
+    import signal
+
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if START.encode() in cmd:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
 
 
 def row(ex: Any, name: str, budget_ms: int, runs: List[float]) -> str:
@@ -107,14 +141,17 @@ def row(ex: Any, name: str, budget_ms: int, runs: List[float]) -> str:
     v = ex.Executor(job, tempfile.mkdtemp()).run()
     t = v.timing
     if t is None:
-        return f"| {name} | {v.status} ({v.message[:60]}) | {len(runs) - before} | | | | | | | | |"
+        return f"| {name} | {v.status} ({v.message[:60]}) | {len(runs) - before} | | | | | | | | | | |"
     timed_ms = v.phases.timed_ms if v.phases else float("nan")
-    # Repetitions: samples, plus the audited and spot-checked calls kept out of them.
-    reps = t.candidate.samples + 8
+    # Repetitions: samples, plus the audited and spot-checked calls kept out of them
+    # (3 + 2 to 5 + 3, by the window: `checks_for`; 5 + 3 in workers before it).
+    checks_for = getattr(ex, "checks_for", lambda window: (5, 3))
+    reps = t.candidate.samples + sum(checks_for(min(t.candidate.samples + 8, 48)))
     ci = (t.speedup_high - t.speedup_low) / 2.0 / t.speedup * 100.0
     wall = sum(runs[before:])
     return (f"| {name} | {v.status} | {len(runs) - before} | {wall:.0f} | {t.candidate.samples} | {timed_ms:.0f} | "
-            f"{timed_ms / reps:.2f} | {t.reference.median_ms:.3f} | {t.candidate.median_ms:.3f} | {ci:.2f} | "
+            f"{timed_ms / reps:.2f} | {t.reference.median_ms:.3f} | {t.candidate.median_ms:.3f} | "
+            f"{t.candidate.iqr_ms:.3f} | {t.candidate.max_ms:.3f} | {ci:.2f} | "
             f"{t.window.how} |")
 
 
