@@ -51,12 +51,53 @@ def starts() -> None:
         subprocess.run([sys.executable, "-c", START], check=False)
 
 
+# The same start, kept alive: `creates` starts one every 0.7 s and keeps them (contexts
+# made, none torn down); `exits` makes 60 first and then ends one every 0.5 s (torn
+# down, none made).
+KEEP = START + "; import time; time.sleep(600)"
+EXITS_READY_S = 25.0
+# `inits`: as `creates`, with the driver initialised only (`torch.cuda.init()`), nothing
+# allocated and no kernel.
+INIT = "import torch, time; torch.cuda.init(); time.sleep(600)"
+
+
+def creates() -> None:
+    import subprocess
+    import time
+
+    while True:
+        subprocess.Popen([sys.executable, "-c", KEEP])
+        time.sleep(0.7)
+
+
+def inits() -> None:
+    import subprocess
+    import time
+
+    while True:
+        subprocess.Popen([sys.executable, "-c", INIT])
+        time.sleep(0.7)
+
+
+def exits() -> None:
+    import subprocess
+    import time
+
+    kept = [subprocess.Popen([sys.executable, "-c", KEEP]) for _ in range(60)]
+    time.sleep(EXITS_READY_S)
+    for p in kept:
+        p.kill()
+        p.wait()
+        time.sleep(0.5)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget-ms", type=int, default=400)
     ap.add_argument("--load", type=int, default=0, help="processes beside the run (see --disturb)")
-    ap.add_argument("--disturb", choices=["spin", "starts"], default="spin",
-                    help="what they do: spin on a core, or start CUDA processes over and over")
+    ap.add_argument("--disturb", choices=["spin", "starts", "creates", "inits", "exits"], default="spin",
+                    help="what they do: spin on a core, start CUDA processes over and over, only "
+                         "create them, only initialise the driver, or only end them")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--plain", action="store_true", help="no profiler: the timings alone")
     ap.add_argument("--worker", default=WORKER, help="the directory holding tritonforge_worker")
@@ -67,10 +108,12 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("profile_timing.py needs a CUDA device", file=sys.stderr)
         return 2
-    spinners = [mp.Process(target=spin if args.disturb == "spin" else starts, daemon=True)
-                for _ in range(args.load)]
+    target = {"spin": spin, "starts": starts, "creates": creates, "inits": inits, "exits": exits}[args.disturb]
+    spinners = [mp.Process(target=target, daemon=True) for _ in range(args.load)]
     for p in spinners:
         p.start()
+    if args.disturb == "exits" and spinners:
+        time.sleep(EXITS_READY_S + 1.0)
     import tritonforge_worker.executor as ex
 
     prof = cProfile.Profile()
@@ -99,7 +142,7 @@ def main() -> int:
     finally:
         for p in spinners:
             p.kill()
-        if args.disturb == "starts":
+        if args.disturb != "spin":
             subprocess_children_kill()
     for key in () if args.plain else ("tottime", "cumulative"):
         out = io.StringIO()
@@ -119,7 +162,7 @@ def subprocess_children_kill() -> None:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if START.encode() in cmd:
+            if START.encode() in cmd or INIT.encode() in cmd:  # KEEP's too
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                 except OSError:

@@ -11,7 +11,8 @@ import faulthandler
 import os
 import sys
 import time
-from typing import IO
+from contextlib import contextmanager
+from typing import IO, Iterator
 
 from . import __version__
 from .protocol import (
@@ -41,14 +42,16 @@ class _Start:
         self.context_ms = 0.0
         self.warm_up_ms = 0.0
 
-    def warm_up(self, mode: str) -> None:
+    def warm_up(self, mode: str, proto_out: IO[str]) -> None:
         """Create the CUDA context (on a GPU), then run the warm-up, each timed."""
         if mode == "cuda":
             import torch
 
             t = time.perf_counter()
-            torch.zeros(1, device="cuda")
-            torch.cuda.synchronize()
+            torch.cuda.init()  # the driver alone: it disturbs no timing on the device
+            with _start_lease(proto_out):
+                torch.zeros(1, device="cuda")
+                torch.cuda.synchronize()
             self.context_ms = (time.perf_counter() - t) * 1000.0
         t = time.perf_counter()
         _warm_up(mode)
@@ -57,6 +60,24 @@ class _Start:
     def times(self) -> StartupTimes:
         return StartupTimes(context_ms=self.context_ms, warm_up_ms=self.warm_up_ms,
                             total_ms=(time.perf_counter() - self.t0) * 1000.0)
+
+
+@contextmanager
+def _start_lease(proto_out: IO[str]) -> Iterator[None]:
+    """A shared hold on the GPU while this process makes its CUDA context, when the pool
+    asks for it (`TRITONFORGE_START_LEASE`): a context made while another process is
+    timed slows the kernels in its windows (the host's `START_LEASE`)."""
+    if os.environ.get("TRITONFORGE_START_LEASE") != "1":
+        yield
+        return
+    from .lease import Lease
+
+    lease = Lease(proto_out, sys.stdin, "start")
+    lease.hold("shared")
+    try:
+        yield
+    finally:
+        lease.hold(None)
 
 
 def _send(out: IO[str], message: object) -> None:
@@ -112,7 +133,7 @@ def serve() -> int:
         gpu_fork_server_imports()
         return serve_forks(proto_out, _forked_gpu_worker)
     if os.environ.get("TRITONFORGE_WARMUP", "1") != "0":
-        start.warm_up(mode)
+        start.warm_up(mode, proto_out)
     if fork and mode == "cpu" and single_threaded():
         # CPU mode: stay as a fork server; each candidate gets a child forked from this
         # warmed-up state. (A process with other threads cannot be forked safely: it
@@ -153,7 +174,7 @@ def _forked_gpu_worker() -> int:
     if os.environ.pop("TRITONFORGE_PREFLIGHT", None) == "1":
         return _serve_preflight(proto_out, "cuda")
     if os.environ.get("TRITONFORGE_WARMUP", "1") != "0":
-        start.warm_up("cuda")
+        start.warm_up("cuda", proto_out)
     return _serve_one(proto_out, "cuda", start)
 
 
@@ -197,6 +218,11 @@ def _serve_one(proto_out: IO[str], mode: str, begun: _Start) -> int:
     from .sandbox import apply
 
     sandbox = apply(os.getcwd(), mode)
+    if mode == "cpu":
+        # No context to make; the hold is still asked for and given back where the pool
+        # wants it (its CPU timing-lease mode), so that CPU tests see the host's side.
+        with _start_lease(proto_out):
+            pass
     _send(proto_out, Hello(type="hello", worker_version=__version__, pid=os.getpid(),
                            env=collect(mode), sandbox=sandbox, startup=begun.times()))
     line = sys.stdin.readline()

@@ -41,7 +41,7 @@ pub use need::{Measured, MemoryPlan};
 pub use places::Priority;
 pub use pool::{
     AdmissionEvent, Execution, Exit, LeaseEvent, Pool, PoolConfig, PoolStart, Preflight,
-    PreflightRun, ShareMode, WorkerSpec,
+    PreflightRun, ShareMode, WorkerSpec, START_LEASE,
 };
 pub use service::{BoxFuture, EvalService};
 pub use setup::{EvalSettings, EvaluatorSetup, ShapeCheck, TimingSettings, Workspace};

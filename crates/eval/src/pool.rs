@@ -531,6 +531,15 @@ struct Launch {
     fork_server: Mutex<Option<Arc<ForkServer>>>,
     /// Replacements of a dead fork server so far; held while one is made.
     restarts: tokio::sync::Mutex<u32>,
+    /// This device's lease lock and the pool's lease log: a starting process makes its
+    /// CUDA context under a shared hold (`START_LEASE`).
+    lock: Arc<DeviceLock>,
+    slot: usize,
+    leases: LeaseLog,
+    /// Whether its processes ask for that hold: pooled, pre-started processes on a GPU (or
+    /// under the CPU timing lease). Not in exclusive or naive modes, where a process may be
+    /// started for a job that already holds its device alone.
+    start_lease: bool,
 }
 
 /// Replacements of a dead fork server per device over a pool's life: enough for a long
@@ -640,11 +649,21 @@ impl Pool {
         } else {
             Vec::new()
         };
+        // Slot 0's lock exists before the first process: that process serves slot 0.
+        let lock0 = Arc::new(DeviceLock::default());
+        let leases = LeaseLog::default();
         let launch = |gpu: Option<u32>,
                       index: usize,
                       cache_template: Option<PathBuf>,
-                      fork_server: Option<Arc<ForkServer>>| {
+                      fork_server: Option<Arc<ForkServer>>,
+                      lock: Arc<DeviceLock>| {
             Arc::new(Launch {
+                lock,
+                slot: index,
+                leases: leases.clone(),
+                start_lease: cfg.mode == ShareMode::Pool
+                    && cfg.prestart
+                    && (cfg.cpu_timing_lease || likely_gpu(spec.device)),
                 fork_server: Mutex::new(fork_server),
                 restarts: tokio::sync::Mutex::new(0),
                 cache_template,
@@ -670,7 +689,7 @@ impl Pool {
         };
         // The first process tells what the machine has; with several GPUs each gets its own slot.
         let first_gpu = cfg.gpus.as_ref().and_then(|g| g.first().copied());
-        let first_launch = launch(first_gpu, 0, None, None);
+        let first_launch = launch(first_gpu, 0, None, None, lock0.clone());
         // The first process is asked to become a fork server: in CPU mode warmed up, on a
         // GPU with its imports done and CUDA untouched (each child initialises its own).
         // Where it cannot be one (other threads), it serves a candidate as usual.
@@ -682,7 +701,9 @@ impl Pool {
         let early: Vec<JoinHandle<Result<Ready, EvalError>>> =
             if cfg.prestart && !want_fork_server && likely_gpu(spec.device) {
                 (1..cfg.spares.max(1))
-                    .map(|_| tokio::spawn(start_worker(launch(first_gpu, 0, None, None))))
+                    .map(|_| {
+                        tokio::spawn(start_worker(launch(first_gpu, 0, None, None, lock0.clone())))
+                    })
                     .collect()
             } else {
                 Vec::new()
@@ -725,14 +746,21 @@ impl Pool {
         let budget = memory_budget(&cfg, &env, spares)?;
         let mut slots = Vec::new();
         for (index, gpu) in gpus.iter().copied().enumerate() {
+            let lock = if index == 0 { lock0.clone() } else { Arc::new(DeviceLock::default()) };
             slots.push(Slot {
                 index,
-                launch: launch(gpu, index, cache_template.clone(), fork_server.clone()),
+                launch: launch(
+                    gpu,
+                    index,
+                    cache_template.clone(),
+                    fork_server.clone(),
+                    lock.clone(),
+                ),
                 warm: Mutex::new(VecDeque::new()),
                 running: Places::new(workers),
                 timing_queue: Semaphore::new(cfg.timing_queue),
                 preflights: Semaphore::new(PREFLIGHTS),
-                lock: Arc::new(DeviceLock::default()),
+                lock,
                 in_flight: AtomicUsize::new(0),
                 admission: budget.filter(|_| cfg.mode == ShareMode::Pool).map(Admission::new),
             });
@@ -764,7 +792,7 @@ impl Pool {
             worker_version,
             sandbox,
             counter,
-            leases: LeaseLog::default(),
+            leases,
             admissions: EventLog::default(),
             cache_template,
             budget,
@@ -1440,6 +1468,11 @@ fn worker_env(launch: &Launch, scratch: &std::path::Path) -> Vec<(&'static str, 
     if launch.cpu_timing_lease {
         env.push(("TRITONFORGE_CPU_TIMING_LEASE", "1".to_string()));
     }
+    if launch.start_lease && std::env::var_os("TRITONFORGE_START_LEASE").is_none() {
+        // The host grants it in `await_hello`; `TRITONFORGE_START_LEASE=0` in the host's
+        // environment (inherited) turns it off, for an A/B.
+        env.push(("TRITONFORGE_START_LEASE", "1".to_string()));
+    }
     if let Some(f) = launch.gpu_memory_fraction {
         env.push(("TRITONFORGE_GPU_MEM_FRACTION", format!("{f:.4}")));
     }
@@ -1576,7 +1609,7 @@ async fn fork_with(
         scratch,
         live: launch.live.clone(),
     };
-    await_hello(worker, launch.startup_timeout).await
+    await_hello(worker, launch).await
 }
 
 /// One preflight on `launch`'s device: fork a process that never touches the GPU, send it
@@ -1689,9 +1722,7 @@ async fn spawn(launch: &Launch, as_fork_server: bool) -> Result<First, EvalError
         return match first {
             Err(_) => Err(no_hello(launch.startup_timeout, &worker)),
             Ok(Err(e)) => Err(EvalError::WorkerIo(e)),
-            Ok(Ok(_)) => await_hello(worker, launch.startup_timeout)
-                .await
-                .map(|r| First::Worker(Box::new(r))),
+            Ok(Ok(_)) => await_hello(worker, launch).await.map(|r| First::Worker(Box::new(r))),
         };
     }
     let worker = Worker {
@@ -1702,7 +1733,7 @@ async fn spawn(launch: &Launch, as_fork_server: bool) -> Result<First, EvalError
         scratch,
         live: launch.live.clone(),
     };
-    await_hello(worker, launch.startup_timeout).await.map(|r| First::Worker(Box::new(r)))
+    await_hello(worker, launch).await.map(|r| First::Worker(Box::new(r)))
 }
 
 fn no_hello(timeout: Duration, worker: &Worker) -> EvalError {
@@ -1712,38 +1743,90 @@ fn no_hello(timeout: Duration, worker: &Worker) -> EvalError {
     }
 }
 
-/// Read a process's hello (its first protocol line).
-async fn await_hello(mut worker: Worker, timeout: Duration) -> Result<Ready, EvalError> {
-    let first = match read_hello(&mut worker.stdout, timeout, MAX_LINE).await {
-        Ok(m) => m,
-        Err(HelloError::NotHello(other)) => *other,
-        Err(HelloError::Io(e)) => return Err(EvalError::WorkerIo(e)),
-        Err(HelloError::Malformed { source, .. }) => return Err(EvalError::Protocol(source)),
-        Err(HelloError::Exited) => {
-            let _ = worker.wait().await;
-            return Err(EvalError::WorkerStart {
-                reason: "the worker exited before saying hello".into(),
-                stderr: worker.stderr_tail(),
-            });
+/// The id a starting process's lease request carries: it makes its CUDA context under a
+/// shared hold, so that no context is made during another process's timing hold (one
+/// made beside a 64 ms convolution's windows put its interquartile range from 0.05 to
+/// 2.9 ms on an H200; starting the driver alone, or ending a process, did nothing:
+/// `scripts/profile_timing.py --disturb`, docs/results/evaluator-load.md).
+pub const START_LEASE: &str = "start";
+
+/// Read a process's hello (its first protocol line), granting on the way the shared hold
+/// it may ask for while it makes its CUDA context (`START_LEASE`), which ends at its
+/// release or its hello. The wait for that hold counts against the start's timeout.
+async fn await_hello(mut worker: Worker, launch: &Launch) -> Result<Ready, EvalError> {
+    let timeout = launch.startup_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut start_hold: Option<Held> = None;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let first = match read_hello(&mut worker.stdout, left, MAX_LINE).await {
+            Ok(m) => m,
+            Err(HelloError::NotHello(other)) => *other,
+            Err(HelloError::Io(e)) => return Err(EvalError::WorkerIo(e)),
+            Err(HelloError::Malformed { source, .. }) => return Err(EvalError::Protocol(source)),
+            Err(HelloError::Exited) => {
+                let _ = worker.wait().await;
+                return Err(EvalError::WorkerStart {
+                    reason: "the worker exited before saying hello".into(),
+                    stderr: worker.stderr_tail(),
+                });
+            }
+            Err(HelloError::Timeout(_)) => return Err(no_hello(timeout, &worker)),
+        };
+        match first {
+            Message::LeaseRequest { id, kind: LeaseKind::Shared }
+                if id == START_LEASE && start_hold.is_none() =>
+            {
+                let asked = Instant::now();
+                let Ok(guard) = tokio::time::timeout_at(deadline, launch.lock.shared()).await
+                else {
+                    return Err(no_hello(timeout, &worker));
+                };
+                start_hold = Some(Held {
+                    _guard: Guard::Shared(guard),
+                    kind: LeaseKind::Shared,
+                    job: format!("{START_LEASE}-{}", worker.pgid),
+                    slot: launch.slot,
+                    asked,
+                    acquired: Instant::now(),
+                    log: launch.leases.clone(),
+                    exclusive_ns: Arc::new(AtomicU64::new(0)),
+                });
+                let grant = Message::LeaseGrant { id, kind: LeaseKind::Shared };
+                if let Some(stdin) = worker.stdin.as_mut() {
+                    write_line(stdin, &grant.to_line()).await.map_err(EvalError::WorkerIo)?;
+                }
+            }
+            Message::LeaseRelease { id } if id == START_LEASE => start_hold = None,
+            Message::Hello { env, worker_version, sandbox, pid, startup }
+                if i64::from(pid) == i64::from(worker.pgid) =>
+            {
+                drop(start_hold);
+                let ready_at = Instant::now();
+                return Ok(Ready {
+                    worker,
+                    env,
+                    worker_version,
+                    sandbox,
+                    start_ms: 0.0,
+                    ready_at,
+                    startup,
+                });
+            }
+            // The process we started (or were told was forked) must be the one speaking.
+            Message::Hello { pid, .. } => {
+                return Err(EvalError::WorkerStart {
+                    reason: format!("hello from pid {pid}, expected {}", worker.pgid),
+                    stderr: worker.stderr_tail(),
+                })
+            }
+            other => {
+                return Err(EvalError::WorkerStart {
+                    reason: format!("expected hello, got {}", truncate(&other.to_line(), 200)),
+                    stderr: worker.stderr_tail(),
+                })
+            }
         }
-        Err(HelloError::Timeout(_)) => return Err(no_hello(timeout, &worker)),
-    };
-    match first {
-        Message::Hello { env, worker_version, sandbox, pid, startup }
-            if i64::from(pid) == i64::from(worker.pgid) =>
-        {
-            let ready_at = Instant::now();
-            Ok(Ready { worker, env, worker_version, sandbox, start_ms: 0.0, ready_at, startup })
-        }
-        // The process we started (or were told was forked) must be the one speaking.
-        Message::Hello { pid, .. } => Err(EvalError::WorkerStart {
-            reason: format!("hello from pid {pid}, expected {}", worker.pgid),
-            stderr: worker.stderr_tail(),
-        }),
-        other => Err(EvalError::WorkerStart {
-            reason: format!("expected hello, got {}", truncate(&other.to_line(), 200)),
-            stderr: worker.stderr_tail(),
-        }),
     }
 }
 

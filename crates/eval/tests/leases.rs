@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use tritonforge_eval::{Evaluator, LeaseEvent, Pool, PoolConfig, ShareMode};
+use tritonforge_eval::{Evaluator, LeaseEvent, Pool, PoolConfig, ShareMode, START_LEASE};
 use tritonforge_protocol::{EvalConfig, EvalRecord, LeaseKind, Stage, Status};
 use tritonforge_suite::{Candidate, Problem};
 
@@ -69,6 +69,11 @@ fn exclusive_holds(ev: &Evaluator) -> usize {
     ev.pool().lease_events().iter().filter(|e| e.kind == LeaseKind::Exclusive).count()
 }
 
+/// Whether a hold is a starting process's (its CUDA context, `START_LEASE`), not a job's.
+fn is_start(e: &LeaseEvent) -> bool {
+    e.job.starts_with(&format!("{START_LEASE}-"))
+}
+
 fn overlaps(a: &LeaseEvent, b: &LeaseEvent) -> bool {
     a.acquired < b.released && b.acquired < a.released
 }
@@ -84,8 +89,14 @@ async fn correctness_overlaps_but_a_timing_lease_holds_the_device_alone() {
         assert_eq!(r.verdict.status, Status::Correct, "{}", r.verdict.message);
     }
     let events = ev.pool().lease_events();
-    let shared: Vec<_> = events.iter().filter(|e| e.kind == LeaseKind::Shared).collect();
+    let shared: Vec<_> =
+        events.iter().filter(|e| e.kind == LeaseKind::Shared && !is_start(e)).collect();
     let exclusive: Vec<_> = events.iter().filter(|e| e.kind == LeaseKind::Exclusive).collect();
+    // Every process (three spares, then a replacement for each job) asked for its start
+    // hold, shared, before its hello.
+    let starts = events.iter().filter(|e| is_start(e)).count();
+    assert!(starts >= 3, "{events:#?}");
+    assert!(events.iter().filter(|e| is_start(e)).all(|e| e.kind == LeaseKind::Shared));
     // Every job asked for its timing lease (CPU mode then reports timing unavailable).
     assert_eq!(exclusive.len(), 3, "{events:#?}");
     // Correctness of different candidates ran side by side (each sleeps ~0.9 s in total).
@@ -94,7 +105,7 @@ async fn correctness_overlaps_but_a_timing_lease_holds_the_device_alone() {
         .enumerate()
         .any(|(i, a)| shared[i + 1..].iter().any(|b| a.job != b.job && overlaps(a, b)));
     assert!(concurrent, "shared leases never overlapped: {events:#?}");
-    // While one candidate was timed, nothing else held the device.
+    // While one candidate was timed, nothing else held the device (no process start either).
     for x in &exclusive {
         for e in &events {
             if e.job != x.job {
@@ -136,10 +147,15 @@ async fn exclusive_mode_runs_one_at_a_time_and_waiting_is_not_charged_to_the_bud
         waited.iter().any(|w| *w > 700.0),
         "one of them must have waited for the other: {waited:?}"
     );
-    let events = ev.pool().lease_events();
-    assert_eq!(events.len(), 2, "one whole-life hold per job: {events:#?}");
+    let all = ev.pool().lease_events();
+    let (starts, events): (Vec<LeaseEvent>, Vec<LeaseEvent>) =
+        all.iter().cloned().partition(is_start);
+    assert_eq!(events.len(), 2, "one whole-life hold per job: {all:#?}");
     assert!(events.iter().all(|e| e.kind == LeaseKind::Exclusive));
     assert!(!overlaps(&events[0], &events[1]), "{events:#?}");
+    // Its jobs hold the device for their whole life (a process may be started for a job
+    // already holding it): no start hold is asked for, which would wait for that job.
+    assert!(starts.is_empty(), "{all:#?}");
     assert!(started.elapsed() >= Duration::from_millis(1800));
 }
 
