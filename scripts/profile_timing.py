@@ -79,6 +79,41 @@ def inits() -> None:
         time.sleep(0.7)
 
 
+# `loads`: one process with a context compiles and loads a new Triton kernel every 0.3 s
+# and launches it once; `launches`: the same kernel, compiled once, launched every 0.3 s.
+KERNEL = """
+import itertools, sys, time
+import torch, triton, triton.language as tl
+
+@triton.jit
+def bump(x_ptr, C: tl.constexpr):
+    tl.store(x_ptr, tl.load(x_ptr) + C)
+
+x = torch.zeros(1, device="cuda")
+new = sys.argv[1] == "loads"
+for c in itertools.count():
+    bump[(1,)](x, C=c if new else 1)
+    torch.cuda.synchronize()
+    time.sleep(0.3)
+"""
+
+
+def kernels(kind: str) -> None:
+    import subprocess
+
+    path = Path(tempfile.mkdtemp()) / "tf_disturb_kernel.py"
+    path.write_text(KERNEL)
+    subprocess.run([sys.executable, str(path), kind], check=False)
+
+
+def loads() -> None:
+    kernels("loads")
+
+
+def launches() -> None:
+    kernels("launches")
+
+
 def exits() -> None:
     import subprocess
     import time
@@ -95,9 +130,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget-ms", type=int, default=400)
     ap.add_argument("--load", type=int, default=0, help="processes beside the run (see --disturb)")
-    ap.add_argument("--disturb", choices=["spin", "starts", "creates", "inits", "exits"], default="spin",
+    ap.add_argument("--disturb", default="spin",
+                    choices=["spin", "starts", "creates", "inits", "exits", "loads", "launches"],
                     help="what they do: spin on a core, start CUDA processes over and over, only "
-                         "create them, only initialise the driver, or only end them")
+                         "create them, only initialise the driver, only end them, load a new Triton "
+                         "kernel every 0.3 s, or launch the same one")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--plain", action="store_true", help="no profiler: the timings alone")
     ap.add_argument("--worker", default=WORKER, help="the directory holding tritonforge_worker")
@@ -108,7 +145,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("profile_timing.py needs a CUDA device", file=sys.stderr)
         return 2
-    target = {"spin": spin, "starts": starts, "creates": creates, "inits": inits, "exits": exits}[args.disturb]
+    target = {"spin": spin, "starts": starts, "creates": creates, "inits": inits, "exits": exits, "loads": loads,
+              "launches": launches}[args.disturb]
     spinners = [mp.Process(target=target, daemon=True) for _ in range(args.load)]
     for p in spinners:
         p.start()
@@ -162,7 +200,7 @@ def subprocess_children_kill() -> None:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if START.encode() in cmd or INIT.encode() in cmd:  # KEEP's too
+            if START.encode() in cmd or INIT.encode() in cmd or b"tf_disturb_kernel" in cmd:  # KEEP's too
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                 except OSError:

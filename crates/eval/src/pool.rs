@@ -119,6 +119,12 @@ pub struct PoolConfig {
     /// Take the timing lease in CPU mode too, where nothing is timed (so that the lease
     /// logic can be exercised without a GPU).
     pub cpu_timing_lease: bool,
+    /// A starting process makes its CUDA context under a shared hold (`START_LEASE`), so
+    /// that no context is made beside a timing hold; pooled, pre-started processes only.
+    /// Off by default (`TRITONFORGE_START_LEASE=1` turns it on): measured on the mixed
+    /// 100, it neither steadied the long kernels' windows nor shortened the batch, since
+    /// other work without a hold disturbs them too (docs/results/evaluator-load.md).
+    pub start_lease: bool,
     /// In CPU mode, fork each process from one warmed-up server instead of starting
     /// it from scratch (see `fork_server`). Only with `prestart`.
     pub fork: bool,
@@ -200,6 +206,7 @@ impl Default for PoolConfig {
             landlock: true,
             gpu_hold_limit: Duration::from_secs(30),
             cpu_timing_lease: false,
+            start_lease: std::env::var("TRITONFORGE_START_LEASE").is_ok_and(|v| v == "1"),
             fork: true,
             preflight: Preflight::Auto,
             cuda_connections: Some(1),
@@ -536,9 +543,9 @@ struct Launch {
     lock: Arc<DeviceLock>,
     slot: usize,
     leases: LeaseLog,
-    /// Whether its processes ask for that hold: pooled, pre-started processes on a GPU (or
-    /// under the CPU timing lease). Not in exclusive or naive modes, where a process may be
-    /// started for a job that already holds its device alone.
+    /// Whether its processes ask for that hold (`PoolConfig::start_lease`). Never in
+    /// exclusive or naive modes, where a process may be started for a job that already
+    /// holds its device alone.
     start_lease: bool,
 }
 
@@ -661,9 +668,7 @@ impl Pool {
                 lock,
                 slot: index,
                 leases: leases.clone(),
-                start_lease: cfg.mode == ShareMode::Pool
-                    && cfg.prestart
-                    && (cfg.cpu_timing_lease || likely_gpu(spec.device)),
+                start_lease: cfg.start_lease && cfg.mode == ShareMode::Pool && cfg.prestart,
                 fork_server: Mutex::new(fork_server),
                 restarts: tokio::sync::Mutex::new(0),
                 cache_template,
@@ -1468,11 +1473,8 @@ fn worker_env(launch: &Launch, scratch: &std::path::Path) -> Vec<(&'static str, 
     if launch.cpu_timing_lease {
         env.push(("TRITONFORGE_CPU_TIMING_LEASE", "1".to_string()));
     }
-    if launch.start_lease && std::env::var_os("TRITONFORGE_START_LEASE").is_none() {
-        // The host grants it in `await_hello`; `TRITONFORGE_START_LEASE=0` in the host's
-        // environment (inherited) turns it off, for an A/B.
-        env.push(("TRITONFORGE_START_LEASE", "1".to_string()));
-    }
+    // The host grants it in `await_hello`; the worker asks only when told.
+    env.push(("TRITONFORGE_START_LEASE", if launch.start_lease { "1" } else { "0" }.to_string()));
     if let Some(f) = launch.gpu_memory_fraction {
         env.push(("TRITONFORGE_GPU_MEM_FRACTION", format!("{f:.4}")));
     }

@@ -12,8 +12,9 @@ mod common;
 use common::{fixture, spec};
 
 async fn evaluator(state: &std::path::Path, cfg: PoolConfig) -> Evaluator {
-    // CPU mode times nothing; ask the workers to take their timing lease anyway.
-    let cfg = PoolConfig { cpu_timing_lease: true, ..cfg };
+    // CPU mode times nothing; ask the workers to take their timing lease anyway, and
+    // their start hold (a no-op on the CPU, granted by the same host code).
+    let cfg = PoolConfig { cpu_timing_lease: true, start_lease: true, ..cfg };
     let pool = Pool::start(spec(state), cfg).await.expect("pool");
     Evaluator::new(pool, None, "test".into())
 }
