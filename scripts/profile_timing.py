@@ -208,6 +208,7 @@ def subprocess_children_kill() -> None:
 
 
 def row(ex: Any, name: str, budget_ms: int, runs: List[float]) -> str:
+    from allow_list import default_allow  # this directory
     from tritonforge_worker.protocol import EvalJob, RuntimePolicy, SourceFile
 
     file = name.split("/")[1] + ".py"
@@ -216,7 +217,7 @@ def row(ex: Any, name: str, budget_ms: int, runs: List[float]) -> str:
         candidate=SourceFile(name=file, source=(REPO / "bench/solutions" / f"{name}.py").read_text()),
         trials=5, seed=42, tolerance=None, overrides={}, device="cuda", timing=True,
         timing_budget_ms=budget_ms, speedup_cap=10.0, profile=False, compile_baseline=False,
-        runtime=RuntimePolicy(allow_aten=_default_allow(), allow_torch_compute=False, min_kernel_share=0.1),
+        runtime=RuntimePolicy(allow_aten=default_allow(), allow_torch_compute=False, min_kernel_share=0.1),
         shape_check=None)
     before = len(runs)
     v = ex.Executor(job, tempfile.mkdtemp()).run()
@@ -235,13 +236,6 @@ def row(ex: Any, name: str, budget_ms: int, runs: List[float]) -> str:
             f"{t.candidate.iqr_ms:.3f} | {t.candidate.max_ms:.3f} | {ci:.2f} | "
             f"{t.window.how} |")
 
-
-def _default_allow() -> List[str]:
-    """The evaluator's default allow-list, read from the guard crate's source."""
-    text = (REPO / "crates/guard/src/lib.rs").read_text()
-    body = text[text.index("pub fn default_allowed_aten()"):]
-    body = body[:body.index("]")]
-    return [part.split('"')[1] for part in body.splitlines() if part.strip().startswith('"')]
 
 
 if __name__ == "__main__":

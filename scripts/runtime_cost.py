@@ -73,6 +73,7 @@ def main() -> int:
 
 def measure(torch: Any, name: str, reps: int) -> str:
     """One table row for the suite solution `name`."""
+    from allow_list import default_allow  # this directory
     from tritonforge_worker.executor import Executor, build, call_candidate, new_context, to_device
     from tritonforge_worker.protocol import EvalJob, RuntimePolicy, SourceFile
 
@@ -84,7 +85,7 @@ def measure(torch: Any, name: str, reps: int) -> str:
         candidate=SourceFile(name=file, source=(REPO / "bench/solutions" / f"{name}.py").read_text()),
         trials=5, seed=42, tolerance=None, overrides=overrides, device="cpu", timing=False,
         timing_budget_ms=400, speedup_cap=10.0, profile=False, compile_baseline=False,
-        runtime=RuntimePolicy(allow_aten=_default_allow(), allow_torch_compute=False, min_kernel_share=0.1),
+        runtime=RuntimePolicy(allow_aten=default_allow(), allow_torch_compute=False, min_kernel_share=0.1),
         shape_check=None)
     import tritonforge_worker.executor as ex
 
@@ -152,13 +153,6 @@ class _Counter:
     def __exit__(self, *exc: Any) -> None:
         self.mode.__exit__(*exc)
 
-
-def _default_allow() -> List[str]:
-    """The evaluator's default allow-list, read from the guard crate's source."""
-    text = (REPO / "crates/guard/src/lib.rs").read_text()
-    body = text[text.index("pub fn default_allowed_aten()"):]
-    body = body[:body.index("]")]
-    return [part.split('"')[1] for part in body.splitlines() if part.strip().startswith('"')]
 
 
 if __name__ == "__main__":
