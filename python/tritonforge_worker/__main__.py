@@ -219,8 +219,8 @@ def _serve_one(proto_out: IO[str], mode: str, begun: _Start) -> int:
 
     sandbox = apply(os.getcwd(), mode)
     if mode == "cpu":
-        # No context to make; the hold is still asked for and given back where the pool
-        # wants it (its CPU timing-lease mode), so that CPU tests see the host's side.
+        # No context to make; the hold is still asked for and given back when the pool
+        # says so (`TRITONFORGE_START_LEASE=1`), so that CPU tests see the host's side.
         with _start_lease(proto_out):
             pass
     _send(proto_out, Hello(type="hello", worker_version=__version__, pid=os.getpid(),

@@ -111,16 +111,17 @@ class Integrity:
         # read with `getattr`, as before.
         self._direct: List[Tuple[str, Any, str, Any]] = []
         self._indirect: List[Tuple[str, Any, str, Any]] = []
-        self._kinds: List[Tuple[Any, type]] = []
+        kinds: Dict[int, Tuple[str, Any, type]] = {}
         for label, owner, attr, value in self.watched:
             space = vars(owner)
             if attr in space and space[attr] is value:
                 self._direct.append((label, space, attr, value))
                 if not isinstance(owner, type):
-                    self._kinds.append((owner, type(owner)))
+                    kinds.setdefault(id(owner), (label.rsplit(".", 1)[0], owner, type(owner)))
             else:
                 self._indirect.append((label, owner, attr, value))
-        self._kinds = list({id(o): (o, k) for o, k in self._kinds}.values())
+        # (The label is kept from now: a swapped class could answer `__name__` by raising.)
+        self._kinds: List[Tuple[str, Any, type]] = list(kinds.values())
 
     def _add(self, label: str, owner: Any, names: Iterable[str]) -> None:
         for n in names:
@@ -140,8 +141,7 @@ class Integrity:
         out += [label for label, owner, attr, value in self._indirect
                 if (vars(owner).get(attr) if isinstance(owner, type) and attr in vars(owner)
                     else getattr(owner, attr, None)) is not value]
-        out += [f"the class of {getattr(owner, '__name__', owner)!r}" for owner, kind in self._kinds
-                if type(owner) is not kind]
+        out += [f"the class of {label!r}" for label, owner, kind in self._kinds if type(owner) is not kind]
         return out
 
 

@@ -1752,9 +1752,18 @@ fn no_hello(timeout: Duration, worker: &Worker) -> EvalError {
 /// `scripts/profile_timing.py --disturb`, docs/results/evaluator-load.md).
 pub const START_LEASE: &str = "start";
 
+/// The longest a starting process waits for its start hold; past it the start goes on
+/// without one. A job run alone takes its device's exclusive hold before it takes a
+/// process, and may be waiting for this very start: without the bound that was a
+/// deadlock until the start's timeout. A timing hold lasts well under this.
+const START_HOLD_WAIT: Duration = Duration::from_secs(3);
+
 /// Read a process's hello (its first protocol line), granting on the way the shared hold
 /// it may ask for while it makes its CUDA context (`START_LEASE`), which ends at its
-/// release or its hello. The wait for that hold counts against the start's timeout.
+/// release or its hello. The grant waits at most `START_HOLD_WAIT` for the hold (then
+/// the start goes on without it), and that wait counts against the start's timeout. A
+/// process that hangs holding it keeps it until its start times out (not bounded
+/// further: the hold is off by default).
 async fn await_hello(mut worker: Worker, launch: &Launch) -> Result<Ready, EvalError> {
     let timeout = launch.startup_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
@@ -1776,24 +1785,20 @@ async fn await_hello(mut worker: Worker, launch: &Launch) -> Result<Ready, EvalE
             Err(HelloError::Timeout(_)) => return Err(no_hello(timeout, &worker)),
         };
         match first {
-            Message::LeaseRequest { id, kind: LeaseKind::Shared }
-                if id == START_LEASE && start_hold.is_none() =>
-            {
+            Message::LeaseRequest { id, kind: LeaseKind::Shared } if id == START_LEASE => {
                 let asked = Instant::now();
-                let Ok(guard) = tokio::time::timeout_at(deadline, launch.lock.shared()).await
-                else {
-                    return Err(no_hello(timeout, &worker));
-                };
-                start_hold = Some(Held {
-                    _guard: Guard::Shared(guard),
-                    kind: LeaseKind::Shared,
-                    job: format!("{START_LEASE}-{}", worker.pgid),
-                    slot: launch.slot,
-                    asked,
-                    acquired: Instant::now(),
-                    log: launch.leases.clone(),
-                    exclusive_ns: Arc::new(AtomicU64::new(0)),
-                });
+                let wait = START_HOLD_WAIT.min(left);
+                start_hold =
+                    tokio::time::timeout(wait, launch.lock.shared()).await.ok().map(|guard| Held {
+                        _guard: Guard::Shared(guard),
+                        kind: LeaseKind::Shared,
+                        job: format!("{START_LEASE}-{}", worker.pgid),
+                        slot: launch.slot,
+                        asked,
+                        acquired: Instant::now(),
+                        log: launch.leases.clone(),
+                        exclusive_ns: Arc::new(AtomicU64::new(0)),
+                    });
                 let grant = Message::LeaseGrant { id, kind: LeaseKind::Shared };
                 if let Some(stdin) = worker.stdin.as_mut() {
                     write_line(stdin, &grant.to_line()).await.map_err(EvalError::WorkerIo)?;
