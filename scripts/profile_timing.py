@@ -19,11 +19,12 @@ import io
 import multiprocessing as mp
 import os
 import pstats
+import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Callable, List
 
 REPO = Path(__file__).resolve().parent.parent
 # `--worker DIR` profiles another copy of the worker package (an A/B in one run).
@@ -147,7 +148,7 @@ def main() -> int:
         return 2
     target = {"spin": spin, "starts": starts, "creates": creates, "inits": inits, "exits": exits, "loads": loads,
               "launches": launches}[args.disturb]
-    spinners = [mp.Process(target=target, daemon=True) for _ in range(args.load)]
+    spinners = [mp.Process(target=in_own_group, args=(target,), daemon=True) for _ in range(args.load)]
     for p in spinners:
         p.start()
     if args.disturb == "exits" and spinners:
@@ -178,10 +179,12 @@ def main() -> int:
         for name in args.solutions:
             print(row(ex, name, args.budget_ms, runs), flush=True)
     finally:
-        for p in spinners:
-            p.kill()
-        if args.disturb != "spin":
-            subprocess_children_kill()
+        for p in spinners:  # each with the processes it started (its own process group)
+            if p.pid is not None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
     for key in () if args.plain else ("tottime", "cumulative"):
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
@@ -190,21 +193,11 @@ def main() -> int:
     return 0
 
 
-def subprocess_children_kill() -> None:
-    """The last CUDA starts of the killed loops, if any are still running."""
-    import signal
-
-    for pid in os.listdir("/proc"):
-        if pid.isdigit() and int(pid) != os.getpid():
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if START.encode() in cmd or INIT.encode() in cmd or b"tf_disturb_kernel" in cmd:  # KEEP's too
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except OSError:
-                    pass
+def in_own_group(target: Callable[[], None]) -> None:
+    """Run `target` as the leader of a process group of its own, so that the processes it
+    starts end with it (and nothing else on the machine does)."""
+    os.setpgrp()
+    target()
 
 
 def row(ex: Any, name: str, budget_ms: int, runs: List[float]) -> str:
