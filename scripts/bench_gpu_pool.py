@@ -128,7 +128,8 @@ def run_batch(args: argparse.Namespace, work: Work, label: str, extra: List[str]
     out = Path(args.out)
     state = Path(tempfile.mkdtemp(prefix=f"tf-{label}-"))
     cmd = [args.binary, "--python", args.python, "--state-dir", str(state), "eval", "--json", "--no-store",
-           "--variant", "full", "--problems", str(work.problems), "--candidates", str(work.candidates), *extra]
+           "--variant", "full", "--problems", str(work.problems), "--candidates", str(work.candidates), *extra,
+           *args.flags.split()]
     start = time.perf_counter()
     with open(out / f"{label}.jsonl", "w") as so, open(out / f"{label}.err", "w") as se:
         se.write(" ".join(cmd) + "\n")
@@ -400,6 +401,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--spares", type=int, default=0, help="0: tritonforge's default (--jobs)")
     ap.add_argument("--naive-subset", type=int, default=12)
+    ap.add_argument("--flags", default="", help="more `eval` flags for every batch, split on spaces "
+                                                "(e.g. \"--cuda-connections 1\")")
     ap.add_argument("--arms", nargs="*", default=[], choices=["guard", "runtime_only", "no_guard"],
                     help="redteam: only these arms (default: all three)")
     ap.add_argument("--exclusive-subset", type=int, default=0, help="0: every level-1 problem")

@@ -197,7 +197,8 @@ def phase_summary(args: argparse.Namespace, work: Work) -> None:
             "executor_s": round(sum((r.get("executor_ms") or 0.0) for r in ours.values()) / 1000, 1),
             "slot_wall_s": round(sum((r.get("wall_ms") or 0.0) for r in ours.values()) / 1000, 1),
             "phases_s": {p: round(sum(((r.get("phases") or {}).get(p) or 0.0) for r in ours.values()) / 1000, 1)
-                         for p in ("build_ms", "trials_ms", "shape_check_ms", "timing_ms", "timed_ms")},
+                         for p in ("build_ms", "trials_ms", "shape_check_ms", "timing_ms", "timed_ms", "compile_ms",
+                                   "shared_wait_ms")},
             "unconverged": sum(1 for r in ours.values() if "unconverged" in ((r.get("timing") or {}).get("flags")
                                                                              or [])),
             # How the timed windows were opened (the gate since 2026-11-30; absent before).

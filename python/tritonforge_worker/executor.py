@@ -285,6 +285,7 @@ def verdict(
     timing: Optional[Timing] = None,
     timing_note: Optional[str] = None,
     gpu_share: Optional[float] = None,
+    needs_hardware_queues: bool = False,
 ) -> Verdict:
     """A verdict carrying the tolerance used and the provenance recorded so far."""
     return Verdict(
@@ -299,6 +300,7 @@ def verdict(
         timing_note=timing_note,
         tolerance=cx.tolerance_used,
         provenance=provenance_of(cx, gpu_share),
+        needs_hardware_queues=needs_hardware_queues,
     )
 
 
@@ -735,7 +737,34 @@ def call_candidate(
                 f"{where}: [runtime-late-write] output {i} changed after forward returned (work left running "
                 f"on another stream or thread{late_hint}); every write must be ordered before forward returns "
                 "on the current stream", done))
+    # No change seen, but with shared hardware queues none could be (a change seen is a late write anyway).
+    if on_gpu and cx.recorder.held > held and few_hardware_queues():
+        raise _Fail(verdict(cx,
+            "runtime_error", "provenance",
+            f"{where}: ModelNew.forward launched work on another stream, which this process cannot check for "
+            f"work left running at return (CUDA_DEVICE_MAX_CONNECTIONS={os.environ.get(QUEUES_VAR)}: its streams "
+            "share hardware queues, so an unfinished output looks finished); evaluate it with the driver's 8 queues "
+            "(`--cuda-connections 8`)", done, needs_hardware_queues=True))
     return out
+
+
+# The driver's own number of hardware queues per context, and the variable that sets it.
+DRIVER_QUEUES = 8
+QUEUES_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
+
+
+def few_hardware_queues() -> bool:
+    """Whether this process's CUDA context has fewer hardware queues than the driver's
+    default. The late-write check holds back a launch on another stream and copies the
+    outputs at return on the caller's stream; with the two streams on one queue the copy
+    waits behind the held work, and a candidate that returns with its kernels still
+    running looks finished (an H200 judged such a candidate `correct` three times out of
+    three with one queue). Such a process cannot check a candidate that uses streams."""
+    raw = os.environ.get(QUEUES_VAR, "").strip()
+    try:
+        return 0 < int(raw) < DRIVER_QUEUES
+    except ValueError:
+        return False
 
 
 def _runtime_found(cx: Context) -> List[str]:
@@ -1564,18 +1593,18 @@ class Executor:
             clock.lap("timing")
         except _Fail as fail:
             clock.lap(clock.next_phase())
-            return clock.attach(fail.verdict, cx.timed_ms)
+            return clock.attach(fail.verdict, cx.timed_ms, cx)
         except BaseException as exc:  # noqa: BLE001 - memory running out outside any phase's own handling
             if not is_out_of_memory(exc):
                 raise
             info = error_info(exc, cx.candidate_path)
             clock.lap(clock.next_phase())
             return clock.attach(verdict(cx, "runtime_error", "correctness", f"memory ran out: {_describe(info)}", [],
-                                        error=info), cx.timed_ms)
+                                        error=info), cx.timed_ms, cx)
         worst = max((s.max_abs_err or 0.0 for s in trials), default=0.0)
         msg = f"all {len(trials)} trials match (max abs err {worst:.3g}){shape_note}"
         return clock.attach(verdict(cx, "correct", "correctness", msg, trials, timing=timing, timing_note=note,
-                                    gpu_share=gpu_share), cx.timed_ms)
+                                    gpu_share=gpu_share), cx.timed_ms, cx)
 
 
 class _PhaseClock:
@@ -1599,11 +1628,17 @@ class _PhaseClock:
         """The phase that was running when a failure ended the evaluation."""
         return next((p for p in self.ORDER if p not in self.ms), "timing")
 
-    def attach(self, outcome: Verdict | ProblemError, timed_ms: float) -> Verdict | ProblemError:
+    def attach(self, outcome: Verdict | ProblemError, timed_ms: float,
+               cx: Optional[Context] = None) -> Verdict | ProblemError:
         if isinstance(outcome, Verdict):
             m = {p: round(self.ms.get(p, 0.0), 3) for p in self.ORDER}
+            recorder = cx.recorder if cx is not None else None
+            compile_ms = round(recorder.compile_ms, 3) if recorder is not None else None
+            waits = getattr(cx.lease, "waited_ms", None) if cx is not None else None
+            waited = round(waits.get("shared", 0.0), 3) if isinstance(waits, dict) else None
             outcome.phases = PhaseTimes(build_ms=m["build"], trials_ms=m["trials"], shape_check_ms=m["shape_check"],
-                                        timing_ms=m["timing"], timed_ms=round(timed_ms, 3))
+                                        timing_ms=m["timing"], timed_ms=round(timed_ms, 3), compile_ms=compile_ms,
+                                        shared_wait_ms=waited)
         return outcome
 
 

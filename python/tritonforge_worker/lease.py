@@ -7,7 +7,8 @@ correctness (others may do the same at once) and `exclusive` while it is timed
 
 from __future__ import annotations
 
-from typing import IO, Callable, Optional
+import time
+from typing import IO, Callable, Dict, Optional
 
 from .protocol import LeaseGrant, LeaseRelease, LeaseRequest, ProtocolError, decode, encode
 
@@ -22,6 +23,8 @@ class Lease:
         self._in = inp
         self._id = job_id
         self.held: Optional[str] = None
+        # Milliseconds spent waiting for each kind of grant (where a candidate's time goes).
+        self.waited_ms: Dict[str, float] = {}
 
     def _send(self, message: object) -> None:
         self._out.write(encode(message) + "\n")
@@ -35,8 +38,10 @@ class Lease:
             self._send(LeaseRelease(type="lease_release", id=self._id))
             self.held = None
             return
+        asked = time.perf_counter()
         self._send(LeaseRequest(type="lease_request", id=self._id, kind=kind))  # type: ignore[arg-type]
         line = self._in.readline()
+        self.waited_ms[kind] = self.waited_ms.get(kind, 0.0) + (time.perf_counter() - asked) * 1000.0
         if not line:
             raise LeaseError("the host closed the channel while a lease was pending")
         try:
@@ -60,7 +65,9 @@ class Lease:
 class NoLease:
     """For in-process uses with no host (warm-up): every hold is granted at once."""
 
-    held: Optional[str] = None
+    def __init__(self) -> None:
+        self.held: Optional[str] = None
+        self.waited_ms: Dict[str, float] = {}
 
     def hold(self, kind: Optional[str]) -> None:
         self.held = kind

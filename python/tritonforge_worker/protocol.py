@@ -210,6 +210,9 @@ class Verdict:
     tolerance: Optional[Tolerance]
     provenance: Optional[Provenance]
     phases: Optional["PhaseTimes"] = None
+    # Not checked here: work on another stream with fewer hardware queues than the
+    # driver's 8 (the host evaluates it again in a process that has them).
+    needs_hardware_queues: bool = False
 
 
 @dataclass
@@ -221,6 +224,9 @@ class PhaseTimes:
     shape_check_ms: float
     timing_ms: float
     timed_ms: float
+    # Over all phases: Triton compiling, and waiting for shared holds (None: not measured).
+    compile_ms: Optional[float] = None
+    shared_wait_ms: Optional[float] = None
 
 
 @dataclass

@@ -24,6 +24,7 @@ late-write check no longer depends on how fast the side stream happens to be.
 from __future__ import annotations
 
 import threading
+from time import perf_counter
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .protocol import KernelLaunches, Provenance
@@ -51,6 +52,8 @@ class LaunchRecorder:
         self._resolved_at = -1
         self.calls = 0
         self.calls_without_launch = 0
+        # Milliseconds inside Triton's compiles (where a candidate's time goes).
+        self.compile_ms = 0.0
         # Depth inside one of Triton's launch paths, per thread.
         self._depth: Dict[int, int] = {}
         self._hook: Optional[Callable[..., None]] = None
@@ -128,8 +131,15 @@ class LaunchRecorder:
         orig_compile = jit.JITFunction._do_compile
         self._originals[(jit.JITFunction, "_do_compile")] = orig_compile
 
+        def timed_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
+            t = perf_counter()
+            try:
+                return orig_compile(self, *args, **kwargs)
+            finally:
+                recorder.compile_ms += (perf_counter() - t) * 1000.0
+
         def _do_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return recorder.lease.released_during(lambda: orig_compile(self, *args, **kwargs))
+            return recorder.lease.released_during(lambda: timed_compile(self, *args, **kwargs))
 
         jit.JITFunction._do_compile = _do_compile
         self._patched[(jit.JITFunction, "_do_compile")] = _do_compile

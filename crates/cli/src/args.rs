@@ -230,8 +230,10 @@ pub struct PoolArgs {
     #[arg(long, value_enum, default_value_t = PreflightArg::Auto)]
     pub preflight: PreflightArg,
     /// CUDA_DEVICE_MAX_CONNECTIONS for candidate processes: hardware queues per CUDA
-    /// context. One lets the driver create a candidate's context about three times as
-    /// fast; 0 leaves the driver's default (8) for candidates that overlap streams.
+    /// context (0 leaves what they inherit). One lets the driver create contexts about
+    /// three times as fast; a candidate that launches on another stream in a process with
+    /// fewer than the driver's 8 is evaluated again in one with 8 (only there can work it
+    /// left running at return be seen).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=32))]
     pub cuda_connections: u32,
 }

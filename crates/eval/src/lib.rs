@@ -440,6 +440,21 @@ impl Evaluator {
             execution.admission_wait_ms += spent.2;
             execution.queue_wait_ms += spent.3;
         }
+        // A process with fewer hardware queues than the driver's cannot see work a candidate
+        // left running on another stream at return: one that launched there is evaluated
+        // once more in a process started with the driver's queues, and that is its verdict.
+        let requeued = needs_hardware_queues(&execution.exit);
+        if requeued {
+            let first = &execution;
+            let spent =
+                (first.wall_ms, first.lease_wait_ms, first.admission_wait_ms, first.queue_wait_ms);
+            let charge = if retried { memory::Charge::Whole } else { plan.charge };
+            execution = self.pool.run_with_driver_queues(&job, budget, charge).await?;
+            execution.wall_ms += spent.0;
+            execution.lease_wait_ms += spent.1;
+            execution.admission_wait_ms += spent.2;
+            execution.queue_wait_ms += spent.3;
+        }
         let alone = retried || !self.pool.shares_devices();
         record.memory = Some(MemoryUse {
             need_bytes: plan.need,
@@ -516,6 +531,11 @@ impl Evaluator {
         if retried {
             record.verdict.message.push_str(
                 " (it ran out of memory while sharing its device and was evaluated again alone, with 90% of the device's memory; this is that verdict)",
+            );
+        }
+        if requeued {
+            record.verdict.message.push_str(
+                " (it launched work on another stream in a process with one hardware queue, where work left running at return cannot be seen, and was evaluated again in a process with the driver's 8; this is that verdict)",
             );
         }
         self.put(&record, problem, candidate)?;
@@ -678,6 +698,11 @@ impl Evaluator {
 /// in the candidate, the problem's reference or inputs, or the evaluator's own copies. A
 /// candidate may raise it falsely; that only buys one more evaluation, alone, with the
 /// same checks.
+/// The worker could not check the candidate with its process's hardware queues.
+fn needs_hardware_queues(exit: &Exit) -> bool {
+    matches!(exit, Exit::Answered { outcome: Outcome::Verdict(v), .. } if v.needs_hardware_queues)
+}
+
 fn out_of_memory(exit: &Exit) -> bool {
     let error = match exit {
         Exit::Answered { outcome: Outcome::Verdict(v), .. } => v.error.as_ref(),

@@ -53,6 +53,28 @@ const MAX_LEASE_WAIT: Duration = Duration::from_secs(900);
 /// `baseline` hold) adds to a candidate's budget: it is the reference's cost, not the
 /// candidate's (a level-3 sequential scan's compile alone outlasts a 120 s budget).
 const BASELINE_ALLOWANCE: Duration = Duration::from_secs(300);
+/// CUDA's own default number of hardware queues per context (see
+/// [`PoolConfig::cuda_connections`] and [`Pool::run_with_driver_queues`]).
+pub const DEFAULT_CUDA_CONNECTIONS: u32 = 8;
+
+/// How a job is run: its memory charge, its kind (for the admission log), its place in
+/// the queue and its process.
+#[derive(Debug, Clone, Copy)]
+struct How {
+    charge: Charge,
+    kind: JobKind,
+    priority: Priority,
+    process: Process,
+}
+
+/// Which process a job runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Process {
+    /// A started (or forked) process of the slot, as every job.
+    Pooled,
+    /// One started for this job, with `DEFAULT_CUDA_CONNECTIONS` hardware queues.
+    DriverQueues,
+}
 /// Preflights at once per device: enough for a turn's burst of candidates to import in
 /// parallel, few enough not to crowd out the processes being started beside them.
 const PREFLIGHTS: usize = 8;
@@ -131,10 +153,13 @@ pub struct PoolConfig {
     /// Whether a candidate's import is first tried in a process forked without a GPU
     /// context (see [`Preflight`]).
     pub preflight: Preflight,
-    /// `CUDA_DEVICE_MAX_CONNECTIONS` for candidate processes; `None` leaves the driver's
-    /// default (8). One hardware queue per context makes the driver create contexts about
-    /// three times as fast (H200: 16 a second against 5.5), and a candidate process is
-    /// started per candidate; its cost is that a candidate's own streams share one queue.
+    /// `CUDA_DEVICE_MAX_CONNECTIONS` for candidate processes; `None` leaves what they
+    /// inherit. One hardware queue per context (the default) makes the driver create
+    /// contexts about three times as fast, and the mixed 100 ran in half the time of 8
+    /// queues on an H200. But with its streams on one queue a process cannot see work a
+    /// candidate left running on another stream at return (the late-write check's copy
+    /// waits behind it), so a candidate that launched on another stream there is
+    /// evaluated again in a process with the driver's 8 ([`Pool::run_with_driver_queues`]).
     pub cuda_connections: Option<u32>,
 }
 
@@ -715,7 +740,7 @@ impl Pool {
             };
         let asked = Instant::now();
         let mut fork_server_ms = None;
-        let (mut first, fork_server) = match spawn(&first_launch, want_fork_server).await? {
+        let (mut first, fork_server) = match spawn(&first_launch, want_fork_server, &[]).await? {
             First::Worker(ready) => (*ready, None),
             // A server that cannot fork is dropped (killed); processes are started.
             First::ForkServer(z) => {
@@ -724,7 +749,7 @@ impl Pool {
                     Ok(ready) => (ready, Some(z)),
                     Err(_) => {
                         z.kill();
-                        (spawn_worker(&first_launch).await?, None)
+                        (spawn_worker(&first_launch, &[]).await?, None)
                     }
                 }
             }
@@ -916,14 +941,27 @@ impl Pool {
         charge: Charge,
         priority: Priority,
     ) -> Result<Execution, EvalError> {
-        self.run_evaluation(job, budget, charge, priority).await
+        self.run_evaluation(job, budget, charge, priority, Process::Pooled).await
     }
 
     /// Run one evaluation holding its device alone from start to end, as exclusive mode
     /// does, its memory included: for a candidate that ran out of memory while sharing it.
     pub async fn run_alone(&self, job: &EvalJob, budget: Duration) -> Result<Execution, EvalError> {
         // Ahead of the queue: it already waited its turn once.
-        self.run_evaluation(job, budget, Charge::Whole, Priority::FIRST).await
+        self.run_evaluation(job, budget, Charge::Whole, Priority::FIRST, Process::Pooled).await
+    }
+
+    /// Run one evaluation in a process started for it with the driver's default hardware
+    /// queues (`DEFAULT_CUDA_CONNECTIONS`), whatever the pool's processes have: for a
+    /// candidate whose process had fewer, where its work on another stream could not be
+    /// checked (`Verdict::needs_hardware_queues`).
+    pub async fn run_with_driver_queues(
+        &self,
+        job: &EvalJob,
+        budget: Duration,
+        charge: Charge,
+    ) -> Result<Execution, EvalError> {
+        self.run_evaluation(job, budget, charge, Priority::FIRST, Process::DriverQueues).await
     }
 
     async fn run_evaluation(
@@ -932,10 +970,13 @@ impl Pool {
         budget: Duration,
         charge: Charge,
         priority: Priority,
+        process: Process,
     ) -> Result<Execution, EvalError> {
         let job = job.clone();
         let build = move |id| Message::Evaluate { id, job };
-        let mut exec = self.run_message(build, budget, charge, JobKind::Evaluate, priority).await?;
+        let mut exec = self
+            .run_message(build, budget, How { charge, kind: JobKind::Evaluate, priority, process })
+            .await?;
         if let Exit::Reply { message } = exec.exit {
             exec.exit = match message {
                 Message::Result { outcome, elapsed_ms, .. } => {
@@ -964,7 +1005,13 @@ impl Pool {
         let build = move |id| Message::CheckProblem { id, job };
         let charge = if alone { Charge::Whole } else { Charge::Share };
         // Candidates of the problem wait on it.
-        self.run_message(build, budget, charge, JobKind::CheckProblem, Priority::FIRST).await
+        let how = How {
+            charge,
+            kind: JobKind::CheckProblem,
+            priority: Priority::FIRST,
+            process: Process::Pooled,
+        };
+        self.run_message(build, budget, how).await
     }
 
     /// Measure a problem's memory need in a fresh process (`alone` as for a check).
@@ -977,7 +1024,13 @@ impl Pool {
         let job = job.clone();
         let build = move |id| Message::MeasureMemory { id, job };
         let charge = if alone { Charge::Whole } else { Charge::Share };
-        self.run_message(build, budget, charge, JobKind::MeasureMemory, Priority::FIRST).await
+        let how = How {
+            charge,
+            kind: JobKind::MeasureMemory,
+            priority: Priority::FIRST,
+            process: Process::Pooled,
+        };
+        self.run_message(build, budget, how).await
     }
 
     /// Whether evaluations on this pool are preflighted (see [`Preflight`]).
@@ -1064,13 +1117,11 @@ impl Pool {
         &self,
         build: impl FnOnce(String) -> Message,
         budget: Duration,
-        charge: Charge,
-        kind: JobKind,
-        priority: Priority,
+        how: How,
     ) -> Result<Execution, EvalError> {
         let slot = self.pick_slot()?;
         slot.in_flight.fetch_add(1, Ordering::Relaxed);
-        let result = self.run_on(slot, build, budget, charge, kind, priority).await;
+        let result = self.run_on(slot, build, budget, how).await;
         slot.in_flight.fetch_sub(1, Ordering::Relaxed);
         result
     }
@@ -1106,10 +1157,9 @@ impl Pool {
         slot: &Slot,
         build: impl FnOnce(String) -> Message,
         budget: Duration,
-        charge: Charge,
-        kind: JobKind,
-        priority: Priority,
+        how: How,
     ) -> Result<Execution, EvalError> {
+        let How { charge, kind, priority, process } = how;
         let queued = Instant::now();
         let mut place = Some(slot.running.acquire(priority).await);
         // Taken in exchange for `place` while this job waits for (and holds) the timing lane.
@@ -1134,7 +1184,14 @@ impl Pool {
             None
         };
         let asked = Instant::now();
-        let ready = slot.take_ready(self.spares()).await?;
+        let ready = match process {
+            Process::Pooled => slot.take_ready(self.spares()).await?,
+            Process::DriverQueues => {
+                let queues = DEFAULT_CUDA_CONNECTIONS.to_string();
+                start_worker_with(slot.launch.clone(), &[("CUDA_DEVICE_MAX_CONNECTIONS", queues)])
+                    .await?
+            }
+        };
         let start_wait_ms = asked.elapsed().as_secs_f64() * 1000.0;
         let (process_start_ms, process_banked_ms) = (
             ready.start_ms,
@@ -1508,13 +1565,24 @@ fn discard(early: Vec<JoinHandle<Result<Ready, EvalError>>>) {
 
 /// A process of `launch`, forked when the slot has a live fork server, else started.
 async fn start_worker(launch: Arc<Launch>) -> Result<Ready, EvalError> {
+    start_worker_with(launch, &[]).await
+}
+
+/// As [`start_worker`], with `extra` added to (and overriding) the slot's environment.
+async fn start_worker_with(
+    launch: Arc<Launch>,
+    extra: &[(&str, String)],
+) -> Result<Ready, EvalError> {
     let asked = Instant::now();
-    let mut ready = start_worker_once(launch).await?;
+    let mut ready = start_worker_once(launch, extra).await?;
     ready.start_ms = asked.elapsed().as_secs_f64() * 1000.0;
     Ok(ready)
 }
 
-async fn start_worker_once(launch: Arc<Launch>) -> Result<Ready, EvalError> {
+async fn start_worker_once(
+    launch: Arc<Launch>,
+    extra: &[(&str, String)],
+) -> Result<Ready, EvalError> {
     // Any failure here is the server's or the fork's: a started process is the fallback,
     // and it reports its own failure if it has one. A failed fork marks its server dead,
     // so a second look replaces it (a death is often first seen that way).
@@ -1522,11 +1590,11 @@ async fn start_worker_once(launch: Arc<Launch>) -> Result<Ready, EvalError> {
         let Some(fork_server) = live_fork_server(&launch).await else {
             break;
         };
-        if let Ok(ready) = fork_worker(&launch, &fork_server).await {
+        if let Ok(ready) = fork_with(&launch, &fork_server, "w", extra).await {
             return Ok(ready);
         }
     }
-    spawn_worker(&launch).await
+    spawn_worker(&launch, extra).await
 }
 
 /// The device's fork server, when it has a live one. A dead one (killed, or given up
@@ -1550,7 +1618,7 @@ async fn live_fork_server(launch: &Launch) -> Option<Arc<ForkServer>> {
         return None;
     }
     *restarts += 1;
-    match spawn(launch, true).await {
+    match spawn(launch, true, &[]).await {
         Ok(First::ForkServer(z)) => {
             if let Ok(mut slot) = launch.fork_server.lock() {
                 *slot = Some(z.clone());
@@ -1563,8 +1631,8 @@ async fn live_fork_server(launch: &Launch) -> Option<Arc<ForkServer>> {
 }
 
 /// A process of `launch`, started (never a fork server).
-async fn spawn_worker(launch: &Launch) -> Result<Ready, EvalError> {
-    match spawn(launch, false).await? {
+async fn spawn_worker(launch: &Launch, extra: &[(&str, String)]) -> Result<Ready, EvalError> {
+    match spawn(launch, false, extra).await? {
         First::Worker(ready) => Ok(*ready),
         First::ForkServer(_) => Err(EvalError::WorkerStart {
             reason: "a process started as a worker answered as a fork server".into(),
@@ -1658,12 +1726,17 @@ enum First {
 
 /// Start a process of `launch`. With `as_fork_server` it is asked to become a fork server,
 /// which it does only in CPU mode; otherwise it serves one candidate as usual.
-async fn spawn(launch: &Launch, as_fork_server: bool) -> Result<First, EvalError> {
+async fn spawn(
+    launch: &Launch,
+    as_fork_server: bool,
+    extra: &[(&str, String)],
+) -> Result<First, EvalError> {
     let spec = &launch.spec;
     let (scratch, stderr_path) = new_scratch(launch, if as_fork_server { "z" } else { "w" })?;
     let stderr = std::fs::File::create(&stderr_path)
         .map_err(|source| EvalError::Io { path: stderr_path.clone(), source })?;
     let mut cmd = Command::from(serve_command(launch, &scratch).command());
+    cmd.envs(extra.iter().map(|(k, v)| (*k, v.as_str())));
     cmd.current_dir(&scratch)
         .env_remove("TRITON_INTERPRET")
         .stdout(Stdio::piped())

@@ -125,6 +125,20 @@ async fn correctness_overlaps_but_a_timing_lease_holds_the_device_alone() {
     let longest = shared.iter().map(|e| e.released - e.acquired).max().unwrap();
     assert!(lane.shared + lane.draining >= longest, "{lane:?} {longest:?}");
     assert_eq!(tritonforge_eval::lane::split(&events, 1, from, to).exclusive_holds, 0);
+    // Each worker reports how long it waited for its shared holds (where a candidate's
+    // time goes); the host saw the same waits from its side, a pipe's latency shorter.
+    let host_waited: Duration = shared.iter().map(|e| e.acquired - e.asked).sum();
+    let reported: f64 = records
+        .iter()
+        .map(|r| {
+            let p = r.verdict.phases.as_ref().expect("phases");
+            assert_eq!(p.compile_ms, Some(0.0), "nothing compiles under the interpreter");
+            p.shared_wait_ms.expect("shared_wait_ms")
+        })
+        .sum();
+    let host_ms = host_waited.as_secs_f64() * 1000.0;
+    assert!(reported + 1.0 >= host_ms, "workers say {reported} ms, the host {host_ms} ms");
+    assert!(reported <= host_ms + 3.0 * 50.0, "workers say {reported} ms, the host {host_ms} ms");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -429,6 +429,12 @@ pub struct Verdict {
     /// records stored before it was reported.
     #[serde(default)]
     pub phases: Option<PhaseTimes>,
+    /// The worker could not check this candidate: it launched work on another stream in a
+    /// process with fewer hardware queues than the driver's 8, where work left running
+    /// there at return cannot be seen. The host evaluates it again in a process with 8
+    /// (its verdict then is never this one's).
+    #[serde(default)]
+    pub needs_hardware_queues: bool,
 }
 
 /// Wall time of each of the executor's phases, in milliseconds (a phase that did not
@@ -447,6 +453,15 @@ pub struct PhaseTimes {
     pub timing_ms: f64,
     /// Of `timing_ms`, the timed run itself under the exclusive lease.
     pub timed_ms: f64,
+    /// Over all phases, Triton compiling (the candidate's kernels at each new
+    /// specialisation, and any other `@triton.jit` it runs); the GPU is not held meanwhile.
+    /// `None` in records from workers before it was reported.
+    #[serde(default)]
+    pub compile_ms: Option<f64>,
+    /// Over all phases, waiting for the host to grant a shared hold (behind other
+    /// candidates' timing): the pool's cost, not the candidate's. `None` as above.
+    #[serde(default)]
+    pub shared_wait_ms: Option<f64>,
 }
 
 impl Verdict {
@@ -465,6 +480,7 @@ impl Verdict {
             tolerance: None,
             provenance: None,
             phases: None,
+            needs_hardware_queues: false,
         }
     }
 }

@@ -161,7 +161,10 @@ pub fn sample_messages() -> Vec<Message> {
             shape_check_ms: 12.0,
             timing_ms: 300.25,
             timed_ms: 120.5,
+            compile_ms: Some(650.0),
+            shared_wait_ms: Some(80.5),
         }),
+        needs_hardware_queues: true,
     };
     let preflight_job = job.clone();
     let preflight_verdict = verdict.clone();
