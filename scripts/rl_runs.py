@@ -80,6 +80,8 @@ def summary(n: int, files: Dict[str, Path]) -> Dict[str, Any]:
     extra = [k for k, on in (("masked cut turns", loss.get("mask_truncated")),
                              (f"micro {optim.get('micro_tokens')}", optim.get("micro_tokens")),
                              ("compiled learner", cfg.get("model", {}).get("compile") == "on")) if on]
+    # Reward settings beyond the preset (run 20: no pay for compiling).
+    extra += [f"reward {k} = {v}" for k, v in cfg.get("reward", {}).items() if k != "preset"]
     return {
         "run": n, "gpu": gpu, "steps": max((m["step"] for m in metrics), default=0),
         "size": f"{r.get('problems', '?')}×{r.get('samples', '?')}×{r.get('turns', '?')} @{r.get('max_tokens', '?')}",
