@@ -67,6 +67,15 @@ struct How {
     process: Process,
 }
 
+impl How {
+    /// A problem's own job (its check, its memory measurement): ahead of the queue, in a
+    /// pooled process, an even share of the device or (`alone`) all of it.
+    fn problem(kind: JobKind, alone: bool) -> How {
+        let charge = if alone { Charge::Whole } else { Charge::Share };
+        How { charge, kind, priority: Priority::FIRST, process: Process::Pooled }
+    }
+}
+
 /// Which process a job runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Process {
@@ -1003,15 +1012,8 @@ impl Pool {
     ) -> Result<Execution, EvalError> {
         let job = job.clone();
         let build = move |id| Message::CheckProblem { id, job };
-        let charge = if alone { Charge::Whole } else { Charge::Share };
         // Candidates of the problem wait on it.
-        let how = How {
-            charge,
-            kind: JobKind::CheckProblem,
-            priority: Priority::FIRST,
-            process: Process::Pooled,
-        };
-        self.run_message(build, budget, how).await
+        self.run_message(build, budget, How::problem(JobKind::CheckProblem, alone)).await
     }
 
     /// Measure a problem's memory need in a fresh process (`alone` as for a check).
@@ -1023,14 +1025,7 @@ impl Pool {
     ) -> Result<Execution, EvalError> {
         let job = job.clone();
         let build = move |id| Message::MeasureMemory { id, job };
-        let charge = if alone { Charge::Whole } else { Charge::Share };
-        let how = How {
-            charge,
-            kind: JobKind::MeasureMemory,
-            priority: Priority::FIRST,
-            process: Process::Pooled,
-        };
-        self.run_message(build, budget, how).await
+        self.run_message(build, budget, How::problem(JobKind::MeasureMemory, alone)).await
     }
 
     /// Whether evaluations on this pool are preflighted (see [`Preflight`]).
