@@ -237,6 +237,9 @@ class Context:
     meter: Any = None
     spin_per_ms: float = 0.0
     tolerance_used: Tolerance = field(default_factory=lambda: Tolerance(atol=1e-4, rtol=1e-4))
+    # Whether this process has fewer hardware queues than the driver's (`few_hardware_queues`),
+    # read before any candidate code runs: a candidate could rewrite the variable.
+    few_queues: bool = False
 
 
 def new_context(job: EvalJob, workdir: str, lease: Any = None) -> Context:
@@ -258,6 +261,7 @@ def new_context(job: EvalJob, workdir: str, lease: Any = None) -> Context:
         lease=lease if lease is not None else NoLease(),
         problem_path=problem_path,
         candidate_path=candidate_path,
+        few_queues=device.type == "cuda" and few_hardware_queues(),
     )
 
 
@@ -738,14 +742,22 @@ def call_candidate(
                 f"on another stream or thread{late_hint}); every write must be ordered before forward returns "
                 "on the current stream", done))
     # No change seen, but with shared hardware queues none could be (a change seen is a late write anyway).
-    if on_gpu and cx.recorder.held > held and few_hardware_queues():
+    if on_gpu and cx.recorder.held > held:
+        unchecked_streams(cx, where, done)
+    return out
+
+
+def unchecked_streams(cx: Context, where: str, done: List[TrialStat]) -> None:
+    """In a process with few hardware queues, a candidate that launched on another stream
+    cannot be checked for work left running at return: answer so (the host evaluates it
+    again in a process with the driver's queues) instead of a verdict."""
+    if cx.few_queues:
         raise _Fail(verdict(cx,
             "runtime_error", "provenance",
             f"{where}: ModelNew.forward launched work on another stream, which this process cannot check for "
-            f"work left running at return (CUDA_DEVICE_MAX_CONNECTIONS={os.environ.get(QUEUES_VAR)}: its streams "
-            "share hardware queues, so an unfinished output looks finished); evaluate it with the driver's 8 queues "
+            "work left running at return (its streams share fewer hardware queues than the driver's "
+            f"{DRIVER_QUEUES}, so an unfinished output looks finished); evaluate it with the driver's queues "
             "(`--cuda-connections 8`)", done, needs_hardware_queues=True))
-    return out
 
 
 # The driver's own number of hardware queues per context, and the variable that sets it.
@@ -1215,6 +1227,9 @@ def time_candidate(
     run = timed_run(cx, problem, reference, model, compiled, done, sync_each=False)
     side = cx.recorder.foreign_streams(stream)
     if side:
+        # Streams first used in timed calls (whose windows hold nothing back): with few
+        # queues their late writes could not have been seen there either.
+        unchecked_streams(cx, "timing", done)
         run = timed_run(cx, problem, reference, model, compiled, done, sync_each=True)
     dev, audit, checked, opened = run
     # The GPU is not needed alone any more: statistics run shared.

@@ -428,38 +428,29 @@ impl Evaluator {
         // evaluated once more holding the device and its memory alone, its cap lifted to
         // 90%, so that an honest solution is not failed for sharing.
         let retried = self.pool.shares_devices() && out_of_memory(&execution.exit);
+        let alone_job =
+            EvalJob { gpu_memory_fraction: Some(memory::ALONE_FRACTION), ..job.clone() };
         if retried {
-            let first = &execution;
-            let spent =
-                (first.wall_ms, first.lease_wait_ms, first.admission_wait_ms, first.queue_wait_ms);
-            let alone =
-                EvalJob { gpu_memory_fraction: Some(memory::ALONE_FRACTION), ..job.clone() };
-            execution = self.pool.run_alone(&alone, budget).await?;
-            execution.wall_ms += spent.0;
-            execution.lease_wait_ms += spent.1;
-            execution.admission_wait_ms += spent.2;
-            execution.queue_wait_ms += spent.3;
+            let again = self.pool.run_alone(&alone_job, budget).await?;
+            execution = again.after(&execution);
         }
         // A process with fewer hardware queues than the driver's cannot see work a candidate
         // left running on another stream at return: one that launched there is evaluated
         // once more in a process started with the driver's queues, and that is its verdict.
+        // That run holds the device and its memory alone (as after running out of memory),
+        // so that it cannot fail for sharing with nothing left to retry it; it is rare (the
+        // guard rejects streams before they run).
         let requeued = needs_hardware_queues(&execution.exit);
         if requeued {
-            let first = &execution;
-            let spent =
-                (first.wall_ms, first.lease_wait_ms, first.admission_wait_ms, first.queue_wait_ms);
-            let charge = if retried { memory::Charge::Whole } else { plan.charge };
-            execution = self.pool.run_with_driver_queues(&job, budget, charge).await?;
-            execution.wall_ms += spent.0;
-            execution.lease_wait_ms += spent.1;
-            execution.admission_wait_ms += spent.2;
-            execution.queue_wait_ms += spent.3;
+            let again =
+                self.pool.run_with_driver_queues(&alone_job, budget, memory::Charge::Whole).await?;
+            execution = again.after(&execution);
         }
-        let alone = retried || !self.pool.shares_devices();
+        let alone = retried || requeued || !self.pool.shares_devices();
         record.memory = Some(MemoryUse {
             need_bytes: plan.need,
             capacity_bytes: self.pool.memory_budget().map(|b| b.capacity_bytes),
-            cap_fraction: if retried { Some(memory::ALONE_FRACTION) } else { plan.cap },
+            cap_fraction: if retried || requeued { Some(memory::ALONE_FRACTION) } else { plan.cap },
             admission_wait_ms: execution.admission_wait_ms,
             retried_alone: retried,
         });
@@ -533,9 +524,18 @@ impl Evaluator {
                 " (it ran out of memory while sharing its device and was evaluated again alone, with 90% of the device's memory; this is that verdict)",
             );
         }
-        if requeued {
+        if requeued && record.verdict.needs_hardware_queues {
+            // A process started with the driver's queues never says this of itself: the
+            // candidate changed what the worker reads.
+            record.verdict.status = Status::Rejected;
+            record.verdict.stage = Stage::Provenance;
+            record.verdict.message = format!(
+                "[runtime-patched] evaluated again in a process with the driver's hardware queues, the worker still found too few: the candidate changed what the evaluator reads ({})",
+                record.verdict.message
+            );
+        } else if requeued {
             record.verdict.message.push_str(
-                " (it launched work on another stream in a process with one hardware queue, where work left running at return cannot be seen, and was evaluated again in a process with the driver's 8; this is that verdict)",
+                " (it launched work on another stream in a process with fewer hardware queues than the driver's 8, where work left running at return cannot be seen, and was evaluated again alone in a process with 8; this is that verdict)",
             );
         }
         self.put(&record, problem, candidate)?;
@@ -694,15 +694,15 @@ impl Evaluator {
     }
 }
 
-/// An answer that memory ran out, as the executor flagged it (`ErrorInfo::out_of_memory`):
-/// in the candidate, the problem's reference or inputs, or the evaluator's own copies. A
-/// candidate may raise it falsely; that only buys one more evaluation, alone, with the
-/// same checks.
 /// The worker could not check the candidate with its process's hardware queues.
 fn needs_hardware_queues(exit: &Exit) -> bool {
     matches!(exit, Exit::Answered { outcome: Outcome::Verdict(v), .. } if v.needs_hardware_queues)
 }
 
+/// An answer that memory ran out, as the executor flagged it (`ErrorInfo::out_of_memory`):
+/// in the candidate, the problem's reference or inputs, or the evaluator's own copies. A
+/// candidate may raise it falsely; that only buys one more evaluation, alone, with the
+/// same checks.
 fn out_of_memory(exit: &Exit) -> bool {
     let error = match exit {
         Exit::Answered { outcome: Outcome::Verdict(v), .. } => v.error.as_ref(),

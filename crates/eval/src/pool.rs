@@ -308,6 +308,18 @@ pub struct Execution {
     pub env: EnvInfo,
 }
 
+impl Execution {
+    /// This run, evaluated again after `first` (out of memory while sharing, or too few
+    /// hardware queues): the waits and wall of both, this one's verdict and process.
+    pub fn after(mut self, first: &Execution) -> Execution {
+        self.wall_ms += first.wall_ms;
+        self.lease_wait_ms += first.lease_wait_ms;
+        self.admission_wait_ms += first.admission_wait_ms;
+        self.queue_wait_ms += first.queue_wait_ms;
+        self
+    }
+}
+
 /// One hold on a device, as it happened.
 #[derive(Debug, Clone)]
 pub struct LeaseEvent {

@@ -138,7 +138,10 @@ async fn correctness_overlaps_but_a_timing_lease_holds_the_device_alone() {
         .sum();
     let host_ms = host_waited.as_secs_f64() * 1000.0;
     assert!(reported + 1.0 >= host_ms, "workers say {reported} ms, the host {host_ms} ms");
-    assert!(reported <= host_ms + 3.0 * 50.0, "workers say {reported} ms, the host {host_ms} ms");
+    // Each grant's line may wait for the worker's scheduling on a loaded machine: a
+    // margin per grant (a review measured up to ~110 ms over 15 grants beside 6 busy loops).
+    let margin = 40.0 * shared.len() as f64 + 100.0;
+    assert!(reported <= host_ms + margin, "workers say {reported} ms, the host {host_ms} ms");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

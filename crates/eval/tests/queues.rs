@@ -3,8 +3,9 @@
 //! check's copy waits behind it on the shared queue): the worker says so, and the host
 //! evaluates it again in a process started with 8.
 //!
-//! Streams need a GPU, so the real worker is copied with one line of stand-in: on the CPU,
-//! a candidate carrying the marker below counts as one that launched on another stream.
+//! Streams need a GPU, so the real worker is copied with a few lines of stand-in: on the
+//! CPU, a candidate carrying the marker below counts as one that launched on another
+//! stream, and the context reads the queues as on a GPU (before the candidate's import).
 //! Everything else is real: the worker reads the queues its process was given, its verdict
 //! crosses the protocol, and the host starts the second process.
 
@@ -18,6 +19,8 @@ mod common;
 use common::{fixture, spec};
 
 const MARKER: &str = "# stand-in: launches on another stream";
+/// A worker the candidate has fooled into saying "too few queues" whatever it was given.
+const FOOLED: &str = "# stand-in: the worker always finds too few queues";
 
 /// The real worker with `call_candidate` wrapped: after a watched call of a marked
 /// candidate, a process with few hardware queues answers as it does on a GPU.
@@ -30,14 +33,23 @@ fn stand_in(state: &Path, dir: &Path) -> WorkerSpec {
     text.push_str(&format!(
         r#"
 
+_real_new_context = new_context
 _real_call_candidate = call_candidate
+
+
+def new_context(job, workdir, lease=None):  # noqa: F811 - the stand-in
+    cx = _real_new_context(job, workdir, lease)
+    cx.few_queues = few_hardware_queues()
+    return cx
 
 
 def call_candidate(cx, model, inputs, where, done, share=False):  # noqa: F811 - the stand-in
     out = _real_call_candidate(cx, model, inputs, where, done, share)
-    if {MARKER:?} in Path(cx.candidate_path).read_text() and few_hardware_queues():
-        raise _Fail(verdict(cx, "runtime_error", "provenance", f"{{where}}: one queue", done,
-                            needs_hardware_queues=True))
+    source = Path(cx.candidate_path).read_text()
+    if {FOOLED:?} in source:
+        cx.few_queues = True
+    if {MARKER:?} in source:
+        unchecked_streams(cx, where, done)
     return out
 "#
     ));
@@ -58,7 +70,7 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-async fn evaluate(cuda_connections: Option<u32>, marked: bool) -> tritonforge_protocol::EvalRecord {
+async fn evaluate(cuda_connections: Option<u32>, header: &str) -> tritonforge_protocol::EvalRecord {
     let state = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let worker = stand_in(state.path(), dir.path());
@@ -66,30 +78,39 @@ async fn evaluate(cuda_connections: Option<u32>, marked: bool) -> tritonforge_pr
     let ev = Evaluator::new(Pool::start(worker, cfg).await.expect("pool"), None, "test".into());
     let problem = Problem::load(&fixture("problems/relu_small.py")).unwrap();
     let mut candidate = Candidate::load(&fixture("candidates/relu_ok.py")).unwrap();
-    if marked {
-        candidate.source = format!("{MARKER}\n{}", candidate.source);
-    }
+    candidate.source = format!("{header}\n{}", candidate.source);
     let config = EvalConfig { trials: 2, budget_ms: 120_000, ..EvalConfig::default() };
     ev.evaluate(&problem, &candidate, &config).await.expect("evaluation").record
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_on_another_stream_is_evaluated_again_with_the_drivers_queues() {
-    // One queue (the default): the first process cannot check it, the second (8) can.
-    let record = evaluate(Some(1), true).await;
+    // One queue (the default): the first process cannot check it, the second (8) can,
+    // holding the device's memory alone.
+    let record = evaluate(Some(1), MARKER).await;
     assert_eq!(record.verdict.status, Status::Correct, "{}", record.verdict.message);
     assert!(!record.verdict.needs_hardware_queues);
     assert!(
-        record.verdict.message.contains("evaluated again in a process with the driver's 8"),
+        record.verdict.message.contains("evaluated again alone in a process with 8"),
         "{}",
         record.verdict.message
     );
+    let memory = record.memory.as_ref().expect("memory");
+    assert_eq!(memory.cap_fraction, Some(0.9), "{memory:?}");
+    // Rewriting the variable at import changes nothing: the worker read it before.
+    let rewrites = format!("{MARKER}\nimport os\nos.environ['CUDA_DEVICE_MAX_CONNECTIONS'] = '8'");
+    let record = evaluate(Some(1), &rewrites).await;
+    assert!(record.verdict.message.contains("evaluated again alone"), "{}", record.verdict.message);
     // Already 8 queues: checked where it ran, nothing to say.
-    let record = evaluate(Some(8), true).await;
+    let record = evaluate(Some(8), MARKER).await;
     assert_eq!(record.verdict.status, Status::Correct, "{}", record.verdict.message);
     assert!(!record.verdict.message.contains("evaluated again"), "{}", record.verdict.message);
     // A candidate on one stream is checked in its pooled process, one queue or not.
-    let record = evaluate(Some(1), false).await;
+    let record = evaluate(Some(1), "").await;
     assert_eq!(record.verdict.status, Status::Correct, "{}", record.verdict.message);
     assert!(!record.verdict.message.contains("evaluated again"), "{}", record.verdict.message);
+    // A worker that says "too few queues" with the driver's 8 was fooled by its candidate.
+    let record = evaluate(Some(1), &format!("{MARKER}\n{FOOLED}")).await;
+    assert_eq!(record.verdict.status, Status::Rejected, "{}", record.verdict.message);
+    assert!(record.verdict.message.contains("[runtime-patched]"), "{}", record.verdict.message);
 }

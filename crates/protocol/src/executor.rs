@@ -454,7 +454,8 @@ pub struct PhaseTimes {
     /// Of `timing_ms`, the timed run itself under the exclusive lease.
     pub timed_ms: f64,
     /// Over all phases, Triton compiling (the candidate's kernels at each new
-    /// specialisation, and any other `@triton.jit` it runs); the GPU is not held meanwhile.
+    /// specialisation, and any other `@triton.jit` it runs), summed over threads; the GPU
+    /// is not held meanwhile.
     /// `None` in records from workers before it was reported.
     #[serde(default)]
     pub compile_ms: Option<f64>,
