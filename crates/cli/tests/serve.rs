@@ -89,6 +89,11 @@ async fn kernelbench_api_field_by_field_and_a_triple_post_costs_one_evaluation()
     );
     assert_eq!(metric(url, "tritonforge_jobs_accepted_total").await, 1.0);
     assert_eq!(metric(url, "tritonforge_jobs_deduplicated_total").await, 2.0);
+    // The one evaluation's own account of its compiles and shared-hold waits.
+    for stage in ["trials", "compile", "shared_wait"] {
+        let name = format!("tritonforge_stage_seconds_count{{stage=\"{stage}\"}}");
+        assert_eq!(metric(url, &name).await, 1.0, "{name}");
+    }
 
     // Failures carry their keys.
     let (_, bad) =

@@ -87,6 +87,13 @@ impl Metrics {
             self.observe_stage("trials", p.trials_ms);
             self.observe_stage("shape_check", p.shape_check_ms);
             self.observe_stage("timing", p.timing_ms);
+            // Where a candidate's time goes under load (worker-reported; absent in old records).
+            if let Some(ms) = p.compile_ms {
+                self.observe_stage("compile", ms);
+            }
+            if let Some(ms) = p.shared_wait_ms {
+                self.observe_stage("shared_wait", ms);
+            }
         }
     }
 
@@ -156,7 +163,7 @@ impl Metrics {
         for (code, n) in self.rejected_requests.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let _ = writeln!(o, "tritonforge_http_refused_total{{code=\"{code}\"}} {n}");
         }
-        let _ = writeln!(o, "# HELP tritonforge_stage_seconds Latency by stage (queue, evaluation, cached, lease_wait, build, trials, shape_check, timing).\n# TYPE tritonforge_stage_seconds histogram");
+        let _ = writeln!(o, "# HELP tritonforge_stage_seconds Latency by stage (queue, evaluation, cached, lease_wait, build, trials, shape_check, timing, compile, shared_wait).\n# TYPE tritonforge_stage_seconds histogram");
         for (stage, h) in self.stages.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             for (i, b) in BUCKETS_MS.iter().enumerate() {
                 let _ = writeln!(
