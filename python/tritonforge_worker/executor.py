@@ -1608,18 +1608,18 @@ class Executor:
             clock.lap("timing")
         except _Fail as fail:
             clock.lap(clock.next_phase())
-            return clock.attach(fail.verdict, cx.timed_ms, cx)
+            return clock.attach(fail.verdict, cx)
         except BaseException as exc:  # noqa: BLE001 - memory running out outside any phase's own handling
             if not is_out_of_memory(exc):
                 raise
             info = error_info(exc, cx.candidate_path)
             clock.lap(clock.next_phase())
             return clock.attach(verdict(cx, "runtime_error", "correctness", f"memory ran out: {_describe(info)}", [],
-                                        error=info), cx.timed_ms, cx)
+                                        error=info), cx)
         worst = max((s.max_abs_err or 0.0 for s in trials), default=0.0)
         msg = f"all {len(trials)} trials match (max abs err {worst:.3g}){shape_note}"
         return clock.attach(verdict(cx, "correct", "correctness", msg, trials, timing=timing, timing_note=note,
-                                    gpu_share=gpu_share), cx.timed_ms, cx)
+                                    gpu_share=gpu_share), cx)
 
 
 class _PhaseClock:
@@ -1643,17 +1643,17 @@ class _PhaseClock:
         """The phase that was running when a failure ended the evaluation."""
         return next((p for p in self.ORDER if p not in self.ms), "timing")
 
-    def attach(self, outcome: Verdict | ProblemError, timed_ms: float,
-               cx: Optional[Context] = None) -> Verdict | ProblemError:
+    def attach(self, outcome: Verdict | ProblemError, cx: Optional[Context] = None) -> Verdict | ProblemError:
+        """The phases' times on a verdict, with the timed run's, the compiles' and the
+        shared-hold waits' from `cx` (none without one: nothing was built)."""
         if isinstance(outcome, Verdict):
             m = {p: round(self.ms.get(p, 0.0), 3) for p in self.ORDER}
             recorder = cx.recorder if cx is not None else None
-            compile_ms = round(recorder.compile_ms, 3) if recorder is not None else None
-            waits = getattr(cx.lease, "waited_ms", None) if cx is not None else None
-            waited = round(waits.get("shared", 0.0), 3) if isinstance(waits, dict) else None
-            outcome.phases = PhaseTimes(build_ms=m["build"], trials_ms=m["trials"], shape_check_ms=m["shape_check"],
-                                        timing_ms=m["timing"], timed_ms=round(timed_ms, 3), compile_ms=compile_ms,
-                                        shared_wait_ms=waited)
+            outcome.phases = PhaseTimes(
+                build_ms=m["build"], trials_ms=m["trials"], shape_check_ms=m["shape_check"], timing_ms=m["timing"],
+                timed_ms=round(cx.timed_ms, 3) if cx is not None else 0.0,
+                compile_ms=round(recorder.compile_ms, 3) if recorder is not None else None,
+                shared_wait_ms=round(cx.lease.waited_ms.get("shared", 0.0), 3) if cx is not None else None)
         return outcome
 
 
@@ -1743,7 +1743,7 @@ def preflight(job: EvalJob, workdir: str, mode: str) -> PreflightOutcome:
         import_both(cx)
     except _Fail as fail:
         clock.lap("build")
-        outcome = clock.attach(fail.verdict, 0.0)
+        outcome = clock.attach(fail.verdict)
         if isinstance(outcome, ProblemError):
             return PreflightInconclusive(kind="inconclusive", reason="the problem failed: the evaluation reports it")
         if touched_device(cx.torch):

@@ -429,9 +429,9 @@ impl Evaluator {
         // 90%, so that an honest solution is not failed for sharing.
         let retried = self.pool.shares_devices() && out_of_memory(&execution.exit);
         let alone_job =
-            EvalJob { gpu_memory_fraction: Some(memory::ALONE_FRACTION), ..job.clone() };
+            || EvalJob { gpu_memory_fraction: Some(memory::ALONE_FRACTION), ..job.clone() };
         if retried {
-            let again = self.pool.run_alone(&alone_job, budget).await?;
+            let again = self.pool.run_alone(&alone_job(), budget).await?;
             execution = again.after(&execution);
         }
         // A process with fewer hardware queues than the driver's cannot see work a candidate
@@ -442,8 +442,7 @@ impl Evaluator {
         // guard rejects streams before they run).
         let requeued = needs_hardware_queues(&execution.exit);
         if requeued {
-            let again =
-                self.pool.run_with_driver_queues(&alone_job, budget, memory::Charge::Whole).await?;
+            let again = self.pool.run_alone_with_driver_queues(&alone_job(), budget).await?;
             execution = again.after(&execution);
         }
         let alone = retried || requeued || !self.pool.shares_devices();

@@ -54,36 +54,8 @@ const MAX_LEASE_WAIT: Duration = Duration::from_secs(900);
 /// candidate's (a level-3 sequential scan's compile alone outlasts a 120 s budget).
 const BASELINE_ALLOWANCE: Duration = Duration::from_secs(300);
 /// CUDA's own default number of hardware queues per context (see
-/// [`PoolConfig::cuda_connections`] and [`Pool::run_with_driver_queues`]).
+/// [`PoolConfig::cuda_connections`] and [`Pool::run_alone_with_driver_queues`]).
 pub const DEFAULT_CUDA_CONNECTIONS: u32 = 8;
-
-/// How a job is run: its memory charge, its kind (for the admission log), its place in
-/// the queue and its process.
-#[derive(Debug, Clone, Copy)]
-struct How {
-    charge: Charge,
-    kind: JobKind,
-    priority: Priority,
-    process: Process,
-}
-
-impl How {
-    /// A problem's own job (its check, its memory measurement): ahead of the queue, in a
-    /// pooled process, an even share of the device or (`alone`) all of it.
-    fn problem(kind: JobKind, alone: bool) -> How {
-        let charge = if alone { Charge::Whole } else { Charge::Share };
-        How { charge, kind, priority: Priority::FIRST, process: Process::Pooled }
-    }
-}
-
-/// Which process a job runs in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Process {
-    /// A started (or forked) process of the slot, as every job.
-    Pooled,
-    /// One started for this job, with `DEFAULT_CUDA_CONNECTIONS` hardware queues.
-    DriverQueues,
-}
 /// Preflights at once per device: enough for a turn's burst of candidates to import in
 /// parallel, few enough not to crowd out the processes being started beside them.
 const PREFLIGHTS: usize = 8;
@@ -168,7 +140,7 @@ pub struct PoolConfig {
     /// queues on an H200. But with its streams on one queue a process cannot see work a
     /// candidate left running on another stream at return (the late-write check's copy
     /// waits behind it), so a candidate that launched on another stream there is
-    /// evaluated again in a process with the driver's 8 ([`Pool::run_with_driver_queues`]).
+    /// evaluated again in a process with the driver's 8 ([`Pool::run_alone_with_driver_queues`]).
     pub cuda_connections: Option<u32>,
 }
 
@@ -318,6 +290,34 @@ impl Execution {
         self.queue_wait_ms += first.queue_wait_ms;
         self
     }
+}
+
+/// How a job is run: its memory charge, its kind (for the admission log), its place in
+/// the queue and its process.
+#[derive(Debug, Clone, Copy)]
+struct How {
+    charge: Charge,
+    kind: JobKind,
+    priority: Priority,
+    process: Process,
+}
+
+impl How {
+    /// A problem's own job (its check, its memory measurement): ahead of the queue, in a
+    /// pooled process, an even share of the device or (`alone`) all of it.
+    fn problem(kind: JobKind, alone: bool) -> How {
+        let charge = if alone { Charge::Whole } else { Charge::Share };
+        How { charge, kind, priority: Priority::FIRST, process: Process::Pooled }
+    }
+}
+
+/// Which process a job runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Process {
+    /// A started (or forked) process of the slot, as every job.
+    Pooled,
+    /// One started for this job, with `DEFAULT_CUDA_CONNECTIONS` hardware queues.
+    DriverQueues,
 }
 
 /// One hold on a device, as it happened.
@@ -972,17 +972,17 @@ impl Pool {
         self.run_evaluation(job, budget, Charge::Whole, Priority::FIRST, Process::Pooled).await
     }
 
-    /// Run one evaluation in a process started for it with the driver's default hardware
-    /// queues (`DEFAULT_CUDA_CONNECTIONS`), whatever the pool's processes have: for a
-    /// candidate whose process had fewer, where its work on another stream could not be
-    /// checked (`Verdict::needs_hardware_queues`).
-    pub async fn run_with_driver_queues(
+    /// As [`Pool::run_alone`], in a process started for it with the driver's default
+    /// hardware queues (`DEFAULT_CUDA_CONNECTIONS`), whatever the pool's processes have:
+    /// for a candidate whose process had fewer, where its work on another stream could not
+    /// be checked (`Verdict::needs_hardware_queues`).
+    pub async fn run_alone_with_driver_queues(
         &self,
         job: &EvalJob,
         budget: Duration,
-        charge: Charge,
     ) -> Result<Execution, EvalError> {
-        self.run_evaluation(job, budget, charge, Priority::FIRST, Process::DriverQueues).await
+        self.run_evaluation(job, budget, Charge::Whole, Priority::FIRST, Process::DriverQueues)
+            .await
     }
 
     async fn run_evaluation(
