@@ -596,6 +596,7 @@ class RlLoss:
     entropy_coef: float
     tis_cap: float
     loss_tokens: int
+    temperature: float = 1.0
 
 
 @dataclass
@@ -667,6 +668,7 @@ class RlStats:
 class ScoreJob:
     batch: TrainBatch
     reference: bool
+    temperature: float = 1.0
 
 
 @dataclass

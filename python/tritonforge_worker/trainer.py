@@ -661,19 +661,25 @@ class Trainer:
                 "sel": put(sel), "tgt": put(tgt), "n": len(sel), "tokens": width * len(mb.input_ids)}
 
     def _at_targets(self, inp: Dict[str, Any], of_hidden: Callable[[Any, Any, Any], Any],
-                    of_logits: Callable[[Any], Any], net: Any = None) -> Any:
+                    of_logits: Callable[[Any], Any], net: Any = None, temperature: float = 1.0) -> Any:
         """What one micro-batch (from `_inputs`) gives at its target positions:
         `of_hidden(hidden, head weight, dtype)` of the final hidden states there, where the
         output projection is a plain linear map we apply ourselves (chunked: no logits for
         every position and the whole vocabulary), else `of_logits` of the model's logits
-        there. `net`: the model to run (the trainer's own by default)."""
+        there. `net`: the model to run (the trainer's own by default). `temperature`: the
+        logits are divided by it (the hidden states, on the chunked path: the same thing,
+        as the head is linear), so that what is scored is the distribution sampled from."""
         net = self.net if net is None else net
         base = net.get_base_model() if hasattr(net, "get_base_model") else net
         decoder = getattr(base, "model", None)
         head = base.get_output_embeddings()
+        if not temperature > 0:
+            raise TrainError(f"temperature {temperature}: scoring needs a positive temperature")
 
         def at(hidden: Any) -> Any:
             hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, inp["sel"])
+            if temperature != 1.0:
+                hidden = hidden / temperature
             return of_hidden(hidden, head.weight, self.compute or hidden.dtype)
 
         with self._autocast():
@@ -689,7 +695,8 @@ class Trainer:
                 finally:
                     del head.forward
             logits = net(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).logits
-        return of_logits(logits.reshape(-1, logits.shape[-1]).index_select(0, inp["sel"]))
+        logits = logits.reshape(-1, logits.shape[-1]).index_select(0, inp["sel"])
+        return of_logits(logits / temperature if temperature != 1.0 else logits)
 
     def _loss_sum(self, inp: Dict[str, Any]) -> Any:
         """The sum of target-token losses of one micro-batch (from `_inputs`)."""
@@ -846,17 +853,17 @@ class Trainer:
             self.net.eval()
             try:
                 with torch.no_grad(), context:
-                    flat.append(self._logprobs(inp, net))
+                    flat.append(self._logprobs(inp, net, job.temperature))
             finally:
                 self.net.train()
             yield
         return Scores(logprobs=self._per_row(job.batch.micro, flat),
                       elapsed_ms=(time.perf_counter() - started) * 1000.0)
 
-    def _logprobs(self, inp: Dict[str, Any], net: Any) -> Any:
+    def _logprobs(self, inp: Dict[str, Any], net: Any, temperature: float) -> Any:
         tgt = inp["tgt"]
         return self._at_targets(inp, lambda h, w, dtype: token_logprobs(h, w, tgt, dtype)[0],
-                                lambda logits: logits_logprobs(logits, tgt)[0], net)
+                                lambda logits: logits_logprobs(logits, tgt)[0], net, temperature)
 
     def _per_row(self, micro: List[MicroBatch], flat: List[Any]) -> List[List[List[float]]]:
         """Each micro-batch's values at its target tokens (this rank's rows, in order) cut
@@ -989,7 +996,7 @@ class Trainer:
 
         tgt = inp["tgt"]
         loss = self._at_targets(inp, lambda h, w, dtype: terms(*token_logprobs(h, w, tgt, dtype)),
-                                lambda logits: terms(*logits_logprobs(logits, tgt)))
+                                lambda logits: terms(*logits_logprobs(logits, tgt)), None, batch.loss.temperature)
         return loss, found[-1]
 
     # -- checkpoints ---------------------------------------------------------------------

@@ -313,6 +313,9 @@ impl Backend for EmbeddedBackend {
                     completion_tokens: Some(result.token_ids.len() as u32),
                     text: result.text,
                     logprobs: Some(result.logprobs.iter().map(|x| *x as f32).collect()),
+                    sampling_logprobs: result
+                        .sampling_logprobs
+                        .map(|v| v.iter().map(|x| *x as f32).collect()),
                     token_ids: Some(result.token_ids),
                     prompt_ids: Some(result.prompt_ids),
                     finish_reason: Some(result.finish_reason),

@@ -234,6 +234,23 @@ fn the_rewarded_behaviour_increases() {
     assert_eq!(jsonl(&out.join("metrics.jsonl")).len(), 8);
 }
 
+/// Sampled at temperature 0.5, the learner trains softmax(logits / 0.5) against the
+/// generator's sampling log-probabilities: with the ratio taken against them directly (no
+/// proximal scores) the first update's ratios are 1. Scored untempered they would be
+/// not be 1.
+#[test]
+fn a_tempered_rollout_trains_the_distribution_it_sampled() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path(), Some(0.5));
+    let mut cfg = toy_config(&dir.path().join("out"), &model, 2, 0.01, "");
+    cfg.rollout.temperature = 0.5;
+    cfg.loss.proximal = false;
+    cfg.check().unwrap();
+    let steps = toy_run(&cfg, &model);
+    let first = steps.iter().find(|s| s.updates > 0).expect("a step with signal");
+    assert!((first.ratio_mean - 1.0).abs() < 1e-3 && first.ratio_max < 1.0 + 1e-3, "{first:?}");
+}
+
 /// `loss.mask_truncated`: the toy's one-token answers stop at their cap unless they are
 /// the end token, so turns are masked in every step that keeps a group, and a step whose
 /// every kept turn was cut trains on nothing.

@@ -34,6 +34,11 @@ pub struct Completion {
     pub token_ids: Option<Vec<u32>>,
     /// Log-probability of each completion token, when the backend returns them.
     pub logprobs: Option<Vec<f32>>,
+    /// Each token's log-probability under the distribution it was drawn from (temperature
+    /// and top-p applied), where the backend gives it (the embedded worker): what training
+    /// at a temperature other than 1 needs as its behaviour log-probabilities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_logprobs: Option<Vec<f32>>,
     /// Exact prompt token ids (the rendered chat), when the backend tokenised it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_ids: Option<Vec<u32>>,

@@ -532,6 +532,7 @@ pub fn sample_messages() -> Vec<Message> {
                     }],
                 },
                 reference: true,
+                temperature: 0.75,
             },
         },
         Message::Scored {
@@ -574,6 +575,7 @@ pub fn sample_messages() -> Vec<Message> {
                     entropy_coef: 0.0,
                     tis_cap: 2.0,
                     loss_tokens: 5,
+                    temperature: 1.0,
                 },
             },
         },

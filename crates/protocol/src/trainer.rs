@@ -179,8 +179,8 @@ pub struct RlMicroBatch {
     pub rows: MicroBatch,
     /// The advantage of each target token (the advantage of the turn it belongs to).
     pub advantages: Vec<Vec<f32>>,
-    /// Each token's log-probability under the policy that generated it (the generator's
-    /// own, untempered).
+    /// Each token's log-probability under the policy that generated it, at the loss's
+    /// temperature (the generator's own at 1.0).
     pub behaviour: Vec<Vec<f32>>,
     /// Log-probabilities under the trainer's weights before this rollout batch's first
     /// update (from `score`). With them the PPO ratio is taken against these and the
@@ -207,6 +207,14 @@ pub struct RlLoss {
     /// The loss is a sum over target tokens divided by this: every target token of the
     /// optimizer step weighs the same, whatever its micro-batch or sequence length.
     pub loss_tokens: u64,
+    /// The rollout's sampling temperature: the policy trained is softmax(logits /
+    /// temperature), the distribution the tokens were drawn from (1.0: the model's own).
+    #[serde(default = "untempered")]
+    pub temperature: f64,
+}
+
+fn untempered() -> f64 {
+    1.0
 }
 
 /// One optimizer step of PPO-clip over these micro-batches.
@@ -321,6 +329,10 @@ pub struct ScoreJob {
     /// Score under the starting policy (LoRA: the adapter disabled; full weights: a frozen
     /// copy kept from setup) instead of the current one.
     pub reference: bool,
+    /// Log-probabilities of softmax(logits / temperature): the rollout's sampling
+    /// distribution, which the loss's ratio must compare like with like.
+    #[serde(default = "untempered")]
+    pub temperature: f64,
 }
 
 /// The answer to `score`: per micro-batch, per row, one log-probability per target token

@@ -166,6 +166,7 @@ mod tests {
             entropy_coef: 0.0,
             tis_cap: 2.0,
             loss_tokens: 0,
+            temperature: 1.0,
         };
         let prox = vec![vec![-0.5; 2], vec![-0.25; 3]];
         let b = rl_batch(&seqs, &p, 0, Some(&prox), None, loss, 2);

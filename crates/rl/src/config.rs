@@ -131,9 +131,11 @@ pub struct RolloutCfg {
     /// Turns per episode at most (`T`).
     pub turns: u32,
     pub max_tokens: u32,
-    /// 1.0 and top_p 1.0 by default: the sampled distribution is then the policy's own,
-    /// which is what the behaviour log-probabilities describe.
+    /// 1.0 by default: the sampled distribution is then the model's own. At another
+    /// temperature the learner trains softmax(logits / temperature), the distribution
+    /// sampled from, against the generator's sampling log-probabilities.
     pub temperature: f32,
+    /// Must stay 1.0: the learner cannot score a nucleus-truncated distribution.
     pub top_p: f32,
     /// An episode stops early once correct and at least this fast.
     pub target_speedup: f64,
@@ -149,6 +151,18 @@ pub struct RolloutCfg {
     pub parallel: usize,
     /// Longest training sequence, in tokens (a longer turn is dropped and counted).
     pub seq_len: usize,
+}
+
+impl RolloutCfg {
+    /// Which log-probabilities the loss compares against: at temperature 1 the model's
+    /// own (every backend gives them), else the sampling distribution's.
+    pub fn behaviour(&self) -> crate::layout::Behaviour {
+        if self.temperature == 1.0 {
+            crate::layout::Behaviour::Model
+        } else {
+            crate::layout::Behaviour::Sampled
+        }
+    }
 }
 
 impl Default for RolloutCfg {
@@ -559,8 +573,15 @@ impl RlConfig {
                 "turns, max_tokens and parallel must be at least 1, seq_len at least 16",
             );
         }
-        if !(r.temperature >= 0.0 && r.top_p > 0.0 && r.top_p <= 1.0) {
-            return bad("rollout", "temperature must be ≥ 0 and top_p in (0, 1]");
+        // Greedy groups are eight copies of one answer (no signal), and the learner
+        // scores softmax(logits / temperature): it must be positive. Below top-p 1 the
+        // sampled distribution is one the learner does not score.
+        if !(r.temperature > 0.0 && r.top_p == 1.0) {
+            return bad(
+                "rollout",
+                "temperature must be > 0 and top_p 1.0 (the learner trains the distribution \
+                 sampled from: softmax(logits / temperature), unfiltered)",
+            );
         }
         if !(l.clip_low >= 0.0 && l.clip_low < 1.0 && l.clip_high >= 0.0) {
             return bad("loss", "clip_low must be in [0, 1) and clip_high ≥ 0");
@@ -820,6 +841,9 @@ mod tests {
             ("[rollout]\nsamples = 1\n", "rollout.samples"),
             ("[loss]\nclip_low = 1.5\n", "loss"),
             ("[optim]\nlr = 0\n", "optim"),
+            // Greedy groups carry no signal; a nucleus the learner cannot score.
+            ("[rollout]\ntemperature = 0.0\n", "rollout"),
+            ("[rollout]\ntemperature = 0.7\ntop_p = 0.95\n", "rollout"),
             ("[schedule]\nsteps = 0\n", "schedule"),
             ("[generation]\nkind = \"sglang\"\nurls = []\ntokenizer = \"t\"\n", "generation.urls"),
         ] {

@@ -50,6 +50,16 @@ impl Sequence {
     }
 }
 
+/// Which of a completion's log-probabilities the loss takes as the behaviour policy's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// The model's own, untempered: right when the rollout sampled at temperature 1.
+    Model,
+    /// The sampling distribution's (temperature applied): the learner then scores the
+    /// same tempered distribution, so ratio and importance weight compare like with like.
+    Sampled,
+}
+
 /// Why an episode's turns cannot be trained on.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LayoutError {
@@ -59,6 +69,12 @@ pub enum LayoutError {
          SGLang's native API)"
     )]
     NoTokens { episode: String, turn: u32 },
+    #[error(
+        "episode {episode} turn {turn}: the backend returned no sampling log-probabilities; \
+         training at a rollout temperature other than 1 needs them (the embedded worker \
+         returns them; with another backend set rollout.temperature = 1.0)"
+    )]
+    NoSamplingLogprobs { episode: String, turn: u32 },
     #[error(
         "episode {episode} turn {turn}: {ids} completion ids but {logprobs} log-probabilities"
     )]
@@ -81,19 +97,35 @@ pub struct Laid {
 /// tokens are not built (a turn that alone exceeds it is dropped and counted). With
 /// `mask_truncated`, a turn whose completion stopped at its token cap stays in its
 /// sequence as context, with no loss: the cap, not the policy, decided how it ended.
+/// `behaviour` says which log-probabilities the loss compares against.
 pub fn lay_out(
     ep: &Episode,
     advantages: &[f64],
     max_len: usize,
     mask_truncated: bool,
+    behaviour: Behaviour,
 ) -> Result<Laid, LayoutError> {
     let mut out = Laid::default();
     let mut cur: Option<Sequence> = None;
     for (turn, adv) in ep.turns.iter().zip(advantages) {
         let c = &turn.completion;
-        let (Some(prompt), Some(ids), Some(lps)) = (&c.prompt_ids, &c.token_ids, &c.logprobs)
+        let (Some(prompt), Some(ids), Some(model_lps)) = (&c.prompt_ids, &c.token_ids, &c.logprobs)
         else {
             return Err(LayoutError::NoTokens { episode: ep.id.clone(), turn: turn.turn });
+        };
+        let lps = match behaviour {
+            Behaviour::Model => model_lps,
+            Behaviour::Sampled => match &c.sampling_logprobs {
+                Some(v) => v,
+                // Nothing was sampled: there is nothing to describe.
+                None if ids.is_empty() => model_lps,
+                None => {
+                    return Err(LayoutError::NoSamplingLogprobs {
+                        episode: ep.id.clone(),
+                        turn: turn.turn,
+                    })
+                }
+            },
         };
         if ids.len() != lps.len() {
             return Err(LayoutError::Mismatch {
@@ -172,7 +204,7 @@ mod tests {
             turn(1, &[1, 2, 3, 10, 11, 7, 8], &[20]),
             turn(2, &[1, 2, 3, 10, 11, 7, 8, 20, 9], &[30, 31, 32]),
         ]);
-        let laid = lay_out(&ep, &[0.5, -1.0, 2.0], 100, false).unwrap();
+        let laid = lay_out(&ep, &[0.5, -1.0, 2.0], 100, false, Behaviour::Model).unwrap();
         assert_eq!(laid.sequences.len(), 1);
         assert_eq!(laid.merged, 2);
         let s = &laid.sequences[0];
@@ -193,7 +225,7 @@ mod tests {
             turn(0, &[1, 2], &[10, 11]),
             turn(1, &[1, 2, 10, 99, 7], &[20, 21]), // 99: the answer re-tokenised
         ]);
-        let laid = lay_out(&ep, &[1.0, -1.0], 100, false).unwrap();
+        let laid = lay_out(&ep, &[1.0, -1.0], 100, false, Behaviour::Model).unwrap();
         assert_eq!(laid.merged, 0);
         assert_eq!(laid.sequences.len(), 2);
         assert_eq!(laid.sequences[1].ids, vec![1, 2, 10, 99, 7, 20, 21]);
@@ -210,7 +242,7 @@ mod tests {
             turn(1, &[1, 2, 10, 11, 7], &[20, 21]), // 7 tokens: over a limit of 6
             turn(2, &[1, 2, 3, 4, 5, 6, 7], &[30]), // 8 alone
         ]);
-        let laid = lay_out(&ep, &[1.0, 1.0, 1.0], 6, false).unwrap();
+        let laid = lay_out(&ep, &[1.0, 1.0, 1.0], 6, false, Behaviour::Model).unwrap();
         assert_eq!(laid.too_long, 2);
         assert_eq!(laid.sequences.len(), 1);
         assert_eq!(laid.sequences[0].ids, vec![1, 2, 10, 11]);
@@ -227,32 +259,55 @@ mod tests {
             cut,
             turn(2, &[1, 2, 3, 10, 11, 7, 20, 21, 9], &[30]),
         ]);
-        let laid = lay_out(&ep, &[0.5, -1.0, 2.0], 100, true).unwrap();
+        let laid = lay_out(&ep, &[0.5, -1.0, 2.0], 100, true, Behaviour::Model).unwrap();
         assert_eq!((laid.sequences.len(), laid.merged, laid.masked), (1, 2, 1));
         let s = &laid.sequences[0];
         assert_eq!(s.ids, vec![1, 2, 3, 10, 11, 7, 20, 21, 9, 30]);
         assert_eq!(s.mask, vec![0, 0, 0, 1, 1, 0, 0, 0, 0, 1]);
         assert_eq!((s.advantages.clone(), s.turn_of.clone()), (vec![0.5, 0.5, 2.0], vec![0, 0, 2]));
-        let plain = lay_out(&ep, &[0.5, -1.0, 2.0], 100, false).unwrap();
+        let plain = lay_out(&ep, &[0.5, -1.0, 2.0], 100, false, Behaviour::Model).unwrap();
         assert_eq!(plain.masked, 0);
         assert_eq!(plain.sequences[0].turn_of, vec![0, 0, 1, 1, 2]);
         // An episode whose only turn was cut leaves nothing to train.
         let mut only = turn(0, &[1], &[5, 6]);
         only.completion.finish_reason = Some("length".into());
-        assert!(lay_out(&episode(vec![only]), &[1.0], 10, true).unwrap().sequences.is_empty());
+        assert!(lay_out(&episode(vec![only]), &[1.0], 10, true, Behaviour::Model)
+            .unwrap()
+            .sequences
+            .is_empty());
     }
 
     #[test]
     fn missing_ids_are_named() {
         let mut t = turn(0, &[1], &[2]);
         t.completion.token_ids = None;
-        let err = lay_out(&episode(vec![t]), &[1.0], 10, false).unwrap_err();
+        let err = lay_out(&episode(vec![t]), &[1.0], 10, false, Behaviour::Model).unwrap_err();
         assert!(err.to_string().contains("no token ids"), "{err}");
         let mut t = turn(0, &[1], &[2, 3]);
         t.completion.logprobs = Some(vec![0.0]);
         assert!(matches!(
-            lay_out(&episode(vec![t]), &[1.0], 10, false),
+            lay_out(&episode(vec![t]), &[1.0], 10, false, Behaviour::Model),
             Err(LayoutError::Mismatch { ids: 2, logprobs: 1, .. })
         ));
+    }
+
+    /// Sampled at a temperature, the behaviour log-probabilities are the sampling
+    /// distribution's; a backend that gives none is named, not trained on the model's.
+    #[test]
+    fn tempered_rollouts_take_the_sampling_logprobs() {
+        let mut t = turn(0, &[1], &[2, 3]);
+        t.completion.sampling_logprobs = Some(vec![-0.5, -0.25]);
+        let ep = episode(vec![t.clone()]);
+        let sampled = lay_out(&ep, &[1.0], 10, false, Behaviour::Sampled).unwrap();
+        assert_eq!(sampled.sequences[0].behaviour, vec![-0.5, -0.25]);
+        let model = lay_out(&ep, &[1.0], 10, false, Behaviour::Model).unwrap();
+        assert_eq!(model.sequences[0].behaviour, vec![-0.02, -0.03]);
+        t.completion.sampling_logprobs = None;
+        let err = lay_out(&episode(vec![t]), &[1.0], 10, false, Behaviour::Sampled).unwrap_err();
+        assert!(
+            matches!(err, LayoutError::NoSamplingLogprobs { turn: 0, .. })
+                && err.to_string().contains("rollout.temperature"),
+            "{err}"
+        );
     }
 }

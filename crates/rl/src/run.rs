@@ -1115,7 +1115,13 @@ async fn train_step(
             }
             abs_adv.0 += a.iter().map(|x| x.abs()).sum::<f64>();
             abs_adv.1 += a.len();
-            let laid = lay_out(ep, a, cfg.rollout.seq_len, cfg.loss.mask_truncated)?;
+            let laid = lay_out(
+                ep,
+                a,
+                cfg.rollout.seq_len,
+                cfg.loss.mask_truncated,
+                cfg.rollout.behaviour(),
+            )?;
             m.merged_turns += laid.merged;
             m.too_long_turns += laid.too_long;
             m.masked_turns += laid.masked;
@@ -1142,7 +1148,11 @@ async fn train_step(
     let learner = &parts.learner;
     let t0 = tl.now();
     let score = |reference: bool| {
-        let job = ScoreJob { batch: batch::score_batch(&seqs, &plan, parts.pad_id), reference };
+        let job = ScoreJob {
+            batch: batch::score_batch(&seqs, &plan, parts.pad_id),
+            reference,
+            temperature: f64::from(cfg.rollout.temperature),
+        };
         let (plan, n) = (&plan, seqs.len());
         async move {
             let scores = learner.score(job).await.map_err(RlError::Learner)?;
@@ -1161,6 +1171,7 @@ async fn train_step(
         entropy_coef: cfg.loss.entropy_coef,
         tis_cap: cfg.loss.tis_cap,
         loss_tokens: 0,
+        temperature: f64::from(cfg.rollout.temperature),
     };
     let mut stats: Vec<RlStats> = Vec::new();
     for u in 0..plan.len() {
