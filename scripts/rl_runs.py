@@ -77,7 +77,9 @@ def summary(n: int, files: Dict[str, Path]) -> Dict[str, Any]:
     if not intervals:
         intervals = [m["step_s"] for m in steady_lines if m.get("step_s") is not None]
     idle = [m["worker"]["gpu_idle"] for m in steady_lines if (m.get("worker") or {}).get("gpu_idle") is not None]
-    extra = [k for k, on in (("masked cut turns", loss.get("mask_truncated")),
+    # Rollouts sampled below temperature 1 (run 21 on: the learner trains that distribution).
+    extra = [f"sampled at {r['temperature']}"] if r.get("temperature", 1.0) != 1.0 else []
+    extra += [k for k, on in (("masked cut turns", loss.get("mask_truncated")),
                              (f"micro {optim.get('micro_tokens')}", optim.get("micro_tokens")),
                              ("compiled learner", cfg.get("model", {}).get("compile") == "on")) if on]
     # Reward settings beyond the preset (run 20: no pay for compiling).
