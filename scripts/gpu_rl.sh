@@ -34,10 +34,10 @@
 set -uo pipefail
 B=${1:?binary}; OUT=${2:?outdir}; PHASE=${3:?phase}
 
-# Replace every file of directory $1 except `*.sqlite.xz` by one `run.tar` holding them.
+# Replace every file of directory $1 except the stores (`*.sqlite.xz` and their parts) by one `run.tar` holding them.
 bundle_small() {
   local dir=$1 list
-  list=$(cd "$dir" && find . -mindepth 1 -maxdepth 1 ! -name '*.sqlite.xz' ! -name run.tar -printf '%P\n')
+  list=$(cd "$dir" && find . -mindepth 1 -maxdepth 1 ! -name '*.sqlite.xz' ! -name '*.sqlite.xz.part*' ! -name run.tar -printf '%P\n')
   [ -n "$list" ] || return 0
   (cd "$dir" && printf '%s\n' "$list" | tar -cf run.tar -T - && printf '%s\n' "$list" | xargs rm -rf)
 }
@@ -133,8 +133,13 @@ case "$PHASE" in
       python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
         "$db" "/tmp/store-copy.sqlite" && xz -T4 -3 -c /tmp/store-copy.sqlite > "$OUT/$name"
       rm -f /tmp/store-copy.sqlite
-      [ "$(stat -c %s "$OUT/$name" 2>/dev/null || echo 0)" -gt 16000000 ] && \
-        { echo "$name over 16 MB: not brought back" >> "$S/train.err"; rm -f "$OUT/$name"; }
+      # Over the 16 MiB a file from $OUT may be (run 21's from step 22 on): in parts of
+      # 15 MB, name.part00, .part01, ...; `cat name.part* > name` joins them. The device
+      # brings back at most 8 files, run.tar one of them: a store past 105 MB stays behind.
+      if [ "$(stat -c %s "$OUT/$name" 2>/dev/null || echo 0)" -gt 16000000 ]; then
+        split -b 15000000 -d -a 2 "$OUT/$name" "$OUT/$name.part" && rm -f "$OUT/$name"
+        echo "$name in $(ls "$OUT/$name".part* | wc -l) parts of 15 MB" >> "$S/train.err"
+      fi
     done
     echo "$latest"; tail -n 8 "$S/train.err"
     # The device brings back few files from $OUT (run 8 lost its adapter to that limit):
