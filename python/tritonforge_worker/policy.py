@@ -12,7 +12,7 @@ log-probability. The process around both (reading requests, training) is
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Tuple
 
 from .protocol import Generated
 
@@ -27,21 +27,26 @@ def _row_generator(seed: int | None, device: str) -> Any:
     return g
 
 
-def _sample(logits: Any, temperature: float, top_p: float, gen: Any) -> int:
-    """One token from one row's logits (float32, 1-D)."""
+def _sample(logits: Any, temperature: float, top_p: float, gen: Any) -> Tuple[int, float]:
+    """One token from one row's logits (float32, 1-D), and its log-probability under the
+    distribution it was drawn from (temperature and top-p applied; 0 when greedy), as the
+    engine reports it: reinforcement learning below temperature 1 trains on it."""
+    import math
+
     import torch
 
     if temperature <= 0:
-        return int(torch.argmax(logits))
+        return int(torch.argmax(logits)), 0.0
     probs = torch.softmax(logits / temperature, dim=-1)
     if 0 < top_p < 1:
         sorted_p, order = torch.sort(probs, descending=True)
         # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
         drop = (torch.cumsum(sorted_p, dim=-1) - sorted_p) >= top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
-        pick = torch.multinomial(sorted_p, 1, generator=gen)
-        return int(order[pick])
-    return int(torch.multinomial(probs, 1, generator=gen))
+        pick = int(torch.multinomial(sorted_p, 1, generator=gen))
+        return int(order[pick]), math.log(float(sorted_p[pick]) / float(sorted_p.sum()))
+    t = int(torch.multinomial(probs, 1, generator=gen))
+    return t, float(torch.log_softmax(logits / temperature, dim=-1)[t])
 
 
 def _stop_ids(tok: Any, net: Any) -> set:
@@ -133,12 +138,13 @@ def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str, prompts: "L
         stops = _stop_ids(tok, net)
     out_ids: List[List[int]] = [[] for _ in jobs]
     out_lp: List[List[float]] = [[] for _ in jobs]
+    out_slp: List[List[float]] = [[] for _ in jobs]
     done = [job.max_tokens <= 0 for job in jobs]
     finish = ["length"] * n
     rows = [r for r in range(n) if not done[r]]  # batch position -> request
     if not rows:
-        return [Generated(text="", prompt_ids=prompts[r], token_ids=[], logprobs=[], finish_reason="length")
-                for r in range(n)]
+        return [Generated(text="", prompt_ids=prompts[r], token_ids=[], logprobs=[], finish_reason="length",
+                          sampling_logprobs=[]) for r in range(n)]
     if len(rows) < n:
         keep = torch.tensor(rows, dtype=torch.long, device=device)
         ids, mask, step_pos = ids[keep], mask[keep], step_pos[keep]
@@ -155,10 +161,11 @@ def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str, prompts: "L
             nxt = []
             for i, r in enumerate(rows):
                 job = jobs[r]
-                t = _sample(logits[i], job.temperature, job.top_p, gens[r])
+                t, slp = _sample(logits[i], job.temperature, job.top_p, gens[r])
                 lp = float(logp[i, t])
                 out_ids[r].append(t)
                 out_lp[r].append(lp if lp == lp and lp > -1e30 else -1e30)
+                out_slp[r].append(slp if slp == slp and slp > -1e30 else -1e30)
                 if t in stops:
                     done[r], finish[r] = True, "stop"
                 elif len(out_ids[r]) >= job.max_tokens:
@@ -177,7 +184,8 @@ def generate_batch(tok: Any, net: Any, jobs: List[Any], device: str, prompts: "L
                 step_ids, step_pos, mask = step_ids[keep], step_pos[keep], mask[keep]
                 rows = [rows[i] for i in keep_at]
     return [Generated(text=tok.decode(out_ids[r], skip_special_tokens=True), prompt_ids=prompts[r],
-                      token_ids=out_ids[r], logprobs=out_lp[r], finish_reason=finish[r]) for r in range(n)]
+                      token_ids=out_ids[r], logprobs=out_lp[r], finish_reason=finish[r],
+                      sampling_logprobs=out_slp[r]) for r in range(n)]
 
 
 def prompt_ids(tok: Any, job: Any) -> List[int]:

@@ -14,18 +14,25 @@ from typing import Any, Dict, Optional, Tuple
 from .protocol import RlLoss
 
 
-def token_logprobs(hidden: Any, weight: Any, targets: Any, dtype: Any, chunk: int = 4096) -> Tuple[Any, Any]:
-    """(log p(target), entropy) per row of `hidden`, under softmax(hidden @ weight.T),
-    both fp32 and differentiable with respect to `hidden` and `weight`.
+def token_logprobs(hidden: Any, weight: Any, targets: Any, dtype: Any, chunk: int = 4096,
+                   temperature: float = 1.0) -> Tuple[Any, Any]:
+    """(log p(target), entropy) per row of `hidden`, under softmax(hidden @ weight.T /
+    temperature), both fp32 and differentiable with respect to `hidden` and `weight`.
 
     The logits are computed in `dtype`, one chunk of rows at a time, and dropped; the
     backward pass computes each chunk's logits again. With a 151,936-token vocabulary the
     whole [rows, vocabulary] logits would be gigabytes per micro-batch; here only one chunk
-    and the per-row log-normaliser are kept."""
+    and the per-row log-normaliser are kept. The temperature divides the fp32 logits, as
+    the generation engine does: divided in bf16 before the head, the two sides' rounding
+    would differ by up to 0.2 nats a token."""
     import torch
+
+    inv_t = 1.0 / temperature
 
     def chunk_stats(h: Any, w: Any, tgt: Any) -> Tuple[Any, Any, Any]:
         z = (h.to(dtype) @ w.to(dtype).t()).float()
+        if inv_t != 1.0:
+            z = z * inv_t
         lse = torch.logsumexp(z, dim=-1)
         p = torch.exp(z - lse[:, None])
         return z.gather(1, tgt[:, None]).squeeze(1) - lse, lse - (p * z).sum(-1), lse
@@ -55,7 +62,7 @@ def token_logprobs(hidden: Any, weight: Any, targets: Any, dtype: Any, chunk: in
             gw = torch.zeros(w_in.shape, dtype=torch.float32, device=w_in.device) if need_w else None
             for s in range(0, h_in.shape[0], chunk):
                 h = h_in[s:s + chunk].to(dtype)
-                logq = (h @ w.t()).float() - lse[s:s + chunk, None]  # log p of every token
+                logq = (h @ w.t()).float() * inv_t - lse[s:s + chunk, None]  # log p of every token
                 p = torch.exp(logq)
                 # d log p(t) / dz = onehot(t) - p;  d H / dz = -p * (log p + H).
                 gz = torch.zeros_like(p)
@@ -65,6 +72,8 @@ def token_logprobs(hidden: Any, weight: Any, targets: Any, dtype: Any, chunk: in
                     gz.scatter_add_(1, targets[s:s + chunk, None], g)
                 if g_ent is not None:
                     gz -= g_ent[s:s + chunk, None].float() * p * (logq + ent[s:s + chunk, None])
+                if inv_t != 1.0:  # d/d(raw logits) = d/d(tempered logits) / temperature
+                    gz *= inv_t
                 gz = gz.to(dtype)
                 if gh is not None:
                     gh[s:s + chunk] = (gz @ w).to(h_in.dtype)
@@ -84,12 +93,13 @@ def token_logprobs(hidden: Any, weight: Any, targets: Any, dtype: Any, chunk: in
     return both
 
 
-def logits_logprobs(logits: Any, targets: Any) -> Tuple[Any, Any]:
+def logits_logprobs(logits: Any, targets: Any, temperature: float = 1.0) -> Tuple[Any, Any]:
     """(log p(target), entropy) per row of logits already computed in full (a model whose
-    output projection the trainer cannot apply itself)."""
+    output projection the trainer cannot apply itself), under softmax(logits /
+    temperature), divided in fp32."""
     import torch
 
-    logq = torch.log_softmax(logits.float(), dim=-1)
+    logq = torch.log_softmax(logits.float() / temperature, dim=-1)
     return logq.gather(1, targets[:, None]).squeeze(1), -(torch.exp(logq) * logq).sum(-1)
 
 

@@ -22,7 +22,7 @@ use tritonforge_agent::{Backend, ChatMessage, Episode, Turn, TurnOutcome};
 use tritonforge_protocol::{DeviceKind, Status};
 use tritonforge_rl::engines::{Colocated, WorkerLearner};
 use tritonforge_rl::env::BoxFuture;
-use tritonforge_rl::{Environment, Parts, Play, RlConfig, RlEvent, StepMetrics, Timeline};
+use tritonforge_rl::{Environment, Learner, Parts, Play, RlConfig, RlEvent, StepMetrics, Timeline};
 
 mod common;
 use common::*;
@@ -137,6 +137,15 @@ dir = "{out}"
 
 /// Run the loop with the toy environment and a fresh colocated worker; the metrics.
 fn toy_run(cfg: &RlConfig, model: &Path) -> Vec<StepMetrics> {
+    toy_run_with(cfg, model, |learner| learner)
+}
+
+/// `toy_run` with the worker's learner seen through `wrap`.
+fn toy_run_with(
+    cfg: &RlConfig,
+    model: &Path,
+    wrap: impl FnOnce(Arc<dyn Learner>) -> Arc<dyn Learner>,
+) -> Vec<StepMetrics> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let policy = Arc::new(EmbeddedBackend::new(EmbeddedConfig {
@@ -154,7 +163,7 @@ fn toy_run(cfg: &RlConfig, model: &Path) -> Vec<StepMetrics> {
             env: Arc::new(Toy { tasks: 6 }),
             heldout: Vec::new(),
             generator: Arc::new(Colocated(policy.clone())),
-            learner: Arc::new(WorkerLearner { policy, timeout: Duration::from_secs(600) }),
+            learner: wrap(Arc::new(WorkerLearner { policy, timeout: Duration::from_secs(600) })),
             setup: tritonforge_rl::setup::train_setup(cfg, &model.display().to_string()),
             pad_id: 0,
             policy: "tiny".into(),
@@ -234,10 +243,64 @@ fn the_rewarded_behaviour_increases() {
     assert_eq!(jsonl(&out.join("metrics.jsonl")).len(), 8);
 }
 
+/// A learner that notes the temperature of every score and update it is asked for and,
+/// before each update, how far the update's behaviour log-probabilities are from the
+/// untempered model's (scored at temperature 1 on the update's rows); then passes them on.
+struct Noting {
+    inner: Arc<dyn Learner>,
+    seen: std::sync::Mutex<Vec<(&'static str, f64)>>,
+    /// Per update: the mean |behaviour - untempered score| over its tokens.
+    from_untempered: std::sync::Mutex<Vec<f64>>,
+}
+
+impl Learner for Noting {
+    fn setup(
+        &self,
+        setup: tritonforge_protocol::TrainSetup,
+    ) -> BoxFuture<'_, Result<tritonforge_protocol::TrainInfo, String>> {
+        self.inner.setup(setup)
+    }
+    fn score(
+        &self,
+        job: tritonforge_protocol::ScoreJob,
+    ) -> BoxFuture<'_, Result<tritonforge_protocol::Scores, String>> {
+        self.seen.lock().unwrap().push(("score", job.temperature));
+        self.inner.score(job)
+    }
+    fn step(
+        &self,
+        batch: tritonforge_protocol::RlBatch,
+    ) -> BoxFuture<'_, Result<tritonforge_protocol::RlStats, String>> {
+        self.seen.lock().unwrap().push(("step", batch.loss.temperature));
+        Box::pin(async move {
+            let job = tritonforge_protocol::ScoreJob {
+                batch: tritonforge_protocol::TrainBatch {
+                    micro: batch.micro.iter().map(|m| m.rows.clone()).collect(),
+                },
+                reference: false,
+                temperature: 1.0,
+            };
+            let plain = self.inner.score(job).await?.logprobs;
+            let behaviour = batch.micro.iter().flat_map(|m| m.behaviour.iter().flatten());
+            let diffs: Vec<f64> = behaviour
+                .zip(plain.iter().flatten().flatten())
+                .map(|(b, p)| f64::from((b - p).abs()))
+                .collect();
+            let mean = diffs.iter().sum::<f64>() / diffs.len().max(1) as f64;
+            self.from_untempered.lock().unwrap().push(mean);
+            self.inner.step(batch).await
+        })
+    }
+    fn save(&self, job: tritonforge_protocol::SaveJob) -> BoxFuture<'_, Result<u64, String>> {
+        self.inner.save(job)
+    }
+}
+
 /// Sampled at temperature 0.5, the learner trains softmax(logits / 0.5) against the
-/// generator's sampling log-probabilities: with the ratio taken against them directly (no
-/// proximal scores) the first update's ratios are 1. Scored untempered they would be
-/// not be 1.
+/// generator's sampling log-probabilities. Every score (the reference's too) and update
+/// is asked at 0.5; the behaviour log-probabilities are not the untempered model's; and
+/// with the ratio taken against them directly (no proximal scores) the first update's
+/// ratios are 1, so the learner's tempered scores are of the distribution they describe.
 #[test]
 fn a_tempered_rollout_trains_the_distribution_it_sampled() {
     let dir = tempfile::tempdir().unwrap();
@@ -245,10 +308,31 @@ fn a_tempered_rollout_trains_the_distribution_it_sampled() {
     let mut cfg = toy_config(&dir.path().join("out"), &model, 2, 0.01, "");
     cfg.rollout.temperature = 0.5;
     cfg.loss.proximal = false;
+    cfg.loss.measure_kl = true;
     cfg.check().unwrap();
-    let steps = toy_run(&cfg, &model);
+    let noting = Arc::new(std::sync::OnceLock::<Arc<Noting>>::new());
+    let keep = noting.clone();
+    let steps = toy_run_with(&cfg, &model, move |inner| {
+        let n = Arc::new(Noting {
+            inner,
+            seen: Default::default(),
+            from_untempered: Default::default(),
+        });
+        let _ = keep.set(n.clone());
+        n
+    });
     let first = steps.iter().find(|s| s.updates > 0).expect("a step with signal");
     assert!((first.ratio_mean - 1.0).abs() < 1e-3 && first.ratio_max < 1.0 + 1e-3, "{first:?}");
+    let noted = noting.get().expect("the learner was made");
+    let seen = noted.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|(k, _)| *k == "score")
+            && seen.iter().any(|(k, _)| *k == "step")
+            && seen.iter().all(|(_, t)| (*t - 0.5).abs() < 1e-6),
+        "{seen:?}"
+    );
+    let apart = noted.from_untempered.lock().unwrap().clone();
+    assert!(!apart.is_empty() && apart.iter().all(|d| *d > 1e-2), "{apart:?}");
 }
 
 /// `loss.mask_truncated`: the toy's one-token answers stop at their cap unless they are

@@ -650,6 +650,19 @@ impl RlConfig {
                     "external engines load full weights from disk: train all weights (drop model.lora) or generate colocated",
                 );
             }
+            // Found at the first step's layout otherwise, after a whole rollout.
+            if r.temperature != 1.0 {
+                return bad(
+                    &format!(
+                        "rollout.temperature = {} with generation.kind = \"{}\"",
+                        r.temperature,
+                        self.generation.kind()
+                    ),
+                    "external engines return the model's own log-probabilities, not the \
+                     tempered distribution's that training below temperature 1 needs: set \
+                     rollout.temperature = 1.0 or generate colocated",
+                );
+            }
         }
         self.reward.resolve()?;
         Ok(())
@@ -778,7 +791,8 @@ mod tests {
     }
 
     /// vLLM engines are configured like SGLang's, with an optional served name; an empty
-    /// list, a URL without a scheme and LoRA training are named.
+    /// list, a URL without a scheme, LoRA training and a rollout temperature other than 1
+    /// are named.
     #[test]
     fn vllm_engines_are_selected_by_kind() {
         let vllm = "[generation]\nkind = \"vllm\"\nurls = [\"http://g1:8000\", \"http://g2:8000\"]\ntokenizer = \"t\"\nmodel = \"policy\"\n";
@@ -795,6 +809,12 @@ mod tests {
             (format!("{MIN}{no_urls}"), "generation.urls", "no vllm server"),
             (format!("{MIN}{}", vllm.replace("http://g1", "g1")), "generation.urls", "\"g1:8000\""),
             (format!("{lora}{vllm}"), "generation.kind", "full weights"),
+            // Their log-probabilities are the untempered model's.
+            (
+                format!("{MIN}[rollout]\ntemperature = 0.7\n{vllm}"),
+                "rollout.temperature = 0.7 with generation.kind = \"vllm\"",
+                "colocated",
+            ),
         ] {
             let c: RlConfig = toml::from_str(&text).unwrap();
             let e = c.check().unwrap_err();
