@@ -46,7 +46,7 @@ def _sample(logits: Any, temperature: float, top_p: float, gen: Any) -> Tuple[in
         pick = int(torch.multinomial(sorted_p, 1, generator=gen))
         return int(order[pick]), math.log(float(sorted_p[pick]) / float(sorted_p.sum()))
     t = int(torch.multinomial(probs, 1, generator=gen))
-    return t, float(torch.log_softmax(logits / temperature, dim=-1)[t])
+    return t, math.log(float(probs[t]))
 
 
 def _stop_ids(tok: Any, net: Any) -> set:

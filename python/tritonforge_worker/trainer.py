@@ -329,6 +329,8 @@ def _check_rl(batch: RlBatch) -> None:
     the step has target tokens and a positive divisor. The error names the culprit."""
     if batch.loss.loss_tokens <= 0:
         raise Refused(f"rl_step: loss_tokens is {batch.loss.loss_tokens}; it must be positive")
+    if not batch.loss.temperature > 0:
+        raise Refused(f"rl_step: temperature is {batch.loss.temperature}; it must be positive")
     total = 0
     for k, mb in enumerate(batch.micro):
         counts = _targets_per_row(mb.rows)
@@ -660,25 +662,21 @@ class Trainer:
         return {"ids": put(mb.input_ids), "pos": put(mb.position_ids), "extra": extra,
                 "sel": put(sel), "tgt": put(tgt), "n": len(sel), "tokens": width * len(mb.input_ids)}
 
-    def _at_targets(self, inp: Dict[str, Any], of_hidden: Callable[[Any, Any, Any, float], Any],
-                    of_logits: Callable[[Any, float], Any], net: Any = None, temperature: float = 1.0) -> Any:
+    def _at_targets(self, inp: Dict[str, Any], of_hidden: Callable[[Any, Any, Any], Any],
+                    of_logits: Callable[[Any], Any], net: Any = None) -> Any:
         """What one micro-batch (from `_inputs`) gives at its target positions:
         `of_hidden(hidden, head weight, dtype)` of the final hidden states there, where the
         output projection is a plain linear map we apply ourselves (chunked: no logits for
         every position and the whole vocabulary), else `of_logits` of the model's logits
-        there. `net`: the model to run (the trainer's own by default). `temperature` is
-        passed on to both (`rl.token_logprobs` and `rl.logits_logprobs` divide the fp32
-        logits by it), so that what is scored is the distribution sampled from."""
+        there. `net`: the model to run (the trainer's own by default)."""
         net = self.net if net is None else net
         base = net.get_base_model() if hasattr(net, "get_base_model") else net
         decoder = getattr(base, "model", None)
         head = base.get_output_embeddings()
-        if not temperature > 0:
-            raise TrainError(f"temperature {temperature}: scoring needs a positive temperature")
 
         def at(hidden: Any) -> Any:
             hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, inp["sel"])
-            return of_hidden(hidden, head.weight, self.compute or hidden.dtype, temperature)
+            return of_hidden(hidden, head.weight, self.compute or hidden.dtype)
 
         with self._autocast():
             if decoder is not None and head is not None and _plain_head(head):
@@ -693,15 +691,15 @@ class Trainer:
                 finally:
                     del head.forward
             logits = net(input_ids=inp["ids"], position_ids=inp["pos"], **inp["extra"]).logits
-        return of_logits(logits.reshape(-1, logits.shape[-1]).index_select(0, inp["sel"]), temperature)
+        return of_logits(logits.reshape(-1, logits.shape[-1]).index_select(0, inp["sel"]))
 
     def _loss_sum(self, inp: Dict[str, Any]) -> Any:
         """The sum of target-token losses of one micro-batch (from `_inputs`)."""
         import torch.nn.functional as F
 
         return self._at_targets(
-            inp, lambda h, w, dtype, _t: head_loss(h, w, inp["tgt"], dtype, ce=self.ce),
-            lambda logits, _t: F.cross_entropy(logits.float(), inp["tgt"], reduction="sum"))
+            inp, lambda h, w, dtype: head_loss(h, w, inp["tgt"], dtype, ce=self.ce),
+            lambda logits: F.cross_entropy(logits.float(), inp["tgt"], reduction="sum"))
 
     def _autocast(self) -> Any:
         import contextlib
@@ -843,6 +841,8 @@ class Trainer:
         pauses); the model is in train mode, adapters on, at every pause."""
         import torch
 
+        if not job.temperature > 0:
+            raise Refused(f"score: temperature is {job.temperature}; it must be positive")
         started = time.perf_counter()
         flat: List[Any] = []
         for inp in map(self._inputs, job.batch.micro):
@@ -858,9 +858,11 @@ class Trainer:
                       elapsed_ms=(time.perf_counter() - started) * 1000.0)
 
     def _logprobs(self, inp: Dict[str, Any], net: Any, temperature: float) -> Any:
+        """Log-probs of the target tokens under softmax(logits / temperature): the
+        distribution the rollout sampled from."""
         tgt = inp["tgt"]
-        return self._at_targets(inp, lambda h, w, dtype, t: token_logprobs(h, w, tgt, dtype, temperature=t)[0],
-                                lambda logits, t: logits_logprobs(logits, tgt, t)[0], net, temperature)
+        return self._at_targets(inp, lambda h, w, dtype: token_logprobs(h, w, tgt, dtype, temperature=temperature)[0],
+                                lambda logits: logits_logprobs(logits, tgt, temperature)[0], net)
 
     def _per_row(self, micro: List[MicroBatch], flat: List[Any]) -> List[List[List[float]]]:
         """Each micro-batch's values at its target tokens (this rank's rows, in order) cut
@@ -992,9 +994,9 @@ class Trainer:
             return found[-1].loss
 
         tgt = inp["tgt"]
-        loss = self._at_targets(inp, lambda h, w, dtype, t: terms(*token_logprobs(h, w, tgt, dtype, temperature=t)),
-                                lambda logits, t: terms(*logits_logprobs(logits, tgt, t)), None,
-                                batch.loss.temperature)
+        t = batch.loss.temperature
+        loss = self._at_targets(inp, lambda h, w, dtype: terms(*token_logprobs(h, w, tgt, dtype, temperature=t)),
+                                lambda logits: terms(*logits_logprobs(logits, tgt, t)))
         return loss, found[-1]
 
     # -- checkpoints ---------------------------------------------------------------------
