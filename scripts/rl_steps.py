@@ -18,8 +18,9 @@ that its rollout ran during the step before).
 
 `--means A-B` adds one JSON line: the means over steps A to B (the steady ones among
 them) of the pace, the slowest and mean chain's generation, the engine's time per decode
-step (all, and the decode alone), its prefill seconds and new prompt tokens: how two
-runs' same steps compare (docs/rl.md, run 14).
+step (all, and the decode alone), its prefill seconds and new prompt tokens, the step's
+time split (generation, evaluation, scoring and updates, which overlap), its target tokens
+and the GPU's idle share: how two runs' same steps compare (docs/rl.md, runs 14 and 21).
 
 `--worker` prints the policy worker's split over the steady steps instead (docs/rl.md,
 run 17): generation and learner seconds a step, the worker's ms per decode step (weighted
@@ -63,11 +64,14 @@ def row(m: Dict[str, Any]) -> Dict[str, Any]:
         "moved_rows": e.get("moved_rows"), "decode_ms_per_step": e.get("decode_ms_per_step"),
         "prefill_s": e.get("prefill_s"), "prefill_forwards": e.get("prefill_forwards"),
         "prefill_tokens": e.get("prefill_tokens"), "prefill_graphs": e.get("prefill_graphs"),
+        # The step's time split (overlapping: generation and evaluation run together) and its size.
+        "generate_s": m.get("generate_s"), "evaluate_s": m.get("evaluate_s"), "score_s": m.get("score_s"),
+        "train_s": m.get("train_s"), "target_tokens": m.get("target_tokens"),
     }
 
 
 MEANS = ("interval_s", "slowest_gen_s", "mean_gen_s", "ms_per_step", "decode_ms_per_step", "prefill_s",
-         "prefill_tokens")
+         "prefill_tokens", "generate_s", "evaluate_s", "score_s", "train_s", "target_tokens", "gpu_idle")
 
 
 def means(rows: List[Dict[str, Any]], span: str) -> Dict[str, Any]:
