@@ -215,6 +215,9 @@ fn describe_json(e: &RlEvent) -> String {
         RlEvent::Saved { dir, step } => {
             serde_json::json!({"event": "saved", "dir": dir, "step": step})
         }
+        RlEvent::HeldoutCut { step, played, total } => serde_json::json!({
+            "event": "heldout_cut", "step": step, "played": played, "total": total,
+        }),
         RlEvent::Complete { dir, step, steps } => {
             serde_json::json!({"event": "complete", "dir": dir, "step": step, "steps": steps})
         }
@@ -248,6 +251,10 @@ fn describe(e: &RlEvent) -> String {
             };
             let took = match &h.reused_from {
                 Some(path) => format!("taken from {path}"),
+                None if h.reused_episodes > 0 => format!(
+                    "{:.0} s, {} episodes from a pass the clock cut short",
+                    h.wall_s, h.reused_episodes
+                ),
                 None => format!("{:.0} s", h.wall_s),
             };
             format!(
@@ -331,6 +338,10 @@ fn describe(e: &RlEvent) -> String {
             )
         }
         RlEvent::Saved { dir, step } => format!("checkpoint at step {step}: {}", dir.display()),
+        RlEvent::HeldoutCut { step, played, total } => format!(
+            "heldout pass at step {step} stopped by schedule.max_seconds_now: {played} of \
+             {total} episodes played and stored; the next invocation plays the rest first"
+        ),
         RlEvent::Complete { dir, step, steps } => format!(
             "already complete: checkpoint {} holds step {step} of {steps}, and its heldout \
              figures (if any) are written; nothing started (raise schedule.steps to train on)",

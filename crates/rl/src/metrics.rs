@@ -397,6 +397,14 @@ pub struct HeldoutMetrics {
     /// (`schedule.heldout_baseline`) instead of being played.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reused_from: Option<String>,
+    /// Episodes an earlier invocation played before its clock cut this pass short (kept in
+    /// the store, not played again); `wall_s` is then this invocation's part alone.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reused_episodes: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl HeldoutMetrics {

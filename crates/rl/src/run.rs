@@ -87,6 +87,14 @@ pub enum RlEvent {
         dir: PathBuf,
         step: u64,
     },
+    /// The clock (`schedule.max_seconds_now`) cut the heldout pass at `step` short:
+    /// `played` of its `total` episodes are stored, and the next invocation plays the
+    /// rest before anything else.
+    HeldoutCut {
+        step: u64,
+        played: usize,
+        total: usize,
+    },
     /// Nothing to do: the checkpoint in `dir` holds all `steps` and the heldout pass due
     /// there is written. The learner is not started.
     Complete {
@@ -103,6 +111,8 @@ pub struct RlSummary {
     pub steps_done: u64,
     pub last_checkpoint: Option<PathBuf>,
     pub heldout: Vec<HeldoutMetrics>,
+    /// The step whose heldout pass the clock cut short (left for the next invocation).
+    pub heldout_cut: Option<u64>,
 }
 
 /// What a checkpoint holds beside the learner's files.
@@ -124,6 +134,8 @@ const TOKENIZER_FILES: [&str; 4] =
 const LATEST: &str = "LATEST";
 const HELDOUT: &str = "heldout.jsonl";
 const METRICS: &str = "metrics.jsonl";
+/// How the heldout pass in progress is played, while one is (see [`heldout`]).
+const PASS: &str = "heldout-pass.json";
 
 /// One played rollout batch.
 struct Rollout {
@@ -346,6 +358,7 @@ pub fn conclude(
         steps_done: standing.start,
         last_checkpoint: Some(dir.clone()),
         heldout: Vec::new(),
+        heldout_cut: None,
     }))
 }
 
@@ -427,17 +440,21 @@ async fn play_all(
     parallel: usize,
 ) -> Vec<Episode> {
     let slots = Arc::new(Semaphore::new(parallel.max(1)));
-    play_in(env, generator, timeline, plays, slots).await
+    play_in(env, generator, timeline, plays, slots, None, &mut |_| {}).await.0
 }
 
 /// [`play_all`] within `slots` shared with other calls (heldout sets played together).
-async fn play_in(
+/// Each episode is handed to `done` as it ends. At `deadline` the plays still running are
+/// dropped: the episodes that ended come back, with `true` for "cut short".
+async fn play_in<F: FnMut(&Episode)>(
     env: &Arc<dyn Environment>,
     generator: &Arc<dyn Generator>,
     timeline: &Arc<Timeline>,
     plays: Vec<Play>,
     slots: Arc<Semaphore>,
-) -> Vec<Episode> {
+    deadline: Option<Instant>,
+    done: &mut F,
+) -> (Vec<Episode>, bool) {
     let mut set = JoinSet::new();
     let n = plays.len();
     for (i, play) in plays.into_iter().enumerate() {
@@ -450,21 +467,38 @@ async fn play_in(
         });
     }
     let mut out: Vec<Option<Episode>> = vec![None; n];
-    while let Some(joined) = set.join_next().await {
-        match joined {
-            Ok((i, ep)) => out[i] = Some(ep),
-            // A panicking episode task is a bug; it is recorded as a failed episode.
-            Err(e) => {
-                if let Some(slot) = out.iter_mut().find(|o| o.is_none()) {
-                    *slot = Some(Episode {
-                        error: Some(format!("episode task: {e}")),
-                        ..Episode::default()
-                    });
-                }
-            }
+    let stop = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at.into()).await,
+            None => std::future::pending().await,
         }
+    };
+    tokio::pin!(stop);
+    let mut cut = false;
+    loop {
+        let joined = tokio::select! {
+            joined = set.join_next() => joined,
+            () = &mut stop => {
+                cut = !set.is_empty();
+                set.abort_all();
+                break;
+            }
+        };
+        let Some(joined) = joined else { break };
+        let (i, ep) = match joined {
+            Ok((i, ep)) => (i, ep),
+            // A panicking episode task is a bug; it is recorded as a failed episode.
+            Err(e) => match out.iter().position(|o| o.is_none()) {
+                Some(i) => {
+                    (i, Episode { error: Some(format!("episode task: {e}")), ..Episode::default() })
+                }
+                None => continue,
+            },
+        };
+        done(&ep);
+        out[i] = Some(ep);
     }
-    out.into_iter().flatten().collect()
+    (out.into_iter().flatten().collect(), cut)
 }
 
 struct Producer {
@@ -632,10 +666,18 @@ pub async fn train(
         steps_done: start,
         last_checkpoint: standing.checkpoint.clone(),
         heldout: Vec::new(),
+        heldout_cut: None,
     };
     let end = match cfg.schedule.max_steps_now {
         0 => cfg.schedule.steps,
         n => (start + n).min(cfg.schedule.steps),
+    };
+    // A heldout pass after a step stops itself at the invocation's limit (the next
+    // invocation plays the rest first, whole: the first thing an invocation does always
+    // runs, or a limit shorter than the set-up would never let the run move on).
+    let deadline = match cfg.schedule.max_seconds_now {
+        0 => None,
+        s => Some(started_now + std::time::Duration::from_secs(s)),
     };
     // The heldout pass due where this invocation starts (see [`Standing`]).
     let mut heldout_now = false;
@@ -645,7 +687,14 @@ pub async fn train(
             Some(figures) => figures.clone(),
             None => {
                 heldout_now = true;
-                heldout(cfg, &parts, start, store).await?
+                match heldout(cfg, &parts, start, store, None).await? {
+                    Pass::Done(figures) => figures,
+                    Pass::Cut { played, total } => {
+                        events(RlEvent::HeldoutCut { step: start, played, total });
+                        summary.heldout_cut = Some(start);
+                        return Ok(summary);
+                    }
+                }
             }
         };
         for h in figures {
@@ -771,22 +820,42 @@ pub async fn train(
             later_s.push(took);
         }
         if heldout_due(cfg, done) {
-            // A pass the clock would cut short is left to the next invocation, which plays
-            // it first from this step's checkpoint (run 11 lost over 100 s of a device command to
-            // a pass killed by its limit): it is taken to last as long as the last one did.
-            if out_of_time(cfg.schedule.max_seconds_now, started_now, last_pass_s(&heldout_path)) {
-                if !(done.is_multiple_of(cfg.schedule.save_every) || done == end) {
-                    let dir = save(&parts, &out, done, &rollout.pool, &recipe).await?;
-                    events(RlEvent::Saved { dir: dir.clone(), step: done });
-                    summary.last_checkpoint = Some(dir);
-                }
+            // The pass starts from this step's checkpoint, so that a stop during it resumes
+            // there. With a store it is played until the clock stops it, and the next
+            // invocation plays the rest first (run 22's final pass, left whole to a slice of
+            // its own, was killed there by the command's limit). Without one, a pass the
+            // clock would cut short is left whole to the next invocation (run 11 lost over
+            // 100 s of a device command to a pass killed by its limit): it is taken to last
+            // as long as the last one did.
+            let saved = done.is_multiple_of(cfg.schedule.save_every) || done == end;
+            let resumable = store.is_some();
+            let no_time = if resumable {
+                deadline.is_some_and(|d| Instant::now() >= d)
+            } else {
+                out_of_time(cfg.schedule.max_seconds_now, started_now, last_pass_s(&heldout_path))
+            };
+            if !saved && (resumable || no_time) {
+                let dir = save(&parts, &out, done, &rollout.pool, &recipe).await?;
+                events(RlEvent::Saved { dir: dir.clone(), step: done });
+                summary.last_checkpoint = Some(dir);
+            }
+            if no_time {
                 break;
             }
-            for h in heldout(cfg, &parts, done, store).await? {
-                append_jsonl(&heldout_path, &h)?;
-                put_metric(store, &parts.run, done, &format!("heldout:{}", h.set), &h)?;
-                events(RlEvent::Heldout(h.clone()));
-                summary.heldout.push(h);
+            match heldout(cfg, &parts, done, store, deadline).await? {
+                Pass::Done(figures) => {
+                    for h in figures {
+                        append_jsonl(&heldout_path, &h)?;
+                        put_metric(store, &parts.run, done, &format!("heldout:{}", h.set), &h)?;
+                        events(RlEvent::Heldout(h.clone()));
+                        summary.heldout.push(h);
+                    }
+                }
+                Pass::Cut { played, total } => {
+                    events(RlEvent::HeldoutCut { step: done, played, total });
+                    summary.heldout_cut = Some(done);
+                    break;
+                }
             }
         }
         last_end = parts.timeline.now();
@@ -910,32 +979,105 @@ fn plan_sets(
         .collect()
 }
 
+/// How a heldout pass ended.
+enum Pass {
+    /// Every set's figures.
+    Done(Vec<HeldoutMetrics>),
+    /// The invocation's clock ran out first: `played` of `total` episodes are in the
+    /// store, and the next invocation plays the rest.
+    Cut { played: usize, total: usize },
+}
+
+/// The ids of a heldout pass's episodes at `step` start with this.
+fn pass_prefix(run: &str, step: u64) -> String {
+    format!("{run}/heldout-{step:06}/")
+}
+
+/// The episodes an earlier, cut-short attempt at this very pass left in the store, by
+/// id. They count only when `heldout-pass.json` says that attempt was played as `plans`
+/// say (the same checkpoint, sets, samples, cap and temperature); otherwise they are
+/// deleted, so that a pass played under other settings is never mixed with them.
+fn reusable(
+    store: &Store,
+    out: &Path,
+    run: &str,
+    step: u64,
+    plans: &[HeldoutMetrics],
+) -> Result<std::collections::HashMap<String, Episode>, RlError> {
+    let marker = out.join(PASS);
+    let same = std::fs::read_to_string(&marker)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Vec<HeldoutMetrics>>(&t).ok())
+        .is_some_and(|was| {
+            was.len() == plans.len()
+                && was.iter().zip(plans).all(|(w, p)| w.differs_from(p).is_none())
+        });
+    let prefix = pass_prefix(run, step);
+    if !same {
+        store.delete_episodes_under(&prefix)?;
+        return Ok(Default::default());
+    }
+    Ok(store
+        .episodes_under(&prefix)?
+        .into_iter()
+        .filter_map(|(id, text)| Some((id, serde_json::from_str::<Episode>(&text).ok()?)))
+        // A failed episode (the backend or the problem, not the policy) is played again.
+        .filter(|(_, e)| e.error.is_none())
+        .collect())
+}
+
 /// Pass@1 of every heldout set, played through the generator (sampled as configured for
 /// heldout: greedy by default, one sample). The sets are played together, within one
 /// `rollout.parallel` cap: a set's tail of long answers then overlaps the next set's
 /// start, where one after another left the engine and the evaluator waiting on a few
 /// episodes each time. Each set's `wall_s` is from the common start to its own last
-/// episode. Its evaluations are linked to the run.
+/// episode (this invocation's part, for a resumed pass). Its evaluations are linked to
+/// the run.
+///
+/// With a store, each episode is stored as it ends, and a pass cut short (by `deadline`,
+/// or killed) is resumed where it stopped: a pass takes minutes (run 22's final one was
+/// killed by its command's limit with 1,156 of 1,280 episodes evaluated and nothing
+/// written), and a device command's slice may be shorter.
 async fn heldout(
     cfg: &RlConfig,
     parts: &Parts,
     step: u64,
     store: Option<&Store>,
-) -> Result<Vec<HeldoutMetrics>, RlError> {
+    deadline: Option<Instant>,
+) -> Result<Pass, RlError> {
     let slots = Arc::new(Semaphore::new(cfg.rollout.parallel.max(1)));
     let started = Instant::now();
+    let out = &cfg.output.dir;
     let plans = planned(cfg, parts, step);
-    let sets = parts.heldout.iter().zip(plans).enumerate().map(|(i, ((_, env), plan))| {
+    let mut earlier = match store {
+        Some(s) => {
+            let found = reusable(s, out, &parts.run, step, &plans)?;
+            let text = serde_json::to_string(&plans).map_err(|e| io_err(out, e))?;
+            write_atomic(&out.join(PASS), &text)?;
+            found
+        }
+        None => Default::default(),
+    };
+    let failed: std::sync::Mutex<Option<RlError>> = std::sync::Mutex::new(None);
+    let mut total = 0;
+    let mut sets = Vec::new();
+    for (i, ((_, env), plan)) in parts.heldout.iter().zip(plans).enumerate() {
         let HeldoutPlan { samples, max_tokens, temperature, top_p, .. } =
             cfg.schedule.heldout_plan(&cfg.data, &cfg.rollout, i);
         let keys = env.keys();
-        let mut plays = Vec::new();
+        let (mut plays, mut kept) = (Vec::new(), Vec::new());
         for (task, key) in keys.iter().enumerate() {
             for sample in 0..samples {
+                let id = format!("{}{key}/{sample}", pass_prefix(&parts.run, step));
+                total += 1;
+                if let Some(ep) = earlier.remove(&id) {
+                    kept.push(ep);
+                    continue;
+                }
                 plays.push(Play {
                     task,
                     sample,
-                    id: format!("{}/heldout-{step:06}/{key}/{sample}", parts.run),
+                    id,
                     run: format!("{}/heldout", parts.run),
                     sampling: Sampling {
                         temperature,
@@ -946,9 +1088,24 @@ async fn heldout(
                 });
             }
         }
-        let slots = slots.clone();
-        async move {
-            let eps = play_in(env, &parts.generator, &parts.timeline, plays, slots).await;
+        let (slots, failed) = (slots.clone(), &failed);
+        sets.push(async move {
+            // Stored as each ends: what a stop cuts short is kept.
+            let mut keep = |ep: &Episode| {
+                if let Some(s) = store {
+                    if let Err(e) = store_episodes(s, &parts.run, out, std::iter::once(ep)) {
+                        if let Ok(mut f) = failed.lock() {
+                            f.get_or_insert(e);
+                        }
+                    }
+                }
+            };
+            let (new, cut) =
+                play_in(env, &parts.generator, &parts.timeline, plays, slots, deadline, &mut keep)
+                    .await;
+            let reused = kept.len();
+            let mut eps = kept;
+            eps.extend(new);
             let n = eps.len().max(1) as f64;
             let first = eps
                 .iter()
@@ -968,19 +1125,25 @@ async fn heldout(
                 wall_s: started.elapsed().as_secs_f64(),
                 by_problem,
                 errors: errors(&eps),
+                reused_episodes: reused,
                 ..plan
             };
-            (h, eps)
-        }
-    });
-    let mut out = Vec::new();
-    for (h, eps) in futures_util::future::join_all(sets).await {
-        if let Some(s) = store {
-            store_episodes(s, &parts.run, &cfg.output.dir, &eps)?;
-        }
-        out.push(h);
+            (h, eps.len(), cut)
+        });
     }
-    Ok(out)
+    let ended = futures_util::future::join_all(sets).await;
+    if let Some(e) = failed.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    if ended.iter().any(|(_, _, cut)| *cut) {
+        let played = ended.iter().map(|(_, n, _)| n).sum();
+        return Ok(Pass::Cut { played, total });
+    }
+    if store.is_some() {
+        let marker = out.join(PASS);
+        std::fs::remove_file(&marker).map_err(|e| io_err(&marker, e))?;
+    }
+    Ok(Pass::Done(ended.into_iter().map(|(h, _, _)| h).collect()))
 }
 
 /// `eps` into the store as they were played (heldout ones under `RUN/heldout`, so the

@@ -94,6 +94,7 @@ fn train(cfg: &RlConfig, learner: &Arc<Counted>) -> Result<Vec<String>, RlError>
             RlEvent::Step(m) => format!("step {}", m.step),
             RlEvent::Saved { step, .. } => format!("saved {step}"),
             RlEvent::Complete { step, steps, .. } => format!("complete {step}/{steps}"),
+            RlEvent::HeldoutCut { step, .. } => format!("cut {step}"),
         });
     }))?;
     Ok(kinds)

@@ -283,6 +283,33 @@ impl Store {
         Ok(out)
     }
 
+    /// The stored episodes whose id starts with `prefix`, as (id, JSON), by id: one
+    /// measurement's episodes when ids are laid out as paths (a heldout pass resumed
+    /// after a stop reads back the part it played).
+    pub fn episodes_under(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, episode FROM episodes WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id",
+            )
+            .map_err(self.sql())?;
+        let rows = stmt.query_map([prefix], |r| Ok((r.get(0)?, r.get(1)?))).map_err(self.sql())?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row.map_err(self.sql())?);
+        }
+        Ok(out)
+    }
+
+    /// Deletes the episodes whose id starts with `prefix`; how many went. A measurement
+    /// played again under other settings must not be mixed with the part an earlier
+    /// attempt left.
+    pub fn delete_episodes_under(&self, prefix: &str) -> Result<usize, StoreError> {
+        self.conn
+            .execute("DELETE FROM episodes WHERE substr(id, 1, length(?1)) = ?1", [prefix])
+            .map_err(self.sql())
+    }
+
     /// Every stored episode of every run, as (run, JSON), by id.
     pub fn all_episodes(&self) -> Result<Vec<(String, String)>, StoreError> {
         let mut stmt = self
@@ -489,6 +516,31 @@ mod tests {
             ]
         );
         assert!(store.episodes("nope").unwrap().is_empty());
+    }
+
+    /// A prefix selects by id alone, across runs, and `%`/`_` in it are plain characters.
+    #[test]
+    fn episodes_under_a_prefix_are_read_and_deleted_by_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.sqlite")).unwrap();
+        for (id, run) in [
+            ("r/heldout-000002/a/0", "r/heldout"),
+            ("r/heldout-000002/b/1", "r/heldout"),
+            ("r/heldout-000020/a/0", "r/heldout"),
+            ("r/heldout-00000%/a/0", "r/heldout"),
+            ("q/heldout-000002/a/0", "q/heldout"),
+        ] {
+            store.put_episode(id, run, "a", 0, "{}").unwrap();
+        }
+        let ids = |prefix: &str| -> Vec<String> {
+            store.episodes_under(prefix).unwrap().into_iter().map(|(id, _)| id).collect()
+        };
+        assert_eq!(ids("r/heldout-000002/"), ["r/heldout-000002/a/0", "r/heldout-000002/b/1"]);
+        assert_eq!(ids("r/heldout-00000%/"), ["r/heldout-00000%/a/0"]);
+        assert_eq!(store.delete_episodes_under("r/heldout-000002/").unwrap(), 2);
+        assert!(ids("r/heldout-000002/").is_empty());
+        assert_eq!(ids("r/heldout-0000").len(), 2, "the other step's and the odd one stay");
+        assert_eq!(ids("q/").len(), 1);
     }
 
     fn record(key: &str, status: Status) -> EvalRecord {
