@@ -17,7 +17,8 @@
 #                   run whole against a micro-batch at a time) to OUTDIR/overlap.json;
 #   PHASE train SECONDS [KEY=VALUE ...]: run (or resume) the RL job for about SECONDS
 #                   (it starts no step that would end past them, checkpoints, and resumes
-#                   there next time; a heldout pass already written is not played again); settings
+#                   there next time; a heldout pass already written is not played again, and
+#                   one the clock cut short plays only its missing episodes next time); settings
 #                   override keys of the config (a new key goes under [schedule], or under
 #                   the section it names: model.compile='"on"') and stay for
 #                   the later slices (run 17 lost its lr at the second slice; a resume under
