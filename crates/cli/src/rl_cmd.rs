@@ -174,7 +174,7 @@ fn begin_run(store: &std::path::Path, name: &str, cfg: &RlConfig) -> RunLog {
 fn finish(cfg: &RlConfig, run: &RunLog, result: Result<RlSummary, RlError>) -> anyhow::Result<u8> {
     match &result {
         Ok(s) => run.finish(
-            if s.steps_done >= cfg.schedule.steps {
+            if s.steps_done >= cfg.schedule.steps && s.heldout_cut.is_none() {
                 RunStatus::Done
             } else {
                 RunStatus::Interrupted
@@ -189,8 +189,12 @@ fn finish(cfg: &RlConfig, run: &RunLog, result: Result<RlSummary, RlError>) -> a
     match result {
         Ok(s) => {
             let last = s.last_checkpoint.map(|p| p.display().to_string()).unwrap_or_default();
+            let pending = match s.heldout_cut {
+                Some(step) => format!(" (its heldout pass at step {step} is not finished)"),
+                None => String::new(),
+            };
             eprintln!(
-                "done: {} of {} steps; latest checkpoint: {last}",
+                "done: {} of {} steps{pending}; latest checkpoint: {last}",
                 s.steps_done, cfg.schedule.steps
             );
             Ok(exit::CORRECT)

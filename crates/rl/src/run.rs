@@ -455,15 +455,35 @@ async fn play_in<F: FnMut(&Episode)>(
     deadline: Option<Instant>,
     done: &mut F,
 ) -> (Vec<Episode>, bool) {
+    use futures_util::FutureExt as _;
     let mut set = JoinSet::new();
     let n = plays.len();
     for (i, play) in plays.into_iter().enumerate() {
         let (env, generator, timeline, slots) =
             (env.clone(), generator.clone(), timeline.clone(), slots.clone());
+        // What a failed episode keeps of its play, should the play panic.
+        let failed = Episode {
+            id: play.id.clone(),
+            run: play.run.clone(),
+            sample: play.sample,
+            ..Episode::default()
+        };
         set.spawn(async move {
             let _slot = slots.acquire().await;
             let backend = TimedBackend { inner: generator.backend(), timeline: &timeline };
-            (i, env.play(&backend, play).await)
+            // A panicking episode is a bug; it is recorded as a failed episode in its own
+            // place (a join error alone would not say which play it was).
+            let played =
+                std::panic::AssertUnwindSafe(env.play(&backend, play)).catch_unwind().await;
+            let ep = played.unwrap_or_else(|panic| {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                Episode { error: Some(format!("episode task panicked: {why}")), ..failed }
+            });
+            (i, ep)
         });
     }
     let mut out: Vec<Option<Episode>> = vec![None; n];
@@ -474,30 +494,29 @@ async fn play_in<F: FnMut(&Episode)>(
         }
     };
     tokio::pin!(stop);
-    let mut cut = false;
     loop {
         let joined = tokio::select! {
             joined = set.join_next() => joined,
             () = &mut stop => {
-                cut = !set.is_empty();
+                // Plays that ended but were not yet joined are kept; the rest are dropped.
                 set.abort_all();
+                while let Some(joined) = set.join_next().await {
+                    if let Ok((i, ep)) = joined {
+                        done(&ep);
+                        out[i] = Some(ep);
+                    }
+                }
                 break;
             }
         };
         let Some(joined) = joined else { break };
-        let (i, ep) = match joined {
-            Ok((i, ep)) => (i, ep),
-            // A panicking episode task is a bug; it is recorded as a failed episode.
-            Err(e) => match out.iter().position(|o| o.is_none()) {
-                Some(i) => {
-                    (i, Episode { error: Some(format!("episode task: {e}")), ..Episode::default() })
-                }
-                None => continue,
-            },
-        };
-        done(&ep);
-        out[i] = Some(ep);
+        // Only a cancelled task fails to join (plays catch their panics).
+        if let Ok((i, ep)) = joined {
+            done(&ep);
+            out[i] = Some(ep);
+        }
     }
+    let cut = out.iter().any(Option::is_none);
     (out.into_iter().flatten().collect(), cut)
 }
 
@@ -703,6 +722,7 @@ pub async fn train(
             events(RlEvent::Heldout(h.clone()));
             summary.heldout.push(h);
         }
+        end_pass(&out)?;
     }
     if start >= end {
         return Ok(summary);
@@ -750,6 +770,8 @@ pub async fn train(
     let earlier = earlier_step_median(&metrics_path);
     let (mut first_s, mut later_s) = (None, Vec::new());
     let mut step_began = steps_from;
+    // The step the latest checkpoint holds (written once per step).
+    let mut last_saved = start;
     for step in start..end {
         // The first step of an invocation is always taken unless a heldout pass used the
         // time first (otherwise a limit under one step would never let the run move on).
@@ -760,7 +782,7 @@ pub async fn train(
             // Stopped by the clock: the last step's checkpoint is where the next resumes
             // (at the first step, the one this invocation resumed from, or none at 0:
             // the heldout pass is written and is not played again).
-            if step > start && !step.is_multiple_of(cfg.schedule.save_every) {
+            if step > start && last_saved != step {
                 let dir = save(&parts, &out, step, &last_pool, &recipe).await?;
                 events(RlEvent::Saved { dir: dir.clone(), step });
                 summary.last_checkpoint = Some(dir);
@@ -810,6 +832,7 @@ pub async fn train(
             let dir = save(&parts, &out, done, &rollout.pool, &recipe).await?;
             events(RlEvent::Saved { dir: dir.clone(), step: done });
             summary.last_checkpoint = Some(dir);
+            last_saved = done;
         }
         // The step's own time, its checkpoint included and a heldout pass after it not
         // (that pass has its own estimate, `last_pass_s`).
@@ -819,7 +842,7 @@ pub async fn train(
         } else {
             later_s.push(took);
         }
-        if heldout_due(cfg, done) {
+        if heldout_due(cfg, done) && !parts.heldout.is_empty() {
             // The pass starts from this step's checkpoint, so that a stop during it resumes
             // there. With a store it is played until the clock stops it, and the next
             // invocation plays the rest first (run 22's final pass, left whole to a slice of
@@ -827,22 +850,25 @@ pub async fn train(
             // clock would cut short is left whole to the next invocation (run 11 lost over
             // 100 s of a device command to a pass killed by its limit): it is taken to last
             // as long as the last one did.
-            let saved = done.is_multiple_of(cfg.schedule.save_every) || done == end;
             let resumable = store.is_some();
+            let past = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
             let no_time = if resumable {
-                deadline.is_some_and(|d| Instant::now() >= d)
+                past(deadline)
             } else {
                 out_of_time(cfg.schedule.max_seconds_now, started_now, last_pass_s(&heldout_path))
             };
-            if !saved && (resumable || no_time) {
+            if last_saved != done && (resumable || no_time) {
                 let dir = save(&parts, &out, done, &rollout.pool, &recipe).await?;
                 events(RlEvent::Saved { dir: dir.clone(), step: done });
                 summary.last_checkpoint = Some(dir);
+                last_saved = done;
             }
-            if no_time {
+            // (The save may have used the rest of the time.)
+            if no_time || (resumable && past(deadline)) {
                 break;
             }
-            match heldout(cfg, &parts, done, store, deadline).await? {
+            // Without a store nothing of a cut pass would be kept: it runs to its end.
+            match heldout(cfg, &parts, done, store, deadline.filter(|_| resumable)).await? {
                 Pass::Done(figures) => {
                     for h in figures {
                         append_jsonl(&heldout_path, &h)?;
@@ -850,6 +876,7 @@ pub async fn train(
                         events(RlEvent::Heldout(h.clone()));
                         summary.heldout.push(h);
                     }
+                    end_pass(&out)?;
                 }
                 Pass::Cut { played, total } => {
                     events(RlEvent::HeldoutCut { step: done, played, total });
@@ -993,37 +1020,92 @@ fn pass_prefix(run: &str, step: u64) -> String {
     format!("{run}/heldout-{step:06}/")
 }
 
-/// The episodes an earlier, cut-short attempt at this very pass left in the store, by
-/// id. They count only when `heldout-pass.json` says that attempt was played as `plans`
-/// say (the same checkpoint, sets, samples, cap and temperature); otherwise they are
-/// deleted, so that a pass played under other settings is never mixed with them.
+/// The heldout pass in progress (`heldout-pass.json`): how it is played and which
+/// attempt at it the stored episodes belong to.
+#[derive(Debug, Serialize, Deserialize)]
+struct PassMarker {
+    /// Written into every episode this attempt stores (`heldout_attempt` in its JSON):
+    /// the store may be shared with another run of the same name (`train rl` names a run
+    /// after its output directory's last component), whose episodes must not count here.
+    attempt: String,
+    /// Each set's top-p (not among the figures' identity fields).
+    top_p: Vec<f32>,
+    plans: Vec<HeldoutMetrics>,
+}
+
+/// The field of a stored heldout episode's JSON naming its attempt.
+const ATTEMPT: &str = "heldout_attempt";
+
+/// A new attempt's id: unique enough among the attempts one store sees.
+fn new_attempt() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{nanos:x}-{:x}", std::process::id())
+}
+
+/// The attempt at this very pass that an earlier invocation cut short, and the episodes
+/// it stored, by id. They count only when `heldout-pass.json` says that attempt was
+/// played as `marker` says (the same checkpoint, sets, samples, cap, temperature and
+/// top-p), and only those that carry its id; otherwise a new attempt starts and what
+/// is stored under the pass's prefix is deleted, so that a pass played otherwise is
+/// never mixed with it.
 fn reusable(
     store: &Store,
     out: &Path,
-    run: &str,
-    step: u64,
-    plans: &[HeldoutMetrics],
-) -> Result<std::collections::HashMap<String, Episode>, RlError> {
-    let marker = out.join(PASS);
-    let same = std::fs::read_to_string(&marker)
+    prefix: &str,
+    mut marker: PassMarker,
+) -> Result<(PassMarker, std::collections::HashMap<String, Episode>), RlError> {
+    let was = std::fs::read_to_string(out.join(PASS))
         .ok()
-        .and_then(|t| serde_json::from_str::<Vec<HeldoutMetrics>>(&t).ok())
-        .is_some_and(|was| {
-            was.len() == plans.len()
-                && was.iter().zip(plans).all(|(w, p)| w.differs_from(p).is_none())
+        .and_then(|t| serde_json::from_str::<PassMarker>(&t).ok())
+        .filter(|was| {
+            was.top_p == marker.top_p
+                && was.plans.len() == marker.plans.len()
+                && was.plans.iter().zip(&marker.plans).all(|(w, p)| w.differs_from(p).is_none())
         });
-    let prefix = pass_prefix(run, step);
-    if !same {
-        store.delete_episodes_under(&prefix)?;
-        return Ok(Default::default());
-    }
-    Ok(store
-        .episodes_under(&prefix)?
+    let Some(was) = was else {
+        store.delete_episodes_under(prefix)?;
+        return Ok((marker, Default::default()));
+    };
+    marker.attempt = was.attempt;
+    let found = store
+        .episodes_under(prefix)?
         .into_iter()
-        .filter_map(|(id, text)| Some((id, serde_json::from_str::<Episode>(&text).ok()?)))
+        .filter_map(|(id, text)| {
+            let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+            (value[ATTEMPT].as_str() == Some(marker.attempt.as_str())).then_some(())?;
+            Some((id, serde_json::from_value::<Episode>(value).ok()?))
+        })
         // A failed episode (the backend or the problem, not the policy) is played again.
         .filter(|(_, e)| e.error.is_none())
-        .collect())
+        .collect();
+    Ok((marker, found))
+}
+
+/// One heldout episode into the store as it ends, tagged with its attempt.
+fn store_heldout(
+    s: &Store,
+    run: &str,
+    out: &Path,
+    ep: &Episode,
+    attempt: &str,
+) -> Result<(), RlError> {
+    let mut value = serde_json::to_value(ep).map_err(|e| io_err(out, e))?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert(ATTEMPT.into(), attempt.into());
+    }
+    s.put_episode(&ep.id, &ep.run, &ep.problem, ep.sample, &value.to_string())?;
+    link_evaluations(s, run, std::iter::once(ep))
+}
+
+/// The pass in progress is over (its figures written): its marker goes.
+fn end_pass(out: &Path) -> Result<(), RlError> {
+    let marker = out.join(PASS);
+    match std::fs::remove_file(&marker) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(&marker, e)),
+        _ => Ok(()),
+    }
 }
 
 /// Pass@1 of every heldout set, played through the generator (sampled as configured for
@@ -1048,16 +1130,21 @@ async fn heldout(
     let slots = Arc::new(Semaphore::new(cfg.rollout.parallel.max(1)));
     let started = Instant::now();
     let out = &cfg.output.dir;
-    let plans = planned(cfg, parts, step);
-    let mut earlier = match store {
+    let mut plans = planned(cfg, parts, step);
+    let top_p =
+        (0..plans.len()).map(|i| cfg.schedule.heldout_plan(&cfg.data, &cfg.rollout, i).top_p);
+    let (attempt, mut earlier) = match store {
         Some(s) => {
-            let found = reusable(s, out, &parts.run, step, &plans)?;
-            let text = serde_json::to_string(&plans).map_err(|e| io_err(out, e))?;
+            let marker = PassMarker { attempt: new_attempt(), top_p: top_p.collect(), plans };
+            let (marker, found) = reusable(s, out, &pass_prefix(&parts.run, step), marker)?;
+            let text = serde_json::to_string(&marker).map_err(|e| io_err(out, e))?;
             write_atomic(&out.join(PASS), &text)?;
-            found
+            plans = marker.plans;
+            (marker.attempt, found)
         }
-        None => Default::default(),
+        None => (String::new(), Default::default()),
     };
+    let attempt = attempt.as_str();
     let failed: std::sync::Mutex<Option<RlError>> = std::sync::Mutex::new(None);
     let mut total = 0;
     let mut sets = Vec::new();
@@ -1093,7 +1180,7 @@ async fn heldout(
             // Stored as each ends: what a stop cuts short is kept.
             let mut keep = |ep: &Episode| {
                 if let Some(s) = store {
-                    if let Err(e) = store_episodes(s, &parts.run, out, std::iter::once(ep)) {
+                    if let Err(e) = store_heldout(s, &parts.run, out, ep, attempt) {
                         if let Ok(mut f) = failed.lock() {
                             f.get_or_insert(e);
                         }
@@ -1138,10 +1225,6 @@ async fn heldout(
     if ended.iter().any(|(_, _, cut)| *cut) {
         let played = ended.iter().map(|(_, n, _)| n).sum();
         return Ok(Pass::Cut { played, total });
-    }
-    if store.is_some() {
-        let marker = out.join(PASS);
-        std::fs::remove_file(&marker).map_err(|e| io_err(&marker, e))?;
     }
     Ok(Pass::Done(ended.into_iter().map(|(h, _, _)| h).collect()))
 }

@@ -22,6 +22,8 @@ use common::Counted;
 #[derive(Default)]
 struct Held {
     hang: AtomicBool,
+    /// Problem 3 after step 1 takes longer than the clock's limit, then ends.
+    slow: AtomicBool,
     right: AtomicBool,
     plays: AtomicUsize,
 }
@@ -38,6 +40,9 @@ impl Environment for HeldEnv {
             let after_step_1 = play.id.contains("/heldout-000001/");
             if play.task == 3 && after_step_1 && self.0.hang.load(Ordering::SeqCst) {
                 std::future::pending::<()>().await;
+            }
+            if play.task == 3 && after_step_1 && self.0.slow.load(Ordering::SeqCst) {
+                tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
             }
             self.0.plays.fetch_add(1, Ordering::SeqCst);
             let status = if self.0.right.load(Ordering::SeqCst) {
@@ -106,14 +111,14 @@ dir = "{}"
 }
 
 /// One invocation of `train`: its summary and its events, named.
-fn train(cfg: &RlConfig, held: &Arc<Held>, store: &Store) -> (RlSummary, Vec<String>) {
+fn train(cfg: &RlConfig, held: &Arc<Held>, store: Option<&Store>) -> (RlSummary, Vec<String>) {
     let env: Arc<dyn Environment> = Arc::new(HeldEnv(held.clone()));
     let learner = Arc::new(Counted::default());
     let parts = common::parts(cfg, Arc::new(Even), vec![("held".into(), env)], learner.clone());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut kinds = Vec::new();
     let summary = rt
-        .block_on(tritonforge_rl::train(cfg, parts, Some(store), &mut |e| {
+        .block_on(tritonforge_rl::train(cfg, parts, store, &mut |e| {
             kinds.push(match e {
                 RlEvent::HeldoutCut { step, played, total } => {
                     format!("cut {step}: {played}/{total}")
@@ -141,13 +146,17 @@ fn written(out: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The clock of a cut invocation: long enough that step 1 is started after step 0's pass
+/// (under half of it gone), short enough for a test.
+const LIMIT: &str = "max_seconds_now = 2";
+
 /// The first invocation: step 0's pass (4 problems × 2 samples, all correct; the first
 /// thing an invocation does is never cut), step 1, and its pass cut by the clock while
 /// problem 3 hangs: 6 of 8 episodes stored, nothing written for step 1.
 fn cut_first(out: &Path, held: &Arc<Held>, store: &Store) {
     held.hang.store(true, Ordering::SeqCst);
     held.right.store(true, Ordering::SeqCst);
-    let (summary, kinds) = train(&config(out, "max_seconds_now = 1"), held, store);
+    let (summary, kinds) = train(&config(out, LIMIT), held, Some(store));
     assert_eq!(kinds, ["ready", "heldout 0: 1 (0 reused)", "step 1", "saved 1", "cut 1: 6/8"]);
     assert_eq!((summary.steps_done, summary.heldout_cut), (1, Some(1)));
     assert_eq!(written(out).len(), 1, "step 0's figures alone: a cut pass writes none");
@@ -168,7 +177,7 @@ fn a_cut_heldout_pass_is_resumed_where_it_stopped() {
     // Resumed from step 1's checkpoint (no limit now: the clock is not part of what the
     // pass measures): only problem 3's two samples are played, and pass@1 counts the six
     // kept (correct) with the two new (incorrect).
-    let (summary, kinds) = train(&config(&out, ""), &held, &store);
+    let (summary, kinds) = train(&config(&out, ""), &held, Some(&store));
     assert_eq!(kinds, ["ready", "heldout 1: 0.75 (6 reused)"]);
     assert_eq!(held.plays.load(Ordering::SeqCst), 2);
     assert_eq!((summary.steps_done, summary.heldout_cut), (1, None));
@@ -180,7 +189,7 @@ fn a_cut_heldout_pass_is_resumed_where_it_stopped() {
     assert!(!out.join("heldout-pass.json").exists(), "no pass in progress");
     assert_eq!(store.episodes_under("rl-toy/heldout-000001/").unwrap().len(), 8);
     // Complete now: nothing is played again.
-    let (_, kinds) = train(&config(&out, ""), &held, &store);
+    let (_, kinds) = train(&config(&out, ""), &held, Some(&store));
     assert_eq!(kinds, ["complete"]);
 }
 
@@ -193,8 +202,45 @@ fn a_pass_resumed_under_other_settings_plays_everything_again() {
     cut_first(&out, &held, &store);
 
     // Another cap: the six episodes of the cut pass are not this measurement's.
-    let (_, kinds) = train(&config(&out, "heldout_max_tokens = 8"), &held, &store);
+    let (_, kinds) = train(&config(&out, "heldout_max_tokens = 8"), &held, Some(&store));
     assert_eq!(kinds, ["ready", "heldout 1: 0 (0 reused)"]);
     assert_eq!(held.plays.load(Ordering::SeqCst), 8);
     assert_eq!(written(&out)[1]["max_tokens"], 8);
+}
+
+/// Two runs of the same name (`train rl` names a run after its output directory's last
+/// component) sharing a store: the second plays the same step's pass whole, and the
+/// first, resumed, reuses none of the second's episodes (they carry another attempt).
+#[test]
+fn another_runs_episodes_under_the_same_name_are_not_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("s.sqlite")).unwrap();
+    let (a, b) = (dir.path().join("a/out"), dir.path().join("b/out"));
+    let held = Arc::new(Held::default());
+    cut_first(&a, &held, &store);
+    let (_, kinds) = train(&config(&b, ""), &held, Some(&store));
+    assert_eq!(kinds[4], "heldout 1: 0 (0 reused)", "{kinds:?}");
+    assert_eq!(store.episodes_under("rl-toy/heldout-000001/").unwrap().len(), 8);
+    held.plays.store(0, Ordering::SeqCst);
+    held.right.store(true, Ordering::SeqCst);
+    let (_, kinds) = train(&config(&a, ""), &held, Some(&store));
+    assert_eq!(kinds, ["ready", "heldout 1: 1 (0 reused)"]);
+    assert_eq!(held.plays.load(Ordering::SeqCst), 8);
+}
+
+/// Without a store nothing of a cut pass would be kept, so a pass after a step is not cut:
+/// it runs past the limit to its end and is written.
+#[test]
+fn without_a_store_a_pass_runs_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let held = Arc::new(Held::default());
+    held.slow.store(true, Ordering::SeqCst);
+    let (summary, kinds) = train(&config(&out, LIMIT), &held, None);
+    assert_eq!(
+        kinds,
+        ["ready", "heldout 0: 0 (0 reused)", "step 1", "saved 1", "heldout 1: 0 (0 reused)"]
+    );
+    assert_eq!(summary.heldout_cut, None);
+    assert_eq!(written(&out).len(), 2);
 }

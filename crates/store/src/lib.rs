@@ -289,11 +289,11 @@ impl Store {
     pub fn episodes_under(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT id, episode FROM episodes WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id",
-            )
+            .prepare("SELECT id, episode FROM episodes WHERE id >= ?1 AND id < ?2 ORDER BY id")
             .map_err(self.sql())?;
-        let rows = stmt.query_map([prefix], |r| Ok((r.get(0)?, r.get(1)?))).map_err(self.sql())?;
+        let rows = stmt
+            .query_map([prefix, &prefix_end(prefix)], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.sql())?;
         let mut out = Vec::new();
         for row in rows {
             out.push(row.map_err(self.sql())?);
@@ -306,7 +306,10 @@ impl Store {
     /// attempt left.
     pub fn delete_episodes_under(&self, prefix: &str) -> Result<usize, StoreError> {
         self.conn
-            .execute("DELETE FROM episodes WHERE substr(id, 1, length(?1)) = ?1", [prefix])
+            .execute(
+                "DELETE FROM episodes WHERE id >= ?1 AND id < ?2",
+                [prefix, &prefix_end(prefix)],
+            )
             .map_err(self.sql())
     }
 
@@ -490,6 +493,22 @@ fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
+/// The least string above every string that starts with `prefix`, so that `id >= prefix
+/// AND id < end` selects them through the primary key's index (SQLite compares text by
+/// bytes, and UTF-8's byte order is its code points' order). The last character that
+/// can be is raised by one; a prefix of none selects everything from it on.
+fn prefix_end(prefix: &str) -> String {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(c) = chars.pop() {
+        if let Some(next) = (u32::from(c) + 1..=0x10FFFF).find_map(char::from_u32) {
+            chars.push(next);
+            return chars.into_iter().collect();
+        }
+    }
+    // Only U+10FFFF characters (or nothing): above any text.
+    String::from("\u{10FFFF}\u{10FFFF}").repeat(prefix.chars().count().max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -541,6 +560,10 @@ mod tests {
         assert!(ids("r/heldout-000002/").is_empty());
         assert_eq!(ids("r/heldout-0000").len(), 2, "the other step's and the odd one stay");
         assert_eq!(ids("q/").len(), 1);
+        assert_eq!(
+            (prefix_end("a/"), prefix_end("é"), prefix_end("a\u{D7FF}")),
+            ("a0".into(), "ê".into(), "a\u{E000}".into())
+        );
     }
 
     fn record(key: &str, status: Status) -> EvalRecord {
