@@ -716,13 +716,7 @@ pub async fn train(
                 }
             }
         };
-        for h in figures {
-            append_jsonl(&heldout_path, &h)?;
-            put_metric(store, &parts.run, start, &format!("heldout:{}", h.set), &h)?;
-            events(RlEvent::Heldout(h.clone()));
-            summary.heldout.push(h);
-        }
-        end_pass(&out)?;
+        write_pass(figures, start, &out, store, &parts.run, events, &mut summary)?;
     }
     if start >= end {
         return Ok(summary);
@@ -870,13 +864,7 @@ pub async fn train(
             // Without a store nothing of a cut pass would be kept: it runs to its end.
             match heldout(cfg, &parts, done, store, deadline.filter(|_| resumable)).await? {
                 Pass::Done(figures) => {
-                    for h in figures {
-                        append_jsonl(&heldout_path, &h)?;
-                        put_metric(store, &parts.run, done, &format!("heldout:{}", h.set), &h)?;
-                        events(RlEvent::Heldout(h.clone()));
-                        summary.heldout.push(h);
-                    }
-                    end_pass(&out)?;
+                    write_pass(figures, done, &out, store, &parts.run, events, &mut summary)?
                 }
                 Pass::Cut { played, total } => {
                     events(RlEvent::HeldoutCut { step: done, played, total });
@@ -1099,8 +1087,23 @@ fn store_heldout(
     link_evaluations(s, run, std::iter::once(ep))
 }
 
-/// The pass in progress is over (its figures written): its marker goes.
-fn end_pass(out: &Path) -> Result<(), RlError> {
+/// A heldout pass's figures at `step` into `heldout.jsonl`, the store, the events and the
+/// summary; then its marker goes (a stop before that plays nothing of it again).
+fn write_pass(
+    figures: Vec<HeldoutMetrics>,
+    step: u64,
+    out: &Path,
+    store: Option<&Store>,
+    run: &str,
+    events: &mut (dyn FnMut(RlEvent) + Send),
+    summary: &mut RlSummary,
+) -> Result<(), RlError> {
+    for h in figures {
+        append_jsonl(&out.join(HELDOUT), &h)?;
+        put_metric(store, run, step, &format!("heldout:{}", h.set), &h)?;
+        events(RlEvent::Heldout(h.clone()));
+        summary.heldout.push(h);
+    }
     let marker = out.join(PASS);
     match std::fs::remove_file(&marker) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(&marker, e)),
