@@ -32,9 +32,10 @@
 #                   each, at most 8): the device keeps nothing between sessions, and a run
 #                   longer than one session's device time goes on from them in the next;
 #   PHASE unpack N: after `stage` in the next session, part N (carried as
-#                   .ckpt/ckpt.tar.xz.partN, one call per part: a carry is at most 64 MiB
-#                   with the tree) to /tmp; `unpack done` joins the parts into /tmp/tf-rl,
-#                   where `train` resumes exactly;
+#                   .ckpt/ckpt.tar.xz.partNN, NN = N in two digits; one call per part: a
+#                   carry is at most 64 MiB with the tree) to /tmp; `unpack done` checks
+#                   the joined parts whole and unpacks them into /tmp/tf-rl, where `train`
+#                   resumes exactly;
 #   PHASE train2 SECONDS [KEY=VALUE ...]: the same on a machine of two GPUs, the candidates
 #                   evaluated by `serve` on the second (its own state under /tmp/tf-rl,
 #                   TF_SERVE_FLAGS for its pool, 5 s of grace at its stop), the policy alone
@@ -72,35 +73,44 @@ case "$PHASE" in
     ;;
   pack)
     latest=$(cat "$S/out/LATEST" 2>/dev/null)
-    [ -n "$latest" ] || { echo "no checkpoint under $S/out to pack"; exit 1; }
+    [ -n "$latest" ] && [ -d "$S/out/checkpoints/$latest" ] \
+      || { echo "no checkpoint under $S/out to pack (LATEST: ${latest:-none})"; exit 1; }
     rm -rf /tmp/pack && mkdir -p /tmp/pack
-    list=(out/LATEST "out/checkpoints/$latest")
+    list=("out/checkpoints/$latest")
     for f in out/metrics.jsonl out/heldout.jsonl out/heldout-pass.json overrides; do
       [ -e "$S/$f" ] && list+=("$f")
     done
+    # LATEST last: an unpack cut short leaves no marker naming a partial checkpoint.
+    list+=(out/LATEST)
     # The stores through sqlite's backup (a consistent copy, WAL included), alone: the
     # rest of the state directory (the pool's scratch) is made again.
-    (cd "$S" && find state serve-state -name '*.sqlite' 2>/dev/null) | while read -r db; do
+    while IFS= read -r db; do
       mkdir -p "/tmp/pack/$(dirname "$db")"
       python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
-        "$S/$db" "/tmp/pack/$db"
-    done
+        "$S/$db" "/tmp/pack/$db" || { echo "store $db: backup failed"; exit 1; }
+    done < <(cd "$S" && find state serve-state -name '*.sqlite' 2>/dev/null)
     stores=$(cd /tmp/pack && ls -d state serve-state 2>/dev/null)
+    rm -f "$OUT"/ckpt.tar.xz.part*
     # shellcheck disable=SC2086
-    tar -cf - -C "$S" "${list[@]}" -C /tmp/pack $stores | xz -T8 -3 \
-      | split -b 15000000 -d -a 2 - "$OUT/ckpt.tar.xz.part"
+    tar -cf - -C /tmp/pack $stores -C "$S" "${list[@]}" | xz -T8 -3 \
+      | split -b 15000000 -d -a 2 - "$OUT/ckpt.tar.xz.part" || { echo "pack failed"; exit 1; }
     n=$(ls "$OUT"/ckpt.tar.xz.part* | wc -l)
-    echo "$latest and ${#list[@]} files, stores: ${stores:-none}; $n parts:"; ls -la "$OUT"
+    echo "$latest (${list[*]}), stores: ${stores:-none}; $n parts (unpack 00..$(printf '%02d' $((n - 1)))):"
+    ls -la "$OUT"
     [ "$n" -le 8 ] || { echo "$n parts: over the 8 files a command brings back"; exit 1; }
     ;;
   unpack)
     part=${4:?part}
     if [ "$part" != done ]; then
-      cp ".ckpt/ckpt.tar.xz.part$part" /tmp/ && ls -la /tmp/ckpt.tar.xz.part*
+      printf -v part '%02d' "$((10#$part))"
+      cp ".ckpt/ckpt.tar.xz.part$part" /tmp/ || { echo "part $part was not carried"; exit 1; }
+      ls -la /tmp/ckpt.tar.xz.part*
       exit 0
     fi
     [ -e "$S/rl.toml" ] || { echo "stage first: $S/rl.toml is missing"; exit 1; }
-    cat /tmp/ckpt.tar.xz.part* | xz -dc | tar -xf - -C "$S" || { echo "the parts did not unpack (all carried?)"; exit 1; }
+    # Whole or not at all: the parts are checked before anything is written.
+    cat /tmp/ckpt.tar.xz.part* | xz -t || { echo "the parts are incomplete (all carried?)"; exit 1; }
+    cat /tmp/ckpt.tar.xz.part* | xz -dc | tar -xf - -C "$S" || { echo "the parts did not unpack"; exit 1; }
     echo "resumes at $(cat "$S/out/LATEST")"; ls -la "$S" "$S/out"
     ;;
   bench)

@@ -681,14 +681,25 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(event_kinds(&late), ["ready", "heldout", "heldout"], "{late:?}");
     assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 2, "kept for the next invocation");
-    // With one step to take: the first step of an invocation runs, but the last step's
-    // pass would not fit (taken to last as long as step 0's), so the invocation stops at
-    // the step's checkpoint and the next plays the pass first.
+    // With one step to take: the first step of an invocation runs, but the clock is past
+    // its limit when the last step's pass is due, so the invocation stops at the step's
+    // checkpoint, says the pass is left (not a finished run), and the next plays it first.
     let one = std::fs::read_to_string(&cfg).unwrap().replace("steps = 2", "steps = 1");
     std::fs::write(&cfg, one).unwrap();
     let (o, first) = train_rl(&state, &cfg);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert_eq!(event_kinds(&first), ["ready", "step", "saved"], "no pass: {first:?}");
+    assert_eq!(
+        event_kinds(&first),
+        ["ready", "step", "saved", "heldout_cut"],
+        "no pass, and the event says it is left: {first:?}"
+    );
+    let cut = first.iter().find(|e| e["event"] == "heldout_cut").unwrap();
+    assert_eq!((cut["step"].as_u64(), cut["played"].as_u64()), (Some(1), Some(0)), "{cut}");
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("done: 1 of 1 steps (its heldout pass at step 1 is not finished)"),
+        "{err}"
+    );
     assert_eq!(jsonl(&out.join("heldout.jsonl")).len(), 2);
     let (o, pass) = train_rl(&state, &cfg);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));

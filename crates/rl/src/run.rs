@@ -458,16 +458,27 @@ async fn play_in<F: FnMut(&Episode)>(
     use futures_util::FutureExt as _;
     let mut set = JoinSet::new();
     let n = plays.len();
+    // What a failed episode keeps of its play (its place in `out` is its index), should
+    // the play panic or its task fail to join.
+    let keys = env.keys();
+    let failed: Vec<Episode> = plays
+        .iter()
+        .map(|play| Episode {
+            id: play.id.clone(),
+            run: play.run.clone(),
+            problem: keys
+                .get(play.task)
+                .and_then(|k| k.rsplit('/').next())
+                .unwrap_or_default()
+                .to_string(),
+            sample: play.sample,
+            ..Episode::default()
+        })
+        .collect();
     for (i, play) in plays.into_iter().enumerate() {
         let (env, generator, timeline, slots) =
             (env.clone(), generator.clone(), timeline.clone(), slots.clone());
-        // What a failed episode keeps of its play, should the play panic.
-        let failed = Episode {
-            id: play.id.clone(),
-            run: play.run.clone(),
-            sample: play.sample,
-            ..Episode::default()
-        };
+        let failed = failed[i].clone();
         set.spawn(async move {
             let _slot = slots.acquire().await;
             let backend = TimedBackend { inner: generator.backend(), timeline: &timeline };
@@ -494,11 +505,13 @@ async fn play_in<F: FnMut(&Episode)>(
         }
     };
     tokio::pin!(stop);
+    let mut stopped = false;
     loop {
         let joined = tokio::select! {
             joined = set.join_next() => joined,
             () = &mut stop => {
                 // Plays that ended but were not yet joined are kept; the rest are dropped.
+                stopped = true;
                 set.abort_all();
                 while let Some(joined) = set.join_next().await {
                     if let Ok((i, ep)) = joined {
@@ -510,10 +523,20 @@ async fn play_in<F: FnMut(&Episode)>(
             }
         };
         let Some(joined) = joined else { break };
-        // Only a cancelled task fails to join (plays catch their panics).
         if let Ok((i, ep)) = joined {
             done(&ep);
             out[i] = Some(ep);
+        }
+    }
+    if !stopped {
+        // A task that did not join (it cannot panic: plays catch their panics) is a failed
+        // episode in its place, so that rollouts keep their groups' positions.
+        for (slot, failed) in out.iter_mut().zip(failed) {
+            if slot.is_none() {
+                let ep = Episode { error: Some("episode task did not finish".into()), ..failed };
+                done(&ep);
+                *slot = Some(ep);
+            }
         }
     }
     let cut = out.iter().any(Option::is_none);
@@ -645,6 +668,18 @@ pub async fn train(
         return Ok(summary);
     }
     let start = standing.start;
+    // A pass in progress is always one at the step this invocation starts from (a stop
+    // during a pass resumes there); a marker of another step is stale (a checkpoint
+    // rolled back, a kill between the figures and the marker's removal) and its episodes
+    // came from other weights.
+    let marker = out.join(PASS);
+    let stale = std::fs::read_to_string(&marker)
+        .ok()
+        .and_then(|t| serde_json::from_str::<PassMarker>(&t).ok())
+        .is_none_or(|m| m.plans.iter().any(|p| p.step != start));
+    if stale && marker.exists() {
+        std::fs::remove_file(&marker).map_err(|e| io_err(&marker, e))?;
+    }
     let mut setup = parts.setup.clone();
     setup.resume = standing.checkpoint.as_ref().map(|d| d.display().to_string());
     let info = parts.learner.setup(setup).await.map_err(RlError::Learner)?;
@@ -859,6 +894,13 @@ pub async fn train(
             }
             // (The save may have used the rest of the time.)
             if no_time || (resumable && past(deadline)) {
+                // Left whole to the next invocation, which plays it first.
+                let total = planned(cfg, &parts, done)
+                    .iter()
+                    .map(|p| p.problems * p.samples as usize)
+                    .sum();
+                events(RlEvent::HeldoutCut { step: done, played: 0, total });
+                summary.heldout_cut = Some(done);
                 break;
             }
             // Without a store nothing of a cut pass would be kept: it runs to its end.

@@ -292,7 +292,9 @@ impl Store {
             .prepare("SELECT id, episode FROM episodes WHERE id >= ?1 AND id < ?2 ORDER BY id")
             .map_err(self.sql())?;
         let rows = stmt
-            .query_map([prefix, &prefix_end(prefix)], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_map(rusqlite::params![prefix, prefix_end(prefix)], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .map_err(self.sql())?;
         let mut out = Vec::new();
         for row in rows {
@@ -308,7 +310,7 @@ impl Store {
         self.conn
             .execute(
                 "DELETE FROM episodes WHERE id >= ?1 AND id < ?2",
-                [prefix, &prefix_end(prefix)],
+                rusqlite::params![prefix, prefix_end(prefix)],
             )
             .map_err(self.sql())
     }
@@ -493,20 +495,20 @@ fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
-/// The least string above every string that starts with `prefix`, so that `id >= prefix
+/// The least value above every text that starts with `prefix`, so that `id >= prefix
 /// AND id < end` selects them through the primary key's index (SQLite compares text by
-/// bytes, and UTF-8's byte order is its code points' order). The last character that
-/// can be is raised by one; a prefix of none selects everything from it on.
-fn prefix_end(prefix: &str) -> String {
+/// bytes, and UTF-8's byte order is its code points' order): the last character that can
+/// be raised by one is. With none (only U+10FFFF, or nothing), a blob, which SQLite
+/// orders above all text.
+fn prefix_end(prefix: &str) -> rusqlite::types::Value {
     let mut chars: Vec<char> = prefix.chars().collect();
     while let Some(c) = chars.pop() {
         if let Some(next) = (u32::from(c) + 1..=0x10FFFF).find_map(char::from_u32) {
             chars.push(next);
-            return chars.into_iter().collect();
+            return rusqlite::types::Value::Text(chars.into_iter().collect());
         }
     }
-    // Only U+10FFFF characters (or nothing): above any text.
-    String::from("\u{10FFFF}\u{10FFFF}").repeat(prefix.chars().count().max(1))
+    rusqlite::types::Value::Blob(Vec::new())
 }
 
 #[cfg(test)]
@@ -560,10 +562,12 @@ mod tests {
         assert!(ids("r/heldout-000002/").is_empty());
         assert_eq!(ids("r/heldout-0000").len(), 2, "the other step's and the odd one stay");
         assert_eq!(ids("q/").len(), 1);
+        use rusqlite::types::Value::{Blob, Text};
         assert_eq!(
-            (prefix_end("a/"), prefix_end("é"), prefix_end("a\u{D7FF}")),
-            ("a0".into(), "ê".into(), "a\u{E000}".into())
+            [prefix_end("a/"), prefix_end("é"), prefix_end("a\u{D7FF}"), prefix_end("")],
+            [Text("a0".into()), Text("ê".into()), Text("a\u{E000}".into()), Blob(Vec::new())]
         );
+        assert_eq!(ids("").len(), 3, "an empty prefix: every id left");
     }
 
     fn record(key: &str, status: Status) -> EvalRecord {
