@@ -346,10 +346,12 @@ pub struct ScheduleCfg {
     /// one sitting checkpoints and resumes.
     pub max_steps_now: u64,
     /// Start no step in this invocation once this many seconds have passed, or when the
-    /// step would likely end past them (the mean step so far), nor a heldout pass that
-    /// would (the latest pass's length) (0: no limit). The run
-    /// checkpoints where it stops and the next invocation resumes there: a device command
-    /// with a hard time limit ends cleanly instead of losing the step in flight.
+    /// step would likely end past them (0: no limit). A heldout pass after a step plays
+    /// until then, its episodes stored as they end, and the next invocation plays the
+    /// rest (without a store: a pass that would end past them, by the latest pass's
+    /// length, is not started). The run checkpoints where it stops and the next
+    /// invocation resumes there: a device command with a hard time limit ends cleanly
+    /// instead of losing the step in flight.
     pub max_seconds_now: u64,
     /// A `heldout.jsonl` of an earlier run from the same starting policy: its step-0
     /// figures stand for this run's instead of being played again (a first pass took 455
