@@ -127,9 +127,18 @@ pub async fn run_episode(
                 }
                 Ok((code, _)) => {
                     earlier.push(normalised(&code));
+                    // Named by its content: the same code for the same problem (common:
+                    // run 22's 1,149 correct training answers were 229 distinct sources)
+                    // is one evaluation key, evaluated and timed once (identical pairs in
+                    // flight wait for the first; later ones are the store's verdict).
+                    let name = format!(
+                        "{}_{}",
+                        problem.name,
+                        &tritonforge_eval::sha256_hex(code.as_bytes())[..12]
+                    );
                     let candidate = Candidate {
-                        name: format!("{}_s{sample}_t{t}", problem.name),
-                        path: PathBuf::from(format!("{}_s{sample}_t{t}.py", problem.name)),
+                        path: PathBuf::from(format!("{name}.py")),
+                        name,
                         source: code.clone(),
                     };
                     let sent_at = Instant::now();

@@ -223,6 +223,57 @@ fn a_wrong_kernel_gets_feedback_and_the_fixed_one_is_scored_and_reported() {
     assert!(text(&again.stderr).contains("1 stored, 0 to play"), "{}", text(&again.stderr));
 }
 
+/// Samples that write the same code for the same problem are one evaluation: the
+/// candidate is named by its content, so the evaluator's key is the same, the samples in
+/// flight together wait for the first, and every episode carries its verdict. (Run 22's
+/// 1,149 correct training answers were 229 distinct sources: each was timed again.)
+#[test]
+fn the_same_code_from_several_samples_is_evaluated_once() {
+    let right = std::fs::read_to_string(repo().join("bench/solutions/level1/relu.py")).unwrap();
+    let wrong = wrong_relu();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let url = serve(Script {
+        replies: vec![
+            ("relu".into(), vec![fenced(&right)]),
+            ("sigmoid".into(), vec![fenced(&wrong)]),
+        ],
+        key: None,
+        requests: requests.clone(),
+        warm: None,
+    });
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    let out = run(tf(&state)
+        .args(["run", "--base-url", &url, "--model", "mock-coder", "--problem", "relu"])
+        .args(["--problem", "sigmoid", "--samples", "4", "--turns", "1", "--jobs", "2"])
+        .arg("--out")
+        .arg(root.path().join("report")));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let eps = episodes(&state);
+    assert_eq!(eps.len(), 8);
+    let mut by_problem = std::collections::BTreeMap::<String, Vec<(String, String)>>::new();
+    for e in &eps {
+        let t = &e["turns"][0];
+        by_problem.entry(e["problem"].as_str().unwrap().to_string()).or_default().push((
+            t["record"].as_str().unwrap().to_string(),
+            t["outcome"].as_str().unwrap().to_string(),
+        ));
+    }
+    assert!(by_problem["relu"].iter().all(|r| r == &by_problem["relu"][0] && r.1 == "correct"));
+    assert!(by_problem["sigmoid"].iter().all(|r| r == &by_problem["sigmoid"][0]));
+    assert_ne!(by_problem["relu"][0].0, by_problem["sigmoid"][0].0);
+    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
+    let rows: Vec<(String, String)> = db
+        .prepare("SELECT problem, candidate FROM evaluations ORDER BY problem")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows.len(), 2, "one evaluation per distinct code: {rows:?}");
+    assert!(rows[0].1.starts_with("relu_") && rows[0].1.len() == "relu_".len() + 12, "{rows:?}");
+}
+
 #[test]
 fn a_repeated_answer_is_asked_again_warmer_and_the_retry_is_recorded() {
     let wrong = wrong_relu();
