@@ -9,7 +9,9 @@ SET is a manifest (`bench/manifest.toml` with `:LEVEL`, e.g. `l1=bench/manifest.
 or a synthetic suite's `manifest.toml`) whose `split = "heldout"` problems form the set.
 A sample without an evaluation either wrote no code or was still being evaluated when the
 pass was killed; the two cannot be told apart, so each set's pass@1 is given as bounds:
-missing samples all wrong, and all right.
+missing samples all wrong, and all right. (Since candidates are named by their content,
+2026-12-01, samples with the same code share one record: the counts here then undercount
+samples, and this reading applies only to stores written before that.)
 """
 
 from __future__ import annotations
