@@ -1274,8 +1274,9 @@ async fn heldout(
     Ok(Pass::Done(ended.into_iter().map(|(h, _, _)| h).collect()))
 }
 
-/// `eps` into the store as they were played (heldout ones under `RUN/heldout`, so the
-/// episode viewer shows them apart), their evaluations linked to the run.
+/// A training rollout's `eps` into the store as they were played, their evaluations
+/// linked to the run (heldout episodes go one at a time through [`store_heldout`], under
+/// `RUN/heldout` so the episode viewer shows them apart).
 fn store_episodes<'a>(
     s: &Store,
     run: &str,
