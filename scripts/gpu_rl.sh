@@ -25,7 +25,8 @@
 #                   another recipe is now refused by the binary anyway); logs, metrics and heldout
 #                   figures to OUTDIR (as OUTDIR/run.tar, beside the stores'
 #                   store-*.sqlite.xz). TF_RL_FLAGS adds evaluator and pool flags
-#                   (e.g. TF_RL_FLAGS="--spares 48").
+#                   (e.g. TF_RL_FLAGS="--spares 48"); kept for later slices like the
+#                   settings (given again, it replaces them).
 #   PHASE pack:     the run's latest checkpoint (adapter with its optimizer state, the
 #                   pool), metrics.jsonl, heldout.jsonl, the heldout pass in progress, the
 #                   persisted settings and the stores, as OUTDIR/ckpt.tar.xz.partNN (15 MB
@@ -63,7 +64,7 @@ case "$PHASE" in
     ;;
   stage)
     cp "$B" "$S/tritonforge" && chmod +x "$S/tritonforge"
-    rm -f "$S/overrides"  # a new run: no settings of an earlier one
+    rm -f "$S/overrides" "$S/rl-flags"  # a new run: no settings of an earlier one
     mkdir -p "$S/data/rl" "$S/data/bundled"
     cp -r data/rl/synth-train "$S/data/rl/" && cp -r data/bundled/synth-heldout40 "$S/data/bundled/"
     sed "s|^dir = .*|dir = \"$S/out\"|; s|data/rl/synth-train|$S/data/rl/synth-train|; s|data/bundled/synth-heldout40|$S/data/bundled/synth-heldout40|" \
@@ -77,7 +78,7 @@ case "$PHASE" in
       || { echo "no checkpoint under $S/out to pack (LATEST: ${latest:-none})"; exit 1; }
     rm -rf /tmp/pack && mkdir -p /tmp/pack
     list=("out/checkpoints/$latest")
-    for f in out/metrics.jsonl out/heldout.jsonl out/heldout-pass.json overrides; do
+    for f in out/metrics.jsonl out/heldout.jsonl out/heldout-pass.json overrides rl-flags; do
       [ -e "$S/$f" ] && list+=("$f")
     done
     # LATEST last: an unpack cut short leaves no marker naming a partial checkpoint.
@@ -136,6 +137,15 @@ case "$PHASE" in
     ;;
   train|train2)
     install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
+    # TF_RL_FLAGS persists like the overrides: given, it replaces the earlier slices';
+    # unset, theirs stay (runs 22 and 23 lost theirs after the first slice and timed at
+    # 400 ms instead of 100; the binary now refuses a resume evaluated otherwise).
+    if [ -n "${TF_RL_FLAGS+x}" ]; then
+      printf '%s\n' "$TF_RL_FLAGS" > "$S/rl-flags"
+    elif [ -e "$S/rl-flags" ]; then
+      TF_RL_FLAGS=$(cat "$S/rl-flags")
+    fi
+    echo "TF_RL_FLAGS: ${TF_RL_FLAGS:-}" >> "$S/train.err"
     if [ "$PHASE" = train2 ]; then
       port=18777
       # shellcheck disable=SC2086

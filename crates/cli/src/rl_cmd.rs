@@ -104,7 +104,8 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         })
         .collect();
     let timing = eval_device != DeviceKind::Cpu && settings.timing.enabled;
-    let standing = Standing::read(&cfg, &sets, timing, &label).map_err(usage)?;
+    let evaluation = settings.to_json();
+    let standing = Standing::read(&cfg, &sets, timing, &label, &evaluation).map_err(usage)?;
     if let Some(result) =
         tritonforge_rl::conclude(&cfg, &standing, &run_name, &mut show).transpose()
     {
@@ -156,6 +157,7 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         timed: !cpu && settings.timing.enabled,
         run: run_name,
         tokenizer_dir: Some(PathBuf::from(&model)).filter(|d| d.join("tokenizer.json").is_file()),
+        evaluation,
     };
     let store = Store::open(&ws.store_path())?;
     let run = begin_run(&ws.store_path(), &parts.run, &cfg);

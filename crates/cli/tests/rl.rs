@@ -171,6 +171,7 @@ fn toy_run_with(
             timed: false,
             run: "toy".into(),
             tokenizer_dir: Some(model.to_path_buf()),
+            evaluation: serde_json::Value::Null,
         };
         let mut steps = Vec::new();
         let mut sink = |e: RlEvent| {

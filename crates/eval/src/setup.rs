@@ -166,6 +166,31 @@ impl Default for EvalSettings {
 }
 
 impl EvalSettings {
+    /// The settings as JSON, for a training run's recipe: they decide what a candidate is
+    /// paid (a slice timed with another budget would reward the same code otherwise).
+    pub fn to_json(&self) -> serde_json::Value {
+        let t = &self.timing;
+        let shape_check = match &self.shape_check {
+            ShapeCheck::Default => "default".to_string(),
+            ShapeCheck::Off => "off".to_string(),
+            ShapeCheck::Variant(v) => format!("variant {v}"),
+        };
+        serde_json::json!({
+            "trials": self.trials,
+            "seed": self.seed,
+            "variant": self.variant,
+            "shape_check": shape_check,
+            "budget_ms": self.budget.as_millis() as u64,
+            "timing": {
+                "enabled": t.enabled,
+                "budget_ms": t.budget_ms,
+                "speedup_cap": t.speedup_cap,
+                "profile": t.profile,
+                "compile_baseline": t.compile_baseline,
+            },
+        })
+    }
+
     /// Settings no evaluation can run with, named by their flags.
     pub fn check(&self) -> Result<(), String> {
         let t = &self.timing;

@@ -1,5 +1,6 @@
 //! A run's recipe: the parts of its config that decide what a step trains (model, training
-//! data, rollout, reward, advantages, loss, optimizer, staleness), as opposed to how long
+//! data, rollout, reward, advantages, loss, optimizer, staleness) and the evaluator's
+//! settings that decide what a candidate is paid, as opposed to how long
 //! an invocation runs, how heldout is measured or where completions come from. Every
 //! checkpoint records it, and a resume compares: a slice that silently trained with
 //! another learning rate made run 17's figures describe neither (docs/rl.md).
@@ -12,9 +13,10 @@ use crate::config::RlConfig;
 use crate::RlError;
 
 /// The recipe of `cfg` as JSON (what a checkpoint records): the whole config less what a
-/// slice may change. A section added to the config later counts as recipe until it is
+/// slice may change, and `evaluation` (the evaluator's settings, [`crate::Parts`]) under
+/// that key unless null. A section added to the config later counts as recipe until it is
 /// named here, so a new setting is compared rather than missed.
-pub fn recipe(cfg: &RlConfig) -> Result<Value, RlError> {
+pub fn recipe(cfg: &RlConfig, evaluation: &Value) -> Result<Value, RlError> {
     let mut v = serde_json::to_value(cfg)
         .map_err(|e| RlError::Config(format!("the config cannot be recorded: {e}")))?;
     if let Value::Object(m) = &mut v {
@@ -30,9 +32,16 @@ pub fn recipe(cfg: &RlConfig) -> Result<Value, RlError> {
         if let Some(Value::Object(schedule)) = m.get_mut("schedule") {
             schedule.retain(|k, _| k == "max_staleness");
         }
+        if !evaluation.is_null() {
+            m.insert(EVALUATION.into(), evaluation.clone());
+        }
     }
     Ok(v)
 }
+
+/// The recipe's key for the evaluator's settings. Checkpoints written before it was
+/// recorded lack it; a resume from one compares the rest.
+pub const EVALUATION: &str = "evaluation";
 
 /// What differs from `old` to `new`, one `path: old → new` per changed leaf (a list is
 /// one leaf), in key order.

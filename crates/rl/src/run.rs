@@ -69,6 +69,11 @@ pub struct Parts {
     /// a model directory `run --model` loads); `None`: not copied (an adapter finds its
     /// tokenizer through its base).
     pub tokenizer_dir: Option<PathBuf>,
+    /// The evaluator's settings for training rollouts (budgets, trials, seed, timing; JSON,
+    /// `Null`: none to record). They decide rewards, so they are recipe: runs 22 and 23
+    /// timed their first slice's candidates for 100 ms and the later slices' for 400 ms,
+    /// and nothing said so.
+    pub evaluation: serde_json::Value,
 }
 
 #[derive(Debug, Clone)]
@@ -285,12 +290,14 @@ pub struct Standing {
 
 impl Standing {
     /// `sets` in `data.heldout` order; `timed` and `policy` as the run's [`Parts`] say
-    /// (both are part of what identifies a heldout figure).
+    /// (both are part of what identifies a heldout figure); `evaluation` as
+    /// [`Parts::evaluation`].
     pub fn read(
         cfg: &RlConfig,
         sets: &[HeldoutSet],
         timed: bool,
         policy: &str,
+        evaluation: &serde_json::Value,
     ) -> Result<Standing, RlError> {
         let out = &cfg.output.dir;
         let resumed = latest(out)?;
@@ -313,7 +320,14 @@ impl Standing {
         };
         let mut recipe_changes = Vec::new();
         if let Some((dir, RlState { recipe: Some(old), .. })) = &resumed {
-            recipe_changes = crate::recipe::changes(old, &crate::recipe::recipe(cfg)?);
+            let mut now = crate::recipe::recipe(cfg, evaluation)?;
+            // A checkpoint from before the evaluator's settings were recorded: the rest.
+            if old.get(crate::recipe::EVALUATION).is_none() {
+                if let Some(m) = now.as_object_mut() {
+                    m.remove(crate::recipe::EVALUATION);
+                }
+            }
+            recipe_changes = crate::recipe::changes(old, &now);
             if !recipe_changes.is_empty() && !cfg.schedule.allow_recipe_change {
                 return Err(RlError::Resume {
                     path: dir.join(STATE),
@@ -661,9 +675,10 @@ pub async fn train(
     let out = cfg.output.dir.clone();
     std::fs::create_dir_all(out.join("checkpoints")).map_err(|e| io_err(&out, e))?;
     let reward = cfg.reward.resolve().map_err(RlError::Config)?;
-    let recipe = crate::recipe::recipe(cfg)?;
+    let recipe = crate::recipe::recipe(cfg, &parts.evaluation)?;
     // Everything that needs no learner is read and checked before it starts.
-    let standing = Standing::read(cfg, &sets_of(&parts), parts.timed, &parts.policy)?;
+    let standing =
+        Standing::read(cfg, &sets_of(&parts), parts.timed, &parts.policy, &parts.evaluation)?;
     if let Some(summary) = conclude(cfg, &standing, &parts.run, events)? {
         return Ok(summary);
     }

@@ -8,6 +8,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use serde_json::{json, Value};
+
 use tritonforge_agent::{Backend, Episode, Turn};
 use tritonforge_protocol::Status;
 use tritonforge_rl::env::BoxFuture;
@@ -82,9 +84,19 @@ fn parts(cfg: &RlConfig, learner: &Arc<Counted>) -> Parts {
 
 /// `train` once; the events' kinds, or its error.
 fn train(cfg: &RlConfig, learner: &Arc<Counted>) -> Result<Vec<String>, RlError> {
+    train_evaluated(cfg, learner, &Value::Null)
+}
+
+/// `train` once with the evaluator's settings `evaluation` ([`Parts::evaluation`]).
+fn train_evaluated(
+    cfg: &RlConfig,
+    learner: &Arc<Counted>,
+    evaluation: &Value,
+) -> Result<Vec<String>, RlError> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut kinds = Vec::new();
-    rt.block_on(tritonforge_rl::train(cfg, parts(cfg, learner), None, &mut |e| {
+    let parts = Parts { evaluation: evaluation.clone(), ..parts(cfg, learner) };
+    rt.block_on(tritonforge_rl::train(cfg, parts, None, &mut |e| {
         kinds.push(match e {
             RlEvent::Ready { recipe_changes, .. } if recipe_changes.is_empty() => "ready".into(),
             RlEvent::Ready { recipe_changes, .. } => {
@@ -101,8 +113,12 @@ fn train(cfg: &RlConfig, learner: &Arc<Counted>) -> Result<Vec<String>, RlError>
 }
 
 fn standing(cfg: &RlConfig) -> Result<Standing, RlError> {
+    standing_evaluated(cfg, &Value::Null)
+}
+
+fn standing_evaluated(cfg: &RlConfig, evaluation: &Value) -> Result<Standing, RlError> {
     let held = HeldoutSet { name: "held".into(), keys: Even { prefix: "held" }.keys() };
-    Standing::read(cfg, &[held], false, "none")
+    Standing::read(cfg, &[held], false, "none", evaluation)
 }
 
 /// A run whose steps are done and whose final heldout pass is written starts nothing,
@@ -232,4 +248,35 @@ fn a_resume_that_would_train_otherwise_is_refused_unless_allowed() {
     // The checkpoint now records the new recipe: resuming under it changes nothing.
     other.schedule.allow_recipe_change = false;
     assert!(standing(&other).unwrap().recipe_changes.is_empty());
+}
+
+/// The evaluator's settings are recipe: a slice evaluated with another timing budget
+/// (runs 22 and 23: 100 ms, then 400 ms when a later command lost its flags) is refused,
+/// naming the setting; a checkpoint written before they were recorded resumes under any.
+#[test]
+fn a_resume_evaluated_otherwise_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let learner = Arc::new(Counted::default());
+    let cfg = config(&out, "max_steps_now = 1");
+    let evaluated = |ms: u32| json!({"budget_ms": 60000, "timing": {"budget_ms": ms}});
+    let kinds = train_evaluated(&cfg, &learner, &evaluated(100)).unwrap();
+    assert!(kinds.contains(&"step 1".to_string()), "{kinds:?}");
+    let setups = learner.setups();
+
+    assert!(standing_evaluated(&cfg, &evaluated(100)).unwrap().recipe_changes.is_empty());
+    let e = standing_evaluated(&cfg, &evaluated(400)).unwrap_err();
+    assert!(matches!(e, RlError::Resume { .. }), "{e}");
+    assert!(e.to_string().contains("evaluation.timing.budget_ms: 100 → 400"), "{e}");
+    assert!(train_evaluated(&cfg, &learner, &evaluated(400)).is_err());
+    assert_eq!(learner.setups(), setups, "refused before the learner starts");
+
+    // A checkpoint whose recipe has no evaluator settings (written before they were
+    // recorded) resumes whatever they are now.
+    let state = out.join("checkpoints/step-000001/rl_state.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert!(v["recipe"]["evaluation"].is_object(), "the checkpoint records them: {v}");
+    v["recipe"].as_object_mut().unwrap().remove("evaluation");
+    std::fs::write(&state, v.to_string()).unwrap();
+    assert!(standing_evaluated(&cfg, &evaluated(400)).unwrap().recipe_changes.is_empty());
 }

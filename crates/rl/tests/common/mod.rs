@@ -121,5 +121,6 @@ pub fn parts(
         timed: false,
         run: "rl-toy".into(),
         tokenizer_dir: None,
+        evaluation: serde_json::Value::Null,
     }
 }
