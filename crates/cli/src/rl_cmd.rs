@@ -77,10 +77,12 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     let guard = args.guard.load()?;
     let reward = cfg.reward.resolve().map_err(usage)?;
     let prompts = Arc::new(Prompts::load(None).map_err(usage)?);
-    let run_name = format!(
-        "rl-{}",
-        cfg.output.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-    );
+    // A new run takes a name no run in the store has (`rl-out`, else `rl-out-2`, ...).
+    let store = Store::open(&ws.store_path())?;
+    let taken: std::collections::HashSet<String> =
+        store.runs()?.into_iter().map(|r| r.id).collect();
+    let run_name =
+        tritonforge_rl::run::run_name(&cfg.output.dir, &|n| taken.contains(n)).map_err(usage)?;
     let json = args.json;
     let mut show = |e: RlEvent| {
         if json {
@@ -159,7 +161,6 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         tokenizer_dir: Some(PathBuf::from(&model)).filter(|d| d.join("tokenizer.json").is_file()),
         evaluation,
     };
-    let store = Store::open(&ws.store_path())?;
     let run = begin_run(&ws.store_path(), &parts.run, &cfg);
     let result = tritonforge_rl::train(&cfg, parts, Some(&store), &mut show).await;
     finish(&cfg, &run, result)

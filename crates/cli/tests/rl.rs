@@ -576,6 +576,8 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     assert_eq!((most_turns("rl-out/heldout"), most_turns("rl-out")), (1, 2));
     drop(db);
     assert_eq!(std::fs::read_to_string(out.join("LATEST")).unwrap().trim(), "step-000002");
+    // The name is recorded beside the checkpoints: a resume keeps it.
+    assert_eq!(std::fs::read_to_string(out.join("run-name")).unwrap().trim(), "rl-out");
     let adapter = out.join("checkpoints/step-000002/adapter");
     let acfg: Value = serde_json::from_str(
         &std::fs::read_to_string(adapter.join("adapter_config.json")).unwrap(),

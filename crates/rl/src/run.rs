@@ -952,6 +952,39 @@ fn put_metric(
     Ok(())
 }
 
+/// The file in `output.dir` naming the run in the store.
+const RUN_NAME: &str = "run-name";
+
+/// The run's name in the store (its episodes' ids begin with it): the one `out` recorded;
+/// for a run begun before names were recorded (a checkpoint, no record), `rl-<last
+/// component of out>`; for a new run, that name, or the first of `-2`, `-3`, ... that
+/// `taken` does not know, recorded in `out`. Every GPU run was `rl-out`, and a second run
+/// of that name in one store overwrote the first's training episodes.
+pub fn run_name(out: &Path, taken: &dyn Fn(&str) -> bool) -> Result<String, RlError> {
+    let path = out.join(RUN_NAME);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let name = text.trim();
+        if name.is_empty() || name.contains('/') {
+            return Err(io_err(&path, format!("{name:?} is not a run name")));
+        }
+        return Ok(name.to_string());
+    }
+    let base = format!(
+        "rl-{}",
+        out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    );
+    if out.join(LATEST).exists() {
+        return Ok(base);
+    }
+    let name = std::iter::once(base.clone())
+        .chain((2..).map(|i| format!("{base}-{i}")))
+        .find(|n| !taken(n))
+        .unwrap_or(base);
+    std::fs::create_dir_all(out).map_err(|e| io_err(out, e))?;
+    write_atomic(&path, &format!("{name}\n"))?;
+    Ok(name)
+}
+
 /// The name a source's problems carry in their keys.
 pub fn source_name(s: &crate::config::SourceCfg) -> String {
     if let Some(n) = &s.name {
@@ -1537,6 +1570,33 @@ mod tests {
 
     fn ago(s: u64) -> Instant {
         Instant::now().checked_sub(Duration::from_secs(s)).unwrap_or_else(Instant::now)
+    }
+
+    /// A new run takes the first name the store does not know and keeps it on resume; a
+    /// run begun before names were recorded keeps `rl-<dir>`.
+    #[test]
+    fn a_new_run_takes_a_name_no_earlier_run_has() {
+        let dir = tempfile::tempdir().unwrap();
+        let taken = |n: &str| n == "rl-out" || n == "rl-out-2";
+        let out = dir.path().join("b/out");
+        assert_eq!(run_name(&out, &taken).unwrap(), "rl-out-3");
+        assert_eq!(std::fs::read_to_string(out.join(RUN_NAME)).unwrap(), "rl-out-3\n");
+        // Resumed (the name is its own now, and taken in the store): the same name.
+        let now_taken = |n: &str| taken(n) || n == "rl-out-3";
+        assert_eq!(run_name(&out, &now_taken).unwrap(), "rl-out-3");
+
+        let free = dir.path().join("a/out");
+        assert_eq!(run_name(&free, &|_| false).unwrap(), "rl-out");
+
+        let legacy = dir.path().join("c/out");
+        std::fs::create_dir_all(&legacy).unwrap();
+        std::fs::write(legacy.join(LATEST), "step-000003\n").unwrap();
+        assert_eq!(run_name(&legacy, &taken).unwrap(), "rl-out", "a checkpoint before names");
+        assert!(!legacy.join(RUN_NAME).exists());
+
+        std::fs::write(out.join(RUN_NAME), "a/b\n").unwrap();
+        let e = run_name(&out, &taken).unwrap_err().to_string();
+        assert!(e.contains("run-name") && e.contains("not a run name"), "{e}");
     }
 
     /// 100 s in, steps of 30 s: the next would end at 130.
