@@ -78,7 +78,7 @@ case "$PHASE" in
       || { echo "no checkpoint under $S/out to pack (LATEST: ${latest:-none})"; exit 1; }
     rm -rf /tmp/pack && mkdir -p /tmp/pack
     list=("out/checkpoints/$latest")
-    for f in out/metrics.jsonl out/heldout.jsonl out/heldout-pass.json overrides rl-flags; do
+    for f in out/metrics.jsonl out/heldout.jsonl out/heldout-pass.json out/run-name overrides rl-flags; do
       [ -e "$S/$f" ] && list+=("$f")
     done
     # LATEST last: an unpack cut short leaves no marker naming a partial checkpoint.
@@ -137,10 +137,13 @@ case "$PHASE" in
     ;;
   train|train2)
     install_wheel "$OUT" || { echo "wheel parts missing"; exit 1; }
-    # TF_RL_FLAGS persists like the overrides: given, it replaces the earlier slices';
-    # unset, theirs stay (runs 22 and 23 lost theirs after the first slice and timed at
-    # 400 ms instead of 100; the binary now refuses a resume evaluated otherwise).
+    # TF_RL_FLAGS persists like the overrides: given, it replaces the earlier slices' whole
+    # (pool flags and evaluator flags alike: repeat the evaluator's); unset, theirs stay
+    # (runs 22 and 23 lost theirs after the first slice and timed at 400 ms instead of 100;
+    # the binary now refuses a resume evaluated otherwise).
+    : "${4:?seconds}"
     if [ -n "${TF_RL_FLAGS+x}" ]; then
+      [ -e "$S/rl-flags" ] && echo "TF_RL_FLAGS replaces the earlier slices': $(cat "$S/rl-flags")" >> "$S/train.err"
       printf '%s\n' "$TF_RL_FLAGS" > "$S/rl-flags"
     elif [ -e "$S/rl-flags" ]; then
       TF_RL_FLAGS=$(cat "$S/rl-flags")

@@ -5,9 +5,10 @@ evaluations, the distinct (problem, source) pairs among them, and the exclusive 
 usage: python3 scripts/rl_duplicate_candidates.py STORE.sqlite [--training]
 
 STORE is a `train rl` state store (`xz -dk` gpu_rl.sh's store-state.sqlite.xz first).
-With --training, only evaluations up to the store's last training episode (a heldout pass
-after it is left out; heldout episodes, stored as they end since 2026-12-01, are named
-`RUN/heldout-STEP/...` and do not count as training). Candidates were named by sample and turn before 2026-12-01, so the
+With --training, only evaluations up to the store's last training episode (by time: a
+heldout pass after it is left out, one played between training steps is not; heldout
+episodes, stored as they end since 2026-12-01, are named `RUN/heldout-STEP/...` and do
+not set the cut). Candidates were named by sample and turn before 2026-12-01, so the
 evaluator's key differed for the same code; they are now named by content, and the same
 code for the same problem is one evaluation.
 """
@@ -26,6 +27,8 @@ def main() -> int:
     where = ""
     if "--training" in sys.argv:
         (cut,) = db.execute("SELECT MAX(created_at) FROM episodes WHERE id NOT LIKE '%/heldout-%'").fetchone()
+        if cut is None:
+            sys.exit(f"{args[0]}: no training episodes (a store of a heldout pass or a server's?)")
         where = f"WHERE created_at <= {int(cut)}"
     rows = db.execute(
         "SELECT status, problem, candidate_sha256, json_extract(record, '$.exclusive_ms'), created_at "

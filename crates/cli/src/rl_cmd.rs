@@ -77,12 +77,17 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     let guard = args.guard.load()?;
     let reward = cfg.reward.resolve().map_err(usage)?;
     let prompts = Arc::new(Prompts::load(None).map_err(usage)?);
-    // A new run takes a name no run in the store has (`rl-out`, else `rl-out-2`, ...).
-    let store = Store::open(&ws.store_path())?;
-    let taken: std::collections::HashSet<String> =
-        store.runs()?.into_iter().map(|r| r.id).collect();
-    let run_name =
-        tritonforge_rl::run::run_name(&cfg.output.dir, &|n| taken.contains(n)).map_err(usage)?;
+    // A new run takes a name no run in the store has (`rl-out`, else `rl-out-2`, ...): none
+    // with that id, none whose rows sit under it (`rl-out/heldout`). Looked up only for a
+    // new run; a store that does not open fails below, where the run writes to it.
+    let store_path = ws.store_path();
+    let taken = |name: &str| {
+        let under = format!("{name}/");
+        Store::open(&store_path)
+            .and_then(|s| s.runs())
+            .is_ok_and(|runs| runs.iter().any(|r| r.id == name || r.id.starts_with(&under)))
+    };
+    let run_name = tritonforge_rl::run::run_name(&cfg.output.dir, &taken).map_err(usage)?;
     let json = args.json;
     let mut show = |e: RlEvent| {
         if json {
@@ -106,7 +111,16 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         })
         .collect();
     let timing = eval_device != DeviceKind::Cpu && settings.timing.enabled;
-    let evaluation = settings.to_json();
+    // What pays a candidate: the flags, where candidates run (a problem's variant and shape
+    // check follow the device) and whether they are timed (the budget only counts then).
+    let mut evaluation = settings.to_json();
+    if let Some(m) = evaluation.as_object_mut() {
+        m.insert("device".into(), serde_json::json!(eval_device.as_str()));
+        m.insert("timed".into(), serde_json::json!(timing));
+        if !timing {
+            m.remove("timing");
+        }
+    }
     let standing = Standing::read(&cfg, &sets, timing, &label, &evaluation).map_err(usage)?;
     if let Some(result) =
         tritonforge_rl::conclude(&cfg, &standing, &run_name, &mut show).transpose()
@@ -161,6 +175,7 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         tokenizer_dir: Some(PathBuf::from(&model)).filter(|d| d.join("tokenizer.json").is_file()),
         evaluation,
     };
+    let store = Store::open(&ws.store_path())?;
     let run = begin_run(&ws.store_path(), &parts.run, &cfg);
     let result = tritonforge_rl::train(&cfg, parts, Some(&store), &mut show).await;
     finish(&cfg, &run, result)

@@ -595,6 +595,32 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     assert_eq!((&again[0]["step"], &again[0]["steps"]), (&Value::from(2), &Value::from(2)));
     assert!(err.contains("done: 2 of 2 steps; latest checkpoint:"), "{err}");
     assert!(!fresh.join("scratch").exists(), "the evaluator's pool started: {err}");
+    // The checkpoint records what paid its candidates: the flags, the device, untimed.
+    let state_json: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("checkpoints/step-000002/rl_state.json")).unwrap(),
+    )
+    .unwrap();
+    let evaluation = &state_json["recipe"]["evaluation"];
+    assert_eq!(
+        (&evaluation["device"], &evaluation["timed"]),
+        (&Value::from("cpu"), &Value::from(false))
+    );
+    assert_eq!(evaluation["trials"], 5, "{evaluation}");
+    assert!(evaluation.get("timing").is_none(), "no timing on a CPU: {evaluation}");
+    assert_eq!(state_json["run"], "rl-out");
+    // Longer, but evaluated with other flags: refused before anything starts, by name.
+    let longer = dir.path().join("rl-longer.toml");
+    let base = std::fs::read_to_string(&cfg).unwrap();
+    assert!(base.contains("steps = 2"));
+    std::fs::write(&longer, base.replace("steps = 2", "steps = 3")).unwrap();
+    let other_flags = dir.path().join("state-other-flags");
+    let o = run(tf(&other_flags)
+        .args(["--device", "cpu", "train", "rl", "--json", "--trials", "3", "--config"])
+        .arg(&longer));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("evaluation.trials: 5 → 3"), "{err}");
+    assert!(!other_flags.join("scratch").exists(), "the evaluator's pool started: {err}");
     // The checkpoint plays.
     let played = run(tf(&state)
         .args([
@@ -632,7 +658,8 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     // Another run from the same policy takes step 0's figures from this one's file
     // instead of playing them; played otherwise (three samples), it stops at once.
     let base_text = std::fs::read_to_string(&cfg).unwrap();
-    let other = dir.path().join("other");
+    // In the same store, under a directory also named `out`: a run of its own name.
+    let other = dir.path().join("other").join("out");
     let reuse =
         base_text.replace(&out.display().to_string(), &other.display().to_string()).replace(
             "[schedule]",
@@ -643,9 +670,20 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
         );
     let cfg2 = dir.path().join("rl2.toml");
     std::fs::write(&cfg2, &reuse).unwrap();
+    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
+    let count = |db: &rusqlite::Connection, run: &str| -> i64 {
+        db.query_row("SELECT COUNT(*) FROM episodes WHERE run = ?1", [run], |r| r.get(0)).unwrap()
+    };
+    let (before, before_ids) = (count(&db, "rl-out"), count(&db, "rl-out-2"));
+    drop(db);
     let (o, ev) = train_rl(&state, &cfg2);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(event_kinds(&ev), ["ready", "heldout", "heldout", "step", "saved"]);
+    assert_eq!(std::fs::read_to_string(other.join("run-name")).unwrap().trim(), "rl-out-2");
+    let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
+    assert_eq!((before, before_ids), (count(&db, "rl-out"), 0), "the first run's episodes kept");
+    assert!(count(&db, "rl-out-2") > 0, "the second run's under its own name");
+    drop(db);
     let first = jsonl(&out.join("heldout.jsonl"));
     for (e, h) in ev[1..3].iter().zip(&first) {
         assert_eq!(

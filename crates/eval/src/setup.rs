@@ -166,8 +166,9 @@ impl Default for EvalSettings {
 }
 
 impl EvalSettings {
-    /// The settings as JSON, for a training run's recipe: they decide what a candidate is
-    /// paid (a slice timed with another budget would reward the same code otherwise).
+    /// The settings that decide what a candidate is paid, as JSON, for a training run's
+    /// recipe (a slice timed with another budget would reward the same code otherwise).
+    /// Diagnostics that change no verdict (`--profile`, the compiled baseline) are left out.
     pub fn to_json(&self) -> serde_json::Value {
         let t = &self.timing;
         let shape_check = match &self.shape_check {
@@ -185,8 +186,6 @@ impl EvalSettings {
                 "enabled": t.enabled,
                 "budget_ms": t.budget_ms,
                 "speedup_cap": t.speedup_cap,
-                "profile": t.profile,
-                "compile_baseline": t.compile_baseline,
             },
         })
     }

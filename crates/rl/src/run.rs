@@ -130,6 +130,11 @@ struct RlState {
     /// written before it was recorded (nothing to compare).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     recipe: Option<serde_json::Value>,
+    /// The run's name in the store ([`run_name`]); absent in checkpoints written before
+    /// it was recorded. A checkpoint carried without `output.dir`'s other files (packed,
+    /// copied) keeps its name this way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    run: Option<String>,
 }
 
 const STATE: &str = "rl_state.json";
@@ -318,17 +323,23 @@ impl Standing {
             Some(path) if start == 0 && !due.is_empty() => Some(from_baseline(path, &due)?),
             _ => None,
         };
+        let complete = resumed.is_some() && start >= cfg.schedule.steps && due.is_empty();
         let mut recipe_changes = Vec::new();
         if let Some((dir, RlState { recipe: Some(old), .. })) = &resumed {
+            let mut old = old.clone();
             let mut now = crate::recipe::recipe(cfg, evaluation)?;
-            // A checkpoint from before the evaluator's settings were recorded: the rest.
-            if old.get(crate::recipe::EVALUATION).is_none() {
-                if let Some(m) = now.as_object_mut() {
-                    m.remove(crate::recipe::EVALUATION);
+            // A checkpoint from before the evaluator's settings were recorded, or a caller
+            // with none to record: the rest is compared.
+            if old.get(crate::recipe::EVALUATION).is_none() || evaluation.is_null() {
+                for v in [&mut old, &mut now] {
+                    if let Some(m) = v.as_object_mut() {
+                        m.remove(crate::recipe::EVALUATION);
+                    }
                 }
             }
-            recipe_changes = crate::recipe::changes(old, &now);
-            if !recipe_changes.is_empty() && !cfg.schedule.allow_recipe_change {
+            recipe_changes = crate::recipe::changes(&old, &now);
+            // A complete run trains nothing more: it is not refused for what it would change.
+            if !recipe_changes.is_empty() && !cfg.schedule.allow_recipe_change && !complete {
                 return Err(RlError::Resume {
                     path: dir.join(STATE),
                     reason: format!(
@@ -344,7 +355,6 @@ impl Standing {
             Some((dir, state)) => (Some(dir), state.pool),
             None => (None, PoolState::default()),
         };
-        let complete = checkpoint.is_some() && start >= cfg.schedule.steps && due.is_empty();
         Ok(Standing { start, checkpoint, complete, pool, due, baseline, recipe_changes })
     }
 }
@@ -955,10 +965,10 @@ fn put_metric(
 /// The file in `output.dir` naming the run in the store.
 const RUN_NAME: &str = "run-name";
 
-/// The run's name in the store (its episodes' ids begin with it): the one `out` recorded;
-/// for a run begun before names were recorded (a checkpoint, no record), `rl-<last
-/// component of out>`; for a new run, that name, or the first of `-2`, `-3`, ... that
-/// `taken` does not know, recorded in `out`. Every GPU run was `rl-out`, and a second run
+/// The run's name in the store (its episodes' ids begin with it): the one `out` recorded,
+/// else the one its latest checkpoint recorded; for a run begun before names were
+/// recorded, `rl-<last component of out>`; for a new run, that name, or the first of `-2`,
+/// `-3`, ... that `taken` does not know, recorded in `out`. Every GPU run was `rl-out`, and a second run
 /// of that name in one store overwrote the first's training episodes.
 pub fn run_name(out: &Path, taken: &dyn Fn(&str) -> bool) -> Result<String, RlError> {
     let path = out.join(RUN_NAME);
@@ -969,11 +979,16 @@ pub fn run_name(out: &Path, taken: &dyn Fn(&str) -> bool) -> Result<String, RlEr
         }
         return Ok(name.to_string());
     }
+    if let Some((_, RlState { run: Some(name), .. })) = latest(out)? {
+        return Ok(name);
+    }
     let base = format!(
         "rl-{}",
         out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     );
-    if out.join(LATEST).exists() {
+    // A run begun before names were recorded (a checkpoint, figures or a heldout pass in
+    // progress, but no record): its store rows are under the old name.
+    if [LATEST, METRICS, HELDOUT, PASS].iter().any(|f| out.join(f).exists()) {
         return Ok(base);
     }
     let name = std::iter::once(base.clone())
@@ -1019,7 +1034,12 @@ async fn save(
             }
         }
     }
-    let state = RlState { step, pool: pool.clone(), recipe: Some(recipe.clone()) };
+    let state = RlState {
+        step,
+        pool: pool.clone(),
+        recipe: Some(recipe.clone()),
+        run: Some(parts.run.clone()),
+    };
     let text = serde_json::to_string_pretty(&state).map_err(|e| io_err(&dir, e))?;
     write_atomic(&dir.join(STATE), &text)?;
     // Only now is the checkpoint whole: the marker moves last.
@@ -1588,11 +1608,26 @@ mod tests {
         let free = dir.path().join("a/out");
         assert_eq!(run_name(&free, &|_| false).unwrap(), "rl-out");
 
+        // Begun before names were recorded: a checkpoint without one, or only figures.
         let legacy = dir.path().join("c/out");
-        std::fs::create_dir_all(&legacy).unwrap();
+        let ckpt = legacy.join("checkpoints/step-000003");
+        std::fs::create_dir_all(&ckpt).unwrap();
+        std::fs::write(ckpt.join(STATE), r#"{"step": 3, "pool": {"solve_rate": {}, "drawn": {}}}"#)
+            .unwrap();
         std::fs::write(legacy.join(LATEST), "step-000003\n").unwrap();
         assert_eq!(run_name(&legacy, &taken).unwrap(), "rl-out", "a checkpoint before names");
         assert!(!legacy.join(RUN_NAME).exists());
+        let figures = dir.path().join("d/out");
+        std::fs::create_dir_all(&figures).unwrap();
+        std::fs::write(figures.join(HELDOUT), "").unwrap();
+        assert_eq!(run_name(&figures, &taken).unwrap(), "rl-out", "step 0's pass before names");
+        // A checkpoint carried without the record (packed, copied) keeps its own name.
+        std::fs::write(
+            ckpt.join(STATE),
+            r#"{"step": 3, "pool": {"solve_rate": {}, "drawn": {}}, "run": "rl-out-7"}"#,
+        )
+        .unwrap();
+        assert_eq!(run_name(&legacy, &taken).unwrap(), "rl-out-7");
 
         std::fs::write(out.join(RUN_NAME), "a/b\n").unwrap();
         let e = run_name(&out, &taken).unwrap_err().to_string();

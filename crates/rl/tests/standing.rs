@@ -252,7 +252,9 @@ fn a_resume_that_would_train_otherwise_is_refused_unless_allowed() {
 
 /// The evaluator's settings are recipe: a slice evaluated with another timing budget
 /// (runs 22 and 23: 100 ms, then 400 ms when a later command lost its flags) is refused,
-/// naming the setting; a checkpoint written before they were recorded resumes under any.
+/// naming the setting, unless allowed (the next checkpoint then records the new ones); a
+/// caller with none to record, a complete run and a checkpoint written before they were
+/// recorded are not refused.
 #[test]
 fn a_resume_evaluated_otherwise_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -270,13 +272,29 @@ fn a_resume_evaluated_otherwise_is_refused() {
     assert!(e.to_string().contains("evaluation.timing.budget_ms: 100 → 400"), "{e}");
     assert!(train_evaluated(&cfg, &learner, &evaluated(400)).is_err());
     assert_eq!(learner.setups(), setups, "refused before the learner starts");
+    assert!(standing(&cfg).unwrap().recipe_changes.is_empty(), "none to record: not compared");
+
+    // Allowed: step 2 is paid the new way, and its checkpoint says so.
+    let mut allowed = cfg.clone();
+    allowed.schedule.allow_recipe_change = true;
+    let kinds = train_evaluated(&allowed, &learner, &evaluated(400)).unwrap();
+    assert_eq!(kinds[0], "ready: evaluation.timing.budget_ms: 100 → 400", "{kinds:?}");
+    assert!(kinds.contains(&"step 2".to_string()), "{kinds:?}");
+    let state = out.join("checkpoints/step-000002/rl_state.json");
+    let read =
+        || -> Value { serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap() };
+    assert_eq!(read()["recipe"]["evaluation"]["timing"]["budget_ms"], 400);
+    // Complete (2 of 2 steps, the last pass written): nothing to refuse.
+    let s = standing_evaluated(&cfg, &evaluated(100)).unwrap();
+    assert!(s.complete, "{s:?}");
 
     // A checkpoint whose recipe has no evaluator settings (written before they were
     // recorded) resumes whatever they are now.
-    let state = out.join("checkpoints/step-000001/rl_state.json");
-    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
-    assert!(v["recipe"]["evaluation"].is_object(), "the checkpoint records them: {v}");
+    let mut longer = cfg.clone();
+    longer.schedule.steps = 3;
+    assert!(standing_evaluated(&longer, &evaluated(100)).is_err());
+    let mut v = read();
     v["recipe"].as_object_mut().unwrap().remove("evaluation");
     std::fs::write(&state, v.to_string()).unwrap();
-    assert!(standing_evaluated(&cfg, &evaluated(400)).unwrap().recipe_changes.is_empty());
+    assert!(standing_evaluated(&longer, &evaluated(100)).unwrap().recipe_changes.is_empty());
 }
