@@ -78,14 +78,19 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
     let reward = cfg.reward.resolve().map_err(usage)?;
     let prompts = Arc::new(Prompts::load(None).map_err(usage)?);
     // A new run takes a name no run in the store has (`rl-out`, else `rl-out-2`, ...): none
-    // with that id, none whose rows sit under it (`rl-out/heldout`). Looked up only for a
-    // new run; a store that does not open fails below, where the run writes to it.
+    // with that id, none whose rows sit under it (`rl-out/heldout`). The store is read only
+    // for a new run, once.
     let store_path = ws.store_path();
-    let taken = |name: &str| {
-        let under = format!("{name}/");
-        Store::open(&store_path)
-            .and_then(|s| s.runs())
-            .is_ok_and(|runs| runs.iter().any(|r| r.id == name || r.id.starts_with(&under)))
+    let ids: std::cell::OnceCell<Vec<String>> = std::cell::OnceCell::new();
+    let taken = |name: &str| -> Result<bool, RlError> {
+        if ids.get().is_none() {
+            let runs = Store::open(&store_path)
+                .and_then(|s| s.runs())
+                .map_err(|e| RlError::Output { path: store_path.clone(), reason: e.to_string() })?;
+            let _ = ids.set(runs.into_iter().map(|r| r.id).collect());
+        }
+        let ids = ids.get().map(Vec::as_slice).unwrap_or_default();
+        Ok(tritonforge_rl::run::name_taken(ids.iter().map(String::as_str), name))
     };
     let run_name = tritonforge_rl::run::run_name(&cfg.output.dir, &taken).map_err(usage)?;
     let json = args.json;
@@ -111,12 +116,25 @@ pub async fn run(global: &Global, args: RlArgs) -> anyhow::Result<u8> {
         })
         .collect();
     let timing = eval_device != DeviceKind::Cpu && settings.timing.enabled;
-    // What pays a candidate: the flags, where candidates run (a problem's variant and shape
-    // check follow the device) and whether they are timed (the budget only counts then).
+    // What pays a candidate: the flags, the device the problems' configs were resolved for
+    // (variant and shape check follow it), whether candidates are timed (the timing flags
+    // count only then) and the static guard (a local pool's rules; a server's own).
     let mut evaluation = settings.to_json();
+    let guard_json = match (&remote, &guard) {
+        (Some(_), _) => serde_json::json!("server"),
+        (None, None) => serde_json::json!("off"),
+        (None, Some(rules)) => {
+            let text = serde_json::to_string(rules).unwrap_or_default();
+            serde_json::json!(format!(
+                "rules {}",
+                &tritonforge_eval::sha256_hex(text.as_bytes())[..12]
+            ))
+        }
+    };
     if let Some(m) = evaluation.as_object_mut() {
-        m.insert("device".into(), serde_json::json!(eval_device.as_str()));
+        m.insert("device".into(), serde_json::json!(device.as_str()));
         m.insert("timed".into(), serde_json::json!(timing));
+        m.insert("guard".into(), guard_json);
         if !timing {
             m.remove("timing");
         }

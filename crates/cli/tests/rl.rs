@@ -607,6 +607,7 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     );
     assert_eq!(evaluation["trials"], 5, "{evaluation}");
     assert!(evaluation.get("timing").is_none(), "no timing on a CPU: {evaluation}");
+    assert!(evaluation["guard"].as_str().is_some_and(|g| g.starts_with("rules ")), "{evaluation}");
     assert_eq!(state_json["run"], "rl-out");
     // Longer, but evaluated with other flags: refused before anything starts, by name.
     let longer = dir.path().join("rl-longer.toml");
@@ -671,18 +672,26 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     let cfg2 = dir.path().join("rl2.toml");
     std::fs::write(&cfg2, &reuse).unwrap();
     let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
-    let count = |db: &rusqlite::Connection, run: &str| -> i64 {
-        db.query_row("SELECT COUNT(*) FROM episodes WHERE run = ?1", [run], |r| r.get(0)).unwrap()
+    // Each run's episodes, whole (an overwrite keeps their number).
+    let episodes = |db: &rusqlite::Connection, run: &str| -> (i64, String) {
+        db.query_row(
+            "SELECT COUNT(*), COALESCE(GROUP_CONCAT(id || episode), '') \
+             FROM (SELECT id, episode FROM episodes WHERE run = ?1 ORDER BY id)",
+            [run],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
     };
-    let (before, before_ids) = (count(&db, "rl-out"), count(&db, "rl-out-2"));
+    let before = episodes(&db, "rl-out");
+    assert!(before.0 > 0 && episodes(&db, "rl-out-2").0 == 0);
     drop(db);
     let (o, ev) = train_rl(&state, &cfg2);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(event_kinds(&ev), ["ready", "heldout", "heldout", "step", "saved"]);
     assert_eq!(std::fs::read_to_string(other.join("run-name")).unwrap().trim(), "rl-out-2");
     let db = rusqlite::Connection::open(state.join("tritonforge.sqlite")).unwrap();
-    assert_eq!((before, before_ids), (count(&db, "rl-out"), 0), "the first run's episodes kept");
-    assert!(count(&db, "rl-out-2") > 0, "the second run's under its own name");
+    assert!(episodes(&db, "rl-out") == before, "the first run's episodes kept whole");
+    assert!(episodes(&db, "rl-out-2").0 > 0, "the second run's under its own name");
     drop(db);
     let first = jsonl(&out.join("heldout.jsonl"));
     for (e, h) in ev[1..3].iter().zip(&first) {
@@ -706,6 +715,7 @@ fn a_colocated_train_rl_on_the_suite_keeps_metrics_checkpoints_and_heldout() {
     assert!(err.contains("heldout_baseline") && err.contains("samples 2, this run 3"), "{err}");
     assert!(ev.is_empty(), "{ev:?}");
     assert!(!fresh.join("scratch").exists(), "the evaluator's pool started: {err}");
+    assert!(!other.join("run-name").exists(), "a refused run reserves no name");
     assert!(
         !other.join("heldout.jsonl").exists() || jsonl(&other.join("heldout.jsonl")).is_empty()
     );

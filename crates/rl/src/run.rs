@@ -291,6 +291,8 @@ pub struct Standing {
     baseline: Option<Vec<HeldoutMetrics>>,
     /// What the recipe changed since that checkpoint (allowed by the config).
     pub recipe_changes: Vec<String>,
+    /// The evaluator's settings that checkpoint recorded (`Null`: none).
+    recorded_evaluation: serde_json::Value,
 }
 
 impl Standing {
@@ -325,7 +327,10 @@ impl Standing {
         };
         let complete = resumed.is_some() && start >= cfg.schedule.steps && due.is_empty();
         let mut recipe_changes = Vec::new();
+        let mut recorded_evaluation = serde_json::Value::Null;
         if let Some((dir, RlState { recipe: Some(old), .. })) = &resumed {
+            recorded_evaluation =
+                old.get(crate::recipe::EVALUATION).cloned().unwrap_or(serde_json::Value::Null);
             let mut old = old.clone();
             let mut now = crate::recipe::recipe(cfg, evaluation)?;
             // A checkpoint from before the evaluator's settings were recorded, or a caller
@@ -355,7 +360,16 @@ impl Standing {
             Some((dir, state)) => (Some(dir), state.pool),
             None => (None, PoolState::default()),
         };
-        Ok(Standing { start, checkpoint, complete, pool, due, baseline, recipe_changes })
+        Ok(Standing {
+            start,
+            checkpoint,
+            complete,
+            pool,
+            due,
+            baseline,
+            recipe_changes,
+            recorded_evaluation,
+        })
     }
 }
 
@@ -685,13 +699,20 @@ pub async fn train(
     let out = cfg.output.dir.clone();
     std::fs::create_dir_all(out.join("checkpoints")).map_err(|e| io_err(&out, e))?;
     let reward = cfg.reward.resolve().map_err(RlError::Config)?;
-    let recipe = crate::recipe::recipe(cfg, &parts.evaluation)?;
     // Everything that needs no learner is read and checked before it starts.
     let standing =
         Standing::read(cfg, &sets_of(&parts), parts.timed, &parts.policy, &parts.evaluation)?;
     if let Some(summary) = conclude(cfg, &standing, &parts.run, events)? {
         return Ok(summary);
     }
+    // A caller with no evaluator settings to record keeps those the checkpoint recorded.
+    let evaluation = match &parts.evaluation {
+        serde_json::Value::Null => standing.recorded_evaluation.clone(),
+        e => e.clone(),
+    };
+    let recipe = crate::recipe::recipe(cfg, &evaluation)?;
+    // The run starts: its name is its own from now on.
+    record_run_name(&out, &parts.run)?;
     let start = standing.start;
     // A pass in progress is always one at the step this invocation starts from (a stop
     // during a pass resumes there); a marker of another step is stale (a checkpoint
@@ -965,22 +986,36 @@ fn put_metric(
 /// The file in `output.dir` naming the run in the store.
 const RUN_NAME: &str = "run-name";
 
-/// The run's name in the store (its episodes' ids begin with it): the one `out` recorded,
-/// else the one its latest checkpoint recorded; for a run begun before names were
-/// recorded, `rl-<last component of out>`; for a new run, that name, or the first of `-2`,
-/// `-3`, ... that `taken` does not know, recorded in `out`. Every GPU run was `rl-out`, and a second run
-/// of that name in one store overwrote the first's training episodes.
-pub fn run_name(out: &Path, taken: &dyn Fn(&str) -> bool) -> Result<String, RlError> {
+/// The run's name in the store (its episodes' ids begin with it): the one `out` recorded
+/// (`run-name`, written by [`train`] as a run starts), else the one its latest checkpoint
+/// recorded; for a run begun before names were recorded, `rl-<last component of out>`;
+/// for a new run, that name, or the first of `-2`, `-3`, ... that `taken` says no run in
+/// the store has ([`name_taken`]). Nothing is written here: a run refused before it
+/// starts reserves no name. Every GPU run was `rl-out`, and a second run of that name in
+/// one store overwrote the first's training episodes.
+pub fn run_name(
+    out: &Path,
+    taken: &dyn Fn(&str) -> Result<bool, RlError>,
+) -> Result<String, RlError> {
     let path = out.join(RUN_NAME);
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let name = text.trim();
-        if name.is_empty() || name.contains('/') {
-            return Err(io_err(&path, format!("{name:?} is not a run name")));
+    let recorded = match std::fs::read_to_string(&path) {
+        Ok(text) => Some(check_name(text.trim(), &path)?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_err(&path, e)),
+    };
+    let checkpoint = match latest(out)? {
+        Some((dir, RlState { run: Some(name), .. })) => Some(check_name(&name, &dir.join(STATE))?),
+        _ => None,
+    };
+    match (recorded, checkpoint) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(RlError::Resume {
+                path,
+                reason: format!("names the run {a:?}, its latest checkpoint {b:?}"),
+            })
         }
-        return Ok(name.to_string());
-    }
-    if let Some((_, RlState { run: Some(name), .. })) = latest(out)? {
-        return Ok(name);
+        (Some(name), _) | (None, Some(name)) => return Ok(name),
+        (None, None) => {}
     }
     let base = format!(
         "rl-{}",
@@ -991,13 +1026,41 @@ pub fn run_name(out: &Path, taken: &dyn Fn(&str) -> bool) -> Result<String, RlEr
     if [LATEST, METRICS, HELDOUT, PASS].iter().any(|f| out.join(f).exists()) {
         return Ok(base);
     }
-    let name = std::iter::once(base.clone())
-        .chain((2..).map(|i| format!("{base}-{i}")))
-        .find(|n| !taken(n))
-        .unwrap_or(base);
-    std::fs::create_dir_all(out).map_err(|e| io_err(out, e))?;
-    write_atomic(&path, &format!("{name}\n"))?;
-    Ok(name)
+    for name in std::iter::once(base.clone()).chain((2..1000).map(|i| format!("{base}-{i}"))) {
+        if !taken(&name)? {
+            return Ok(name);
+        }
+    }
+    Err(RlError::Config(format!("no free run name from {base} to {base}-999 in the store")))
+}
+
+/// Whether a store whose run ids are `ids` has a run `name`: one of that id, or rows under
+/// it (`rl-out/heldout`), which a run whose own row is missing still leaves.
+pub fn name_taken<'a>(mut ids: impl Iterator<Item = &'a str>, name: &str) -> bool {
+    ids.any(|id| id == name || id.strip_prefix(name).is_some_and(|rest| rest.starts_with('/')))
+}
+
+/// `name` if a run may be called that (episode ids are `NAME/...`), else an error naming
+/// where it was read.
+fn check_name(name: &str, from: &Path) -> Result<String, RlError> {
+    if name.is_empty() || name.contains('/') || name.chars().any(char::is_whitespace) {
+        return Err(io_err(from, format!("{name:?} is not a run name")));
+    }
+    Ok(name.to_string())
+}
+
+/// Records `name` in `out` as the run starts, unless it is recorded already; another name
+/// recorded there is an error (a caller naming the run otherwise than [`run_name`]).
+fn record_run_name(out: &Path, name: &str) -> Result<(), RlError> {
+    let path = out.join(RUN_NAME);
+    match std::fs::read_to_string(&path) {
+        Ok(text) if text.trim() == name => Ok(()),
+        Ok(text) => Err(RlError::Resume {
+            path,
+            reason: format!("names the run {:?}; this run is called {name:?}", text.trim()),
+        }),
+        Err(_) => write_atomic(&path, &format!("{name}\n")),
+    }
 }
 
 /// The name a source's problems carry in their keys.
@@ -1123,8 +1186,8 @@ fn pass_prefix(run: &str, step: u64) -> String {
 #[derive(Debug, Serialize, Deserialize)]
 struct PassMarker {
     /// Written into every episode this attempt stores (`heldout_attempt` in its JSON):
-    /// the store may be shared with another run of the same name (`train rl` names a run
-    /// after its output directory's last component), whose episodes must not count here.
+    /// the store may be shared with another run of the same name (runs begun before
+    /// [`run_name`] recorded names were all `rl-<dir>`), whose episodes must not count here.
     attempt: String,
     /// Each set's top-p (not among the figures' identity fields).
     top_p: Vec<f32>,
@@ -1592,46 +1655,67 @@ mod tests {
         Instant::now().checked_sub(Duration::from_secs(s)).unwrap_or_else(Instant::now)
     }
 
-    /// A new run takes the first name the store does not know and keeps it on resume; a
-    /// run begun before names were recorded keeps `rl-<dir>`.
+    /// A new run takes the first name the store does not know, recorded only as it
+    /// starts, and keeps it on resume; a run begun before names were recorded keeps
+    /// `rl-<dir>`; a checkpoint carried without the record keeps its own.
     #[test]
     fn a_new_run_takes_a_name_no_earlier_run_has() {
         let dir = tempfile::tempdir().unwrap();
-        let taken = |n: &str| n == "rl-out" || n == "rl-out-2";
+        let taken = |n: &str| Ok(n == "rl-out" || n == "rl-out-2");
         let out = dir.path().join("b/out");
         assert_eq!(run_name(&out, &taken).unwrap(), "rl-out-3");
+        assert!(!out.join(RUN_NAME).exists(), "not recorded before the run starts");
+        std::fs::create_dir_all(&out).unwrap();
+        record_run_name(&out, "rl-out-3").unwrap();
         assert_eq!(std::fs::read_to_string(out.join(RUN_NAME)).unwrap(), "rl-out-3\n");
         // Resumed (the name is its own now, and taken in the store): the same name.
-        let now_taken = |n: &str| taken(n) || n == "rl-out-3";
-        assert_eq!(run_name(&out, &now_taken).unwrap(), "rl-out-3");
+        let all = |_: &str| Ok(true);
+        assert_eq!(run_name(&out, &all).unwrap(), "rl-out-3");
+        let e = record_run_name(&out, "rl-out").unwrap_err().to_string();
+        assert!(e.contains("rl-out-3") && e.contains("this run is called"), "{e}");
 
         let free = dir.path().join("a/out");
-        assert_eq!(run_name(&free, &|_| false).unwrap(), "rl-out");
+        assert_eq!(run_name(&free, &|_| Ok(false)).unwrap(), "rl-out");
+        let e = run_name(&free, &all).unwrap_err().to_string();
+        assert!(e.contains("rl-out-999"), "{e}");
 
         // Begun before names were recorded: a checkpoint without one, or only figures.
         let legacy = dir.path().join("c/out");
         let ckpt = legacy.join("checkpoints/step-000003");
         std::fs::create_dir_all(&ckpt).unwrap();
-        std::fs::write(ckpt.join(STATE), r#"{"step": 3, "pool": {"solve_rate": {}, "drawn": {}}}"#)
-            .unwrap();
+        let pool = r#""pool": {"solve_rate": {}, "drawn": {}}"#;
+        std::fs::write(ckpt.join(STATE), format!("{{\"step\": 3, {pool}}}")).unwrap();
         std::fs::write(legacy.join(LATEST), "step-000003\n").unwrap();
         assert_eq!(run_name(&legacy, &taken).unwrap(), "rl-out", "a checkpoint before names");
-        assert!(!legacy.join(RUN_NAME).exists());
-        let figures = dir.path().join("d/out");
-        std::fs::create_dir_all(&figures).unwrap();
-        std::fs::write(figures.join(HELDOUT), "").unwrap();
-        assert_eq!(run_name(&figures, &taken).unwrap(), "rl-out", "step 0's pass before names");
-        // A checkpoint carried without the record (packed, copied) keeps its own name.
-        std::fs::write(
-            ckpt.join(STATE),
-            r#"{"step": 3, "pool": {"solve_rate": {}, "drawn": {}}, "run": "rl-out-7"}"#,
-        )
-        .unwrap();
+        for f in [METRICS, HELDOUT, PASS] {
+            let figures = dir.path().join(format!("d-{f}/out"));
+            std::fs::create_dir_all(&figures).unwrap();
+            std::fs::write(figures.join(f), "").unwrap();
+            assert_eq!(run_name(&figures, &taken).unwrap(), "rl-out", "{f} before names");
+        }
+        // A checkpoint carried without the record (packed, copied) keeps its own name; a
+        // record that disagrees with it is an error naming both.
+        let named = |n: &str| format!("{{\"step\": 3, {pool}, \"run\": \"{n}\"}}");
+        std::fs::write(ckpt.join(STATE), named("rl-out-7")).unwrap();
         assert_eq!(run_name(&legacy, &taken).unwrap(), "rl-out-7");
+        std::fs::write(legacy.join(RUN_NAME), "rl-out-8\n").unwrap();
+        let e = run_name(&legacy, &taken).unwrap_err().to_string();
+        assert!(e.contains("rl-out-8") && e.contains("rl-out-7"), "{e}");
+        std::fs::write(ckpt.join(STATE), named("a/b")).unwrap();
+        assert!(run_name(&legacy, &taken).unwrap_err().to_string().contains("not a run name"));
 
         std::fs::write(out.join(RUN_NAME), "a/b\n").unwrap();
         let e = run_name(&out, &taken).unwrap_err().to_string();
         assert!(e.contains("run-name") && e.contains("not a run name"), "{e}");
+    }
+
+    /// A name is taken by a run of that id or by rows under it, not by a longer name.
+    #[test]
+    fn a_name_is_taken_by_its_rows_too() {
+        let ids = ["rl-out-2", "rl-x/heldout", "sft-1"];
+        assert!(name_taken(ids.into_iter(), "rl-out-2"));
+        assert!(name_taken(ids.into_iter(), "rl-x"), "only its heldout rows are left");
+        assert!(!name_taken(ids.into_iter(), "rl-out"), "rl-out-2 is another run");
     }
 
     /// 100 s in, steps of 30 s: the next would end at 130.

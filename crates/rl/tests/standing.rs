@@ -298,3 +298,19 @@ fn a_resume_evaluated_otherwise_is_refused() {
     std::fs::write(&state, v.to_string()).unwrap();
     assert!(standing_evaluated(&longer, &evaluated(100)).unwrap().recipe_changes.is_empty());
 }
+
+/// A caller with no evaluator settings to record (`Null`) keeps those the checkpoint
+/// recorded: a later resume with other settings is still compared against them.
+#[test]
+fn a_resume_without_evaluator_settings_keeps_the_recorded_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let learner = Arc::new(Counted::default());
+    let cfg = config(&out, "max_steps_now = 1");
+    let evaluated = json!({"timing": {"budget_ms": 100}});
+    assert!(train_evaluated(&cfg, &learner, &evaluated).unwrap().contains(&"step 1".into()));
+    assert!(train(&cfg, &learner).unwrap().contains(&"step 2".into()));
+    let state = out.join("checkpoints/step-000002/rl_state.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(state).unwrap()).unwrap();
+    assert_eq!(v["recipe"]["evaluation"], evaluated, "{v}");
+}
