@@ -335,7 +335,7 @@ impl Standing {
             let mut now = crate::recipe::recipe(cfg, evaluation)?;
             // A checkpoint from before the evaluator's settings were recorded, or a caller
             // with none to record: the rest is compared.
-            if old.get(crate::recipe::EVALUATION).is_none() || evaluation.is_null() {
+            if recorded_evaluation.is_null() || evaluation.is_null() {
                 for v in [&mut old, &mut now] {
                     if let Some(m) = v.as_object_mut() {
                         m.remove(crate::recipe::EVALUATION);
