@@ -44,6 +44,13 @@ pub enum BackendError {
     /// or render): nothing was sent.
     #[error("{url}: {reason}")]
     Setup { url: String, reason: String },
+    /// A completion made with other weights than those the engine was last given: it
+    /// restarted from its original ones, or something else refreshed it.
+    #[error(
+        "{url}: generated with weights `{found}`, expected {expected} (was the engine \
+         restarted, or refreshed by someone else?)"
+    )]
+    WrongWeights { url: String, found: String, expected: String },
 }
 
 impl BackendError {
@@ -54,7 +61,8 @@ impl BackendError {
             BackendError::Http { status, .. } => *status == 429 || *status >= 500,
             BackendError::Auth { .. }
             | BackendError::Protocol { .. }
-            | BackendError::Setup { .. } => false,
+            | BackendError::Setup { .. }
+            | BackendError::WrongWeights { .. } => false,
         }
     }
 }

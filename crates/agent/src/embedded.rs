@@ -322,6 +322,7 @@ impl Backend for EmbeddedBackend {
                     latency_ms: started.elapsed().as_secs_f64() * 1000.0,
                     engine_ms: Some(engine_ms),
                     attempts: 1,
+                    weight_version: None,
                 }),
                 Err(e) => {
                     // A worker that died is replaced on the next request. A timeout fails

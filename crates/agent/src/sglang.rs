@@ -39,7 +39,8 @@ impl SglangBackend {
 }
 
 /// `{"text", "output_ids", "meta_info": {"finish_reason", "prompt_tokens",
-/// "completion_tokens", "output_token_logprobs": [[logprob, id, text], ...]}}`.
+/// "completion_tokens", "weight_version", "output_token_logprobs": [[logprob, id, text],
+/// ...]}}`.
 fn parse_reply(
     url: &str,
     v: &Value,
@@ -92,6 +93,7 @@ fn parse_reply(
         prompt_ids: Some(prompt_ids.to_vec()),
         logprobs,
         finish_reason: finish,
+        weight_version: meta["weight_version"].as_str().map(str::to_owned),
         ..Completion::default()
     })
 }

@@ -246,10 +246,12 @@ fn finish(cfg: &RlConfig, run: &RunLog, result: Result<RlSummary, RlError>) -> a
 
 fn describe_json(e: &RlEvent) -> String {
     let v = match e {
-        RlEvent::Ready { info, start, steps, recipe_changes } => serde_json::json!({
-            "event": "ready", "info": info, "start": start, "steps": steps,
-            "recipe_changes": recipe_changes,
-        }),
+        RlEvent::Ready { info, start, steps, recipe_changes, engines_refresh_s } => {
+            serde_json::json!({
+                "event": "ready", "info": info, "start": start, "steps": steps,
+                "recipe_changes": recipe_changes, "engines_refresh_s": engines_refresh_s,
+            })
+        }
         RlEvent::Heldout(h) => serde_json::json!({"event": "heldout", "heldout": h}),
         RlEvent::Step(m) => serde_json::json!({"event": "step", "metrics": m}),
         RlEvent::Saved { dir, step } => {
@@ -267,7 +269,7 @@ fn describe_json(e: &RlEvent) -> String {
 
 fn describe(e: &RlEvent) -> String {
     match e {
-        RlEvent::Ready { info, start, steps, recipe_changes } => {
+        RlEvent::Ready { info, start, steps, recipe_changes, engines_refresh_s } => {
             let mut line = format!(
                 "model: {:.1}M parameters ({:.1}M trained) on {}; steps {}..{steps}",
                 info.parameters as f64 / 1e6,
@@ -275,6 +277,11 @@ fn describe(e: &RlEvent) -> String {
                 info.device,
                 start + 1
             );
+            if let Some(secs) = engines_refresh_s {
+                line.push_str(&format!(
+                    "\nengines loaded the weights of step {start} ({secs:.1} s)"
+                ));
+            }
             if !recipe_changes.is_empty() {
                 line.push_str(&format!(
                     "\nrecipe changed since step {start}: {}",
@@ -355,10 +362,13 @@ fn describe(e: &RlEvent) -> String {
             } else {
                 String::new()
             };
+            let engines = m
+                .engine_refresh_s
+                .map_or(String::new(), |s| format!("; engines loaded its weights in {s:.1} s"));
             format!(
                 "step {}: reward {:.3}±{:.3}, solved by turn [{}], groups {}/{} kept, loss {:.4}, clip {:.3}, \
                  entropy {:.3}, {:.1} s (rollout {:.1}: gen {:.1}, eval {:.1}; train {:.1}), idle {:.0}%, {:.0} tok/s\
-                 {worker}{sources}",
+                 {worker}{engines}{sources}",
                 m.step,
                 m.reward_mean,
                 m.reward_std,

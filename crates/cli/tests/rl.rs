@@ -842,7 +842,8 @@ fn a_model_without_a_chat_template_is_named_before_anything_starts() {
 /// none, so every group of two has unequal rewards. A load records the directory with a
 /// digest of the weights found there (a directory without weights is refused, as the
 /// engines do, with a message of their shape); every control call is recorded in order,
-/// and the engine reports the weight version it was last given.
+/// and the engine reports the weight version it was last given, on its own route and
+/// (SGLang) with every completion, where the version of each is recorded too.
 #[derive(Clone)]
 struct Engine {
     tokenizer: Arc<tritonforge_chat::ChatTokenizer>,
@@ -850,8 +851,13 @@ struct Engine {
     loads: Arc<std::sync::Mutex<Vec<(String, u64)>>>,
     calls: Arc<std::sync::Mutex<Vec<String>>>,
     version: Arc<std::sync::Mutex<String>>,
-    /// When set, every load fails with this message.
-    fail: Arc<std::sync::Mutex<Option<String>>>,
+    /// When set, loads after the first N (the number given) fail with this message.
+    fail: Arc<std::sync::Mutex<Option<(usize, String)>>>,
+    /// The version each completion was generated with, in order.
+    generated: Arc<std::sync::Mutex<Vec<String>>>,
+    /// When set, completions claim this version whatever was loaded (weights changed
+    /// behind the trainer's back).
+    claim: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 type EngineState = axum::extract::State<Engine>;
@@ -868,6 +874,8 @@ impl Engine {
             calls: Default::default(),
             version: Arc::new(std::sync::Mutex::new("default".into())),
             fail: Default::default(),
+            generated: Default::default(),
+            claim: Default::default(),
         }
     }
 
@@ -897,8 +905,11 @@ impl Engine {
     fn load(&self, dir: &str) -> Result<(), String> {
         let weights = Path::new(dir).join("model.safetensors");
         self.loads.lock().unwrap().push((dir.to_string(), digest(&weights)));
-        if let Some(m) = self.fail.lock().unwrap().clone() {
-            return Err(m);
+        if let Some((allowed, m)) = self.fail.lock().unwrap().as_mut() {
+            if *allowed == 0 {
+                return Err(m.clone());
+            }
+            *allowed -= 1;
         }
         if weights.is_file() {
             Ok(())
@@ -909,6 +920,18 @@ impl Engine {
 
     fn weight_version(&self) -> Json {
         axum::Json(serde_json::json!({"weight_version": self.version.lock().unwrap().clone()}))
+    }
+
+    /// The version a completion made now reports (and records).
+    fn generated_with(&self) -> String {
+        let v = self
+            .claim
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| self.version.lock().unwrap().clone());
+        self.generated.lock().unwrap().push(v.clone());
+        v
     }
 
     fn sglang(&self) -> axum::Router {
@@ -1028,7 +1051,7 @@ async fn sglang_generate(axum::extract::State(e): EngineState, axum::Json(body):
         "text": e.tokenizer.decode(&out, true).unwrap(), "output_ids": out,
         "meta_info": {"prompt_tokens": input.len(), "completion_tokens": out.len(),
                       "finish_reason": {"type": "stop", "matched": out.last()},
-                      "weight_version": e.version.lock().unwrap().clone(),
+                      "weight_version": e.generated_with(),
                       "output_token_logprobs": lps}
     }))
 }
@@ -1039,6 +1062,7 @@ async fn vllm_completions(axum::extract::State(e): EngineState, axum::Json(body)
     assert_eq!(body["logprobs"], 0, "{body}");
     let input = ids(&body["prompt"]);
     let out = e.answer(&input);
+    e.generated_with();
     let text = e.tokenizer.decode(&out, true).unwrap();
     let lps: Vec<f64> = out.iter().map(|_| -30.0).collect();
     axum::Json(serde_json::json!({
@@ -1112,14 +1136,14 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
         (world, steps, err)
     };
     let out = dir.path().join("out");
-    let (world, _, _) = train(config(&out, "", &engines("sglang", &url)));
+    let (world, steps, _) = train(config(&out, "", &engines("sglang", &url)));
     assert_eq!(world, 1);
     let weights = out.join("weights").display().to_string();
     let loads = std::mem::take(&mut *engine.loads.lock().unwrap());
     assert_eq!(
         loads.iter().map(|l| l.0.clone()).collect::<Vec<_>>(),
-        vec![weights.clone(), weights.clone()],
-        "refreshed after each step"
+        vec![weights.clone(), weights.clone(), weights.clone()],
+        "loaded before the first generation, and refreshed after each step"
     );
     // Paused around each load, told the step as its version, and asked for it after.
     let refresh = |v: &str| {
@@ -1131,7 +1155,87 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
         ]
     };
     let calls = std::mem::take(&mut *engine.calls.lock().unwrap());
-    assert_eq!(calls, [refresh("step-1"), refresh("step-2")].concat());
+    assert_eq!(calls, [refresh("step-0"), refresh("step-1"), refresh("step-2")].concat());
+    // Nothing was generated from the engine's own start-up weights, and each step says
+    // which versions its completions came from and what its refresh took.
+    let generated = std::mem::take(&mut *engine.generated.lock().unwrap());
+    assert!(!generated.is_empty() && !generated.contains(&"default".to_string()), "{generated:?}");
+    for m in &steps {
+        assert!(m["engine_refresh_s"].as_f64().unwrap() > 0.0, "{m}");
+        let versions = m["weight_versions"].as_object().unwrap();
+        assert!(versions.keys().all(|v| v.starts_with("step-")), "{m}");
+        assert!(versions.values().map(|n| n.as_u64().unwrap()).sum::<u64>() > 0, "{m}");
+    }
+
+    // The engine restarts from its original weights, and the run is resumed for a third
+    // step: the checkpoint's weights are loaded into it before it generates anything.
+    *engine.version.lock().unwrap() = "default".into();
+    let text_cfg = config(&out, "", &engines("sglang", &url)).replace("steps = 2", "steps = 3");
+    std::fs::write(&cfg, text_cfg).unwrap();
+    let o = run(tf(&state)
+        .args([
+            "--device",
+            "cpu",
+            "--eval-server",
+            &server.url,
+            "train",
+            "rl",
+            "--json",
+            "--config",
+        ])
+        .arg(&cfg));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let events: Vec<Value> =
+        text(&o.stdout).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).collect();
+    assert_eq!(events[0]["start"], 2, "{events:?}");
+    assert!(events[0]["engines_refresh_s"].as_f64().unwrap() > 0.0, "{events:?}");
+    let calls = std::mem::take(&mut *engine.calls.lock().unwrap());
+    assert_eq!(calls, [refresh("step-2"), refresh("step-3")].concat());
+    let loads = std::mem::take(&mut *engine.loads.lock().unwrap());
+    assert_eq!(
+        loads[0].1,
+        digest(&out.join("checkpoints/step-000002/model.safetensors")),
+        "the resumed engine loaded the checkpoint's weights"
+    );
+    let generated = std::mem::take(&mut *engine.generated.lock().unwrap());
+    assert!(!generated.is_empty(), "the third step generated");
+    assert!(generated.iter().all(|v| v == "step-2"), "{generated:?}");
+
+    // Completions that say they came from other weights than those loaded (an engine
+    // refreshed behind the trainer's back) are failed episodes naming the engine and
+    // both versions, not rollouts of the policy; the run goes on and records them.
+    *engine.claim.lock().unwrap() = Some("default".into());
+    let out_claim = dir.path().join("claim");
+    let text_cfg =
+        config(&out_claim, "", &engines("sglang", &url)).replace("steps = 2", "steps = 1");
+    std::fs::write(&cfg, text_cfg).unwrap();
+    let o = run(tf(&state)
+        .args([
+            "--device",
+            "cpu",
+            "--eval-server",
+            &server.url,
+            "train",
+            "rl",
+            "--json",
+            "--config",
+        ])
+        .arg(&cfg));
+    *engine.claim.lock().unwrap() = None;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let m = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["event"] == "step")
+        .unwrap()["metrics"]
+        .clone();
+    assert_eq!(m["episodes_failed"], m["episodes"], "{m}");
+    assert_eq!(m["updates"], 0, "{m}");
+    let error = m["errors"][0].as_str().unwrap_or_default();
+    assert!(error.contains(&url) && error.contains("`default`") && error.contains("step-0"), "{m}");
+    engine.loads.lock().unwrap().clear();
+    engine.calls.lock().unwrap().clear();
+    engine.generated.lock().unwrap().clear();
     // The server evaluated the code answers (one per problem drawn; repeats are its cache
     // hits), and the client kept none locally.
     let count = |state: &Path| -> i64 {
@@ -1160,12 +1264,12 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
     let loads = engine.loads.lock().unwrap().clone();
     assert_eq!(
         loads.iter().map(|l| l.0.clone()).collect::<Vec<_>>(),
-        vec![weights.clone(), weights],
-        "refreshed after each step"
+        vec![weights.clone(), weights.clone(), weights],
+        "loaded at the start, and refreshed after each step"
     );
-    assert_ne!(loads[0].1, loads[1].1, "the second load has the second step's weights");
+    assert_ne!(loads[1].1, loads[2].1, "the third load has the second step's weights");
     assert_eq!(
-        loads[1].1,
+        loads[2].1,
         digest(&last.join("model.safetensors")),
         "the engine loaded what the checkpoint of the same step holds"
     );
@@ -1181,7 +1285,7 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
     let loads = vllm.loads.lock().unwrap().clone();
     assert_eq!(
         loads.iter().map(|l| l.0.clone()).collect::<Vec<_>>(),
-        vec![weights.clone(), weights]
+        vec![weights.clone(), weights.clone(), weights]
     );
     let refresh = |v: &str| {
         [
@@ -1192,13 +1296,16 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
             "weight_info".into(),
         ]
     };
-    assert_eq!(*vllm.calls.lock().unwrap(), [refresh("step-1"), refresh("step-2")].concat());
+    assert_eq!(
+        *vllm.calls.lock().unwrap(),
+        [refresh("step-0"), refresh("step-1"), refresh("step-2")].concat()
+    );
     assert!(vllm.seen.lock().unwrap().len() >= 2, "the engine generated the rollouts");
 
     // An engine that fails to load stops the run after the first step, with its URL and
     // its own message; the step's metrics are kept.
     let msg = "RuntimeError: CUDA out of memory while loading model.layers.0";
-    *vllm.fail.lock().unwrap() = Some(msg.into());
+    *vllm.fail.lock().unwrap() = Some((1, msg.into()));
     let out = dir.path().join("vllm-fails");
     std::fs::write(&cfg, config(&out, "", &engines("vllm", &vllm_url))).unwrap();
     let o = run(tf(&state)
@@ -1217,5 +1324,24 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
         calls.last().map(String::as_str),
         Some("collective_rpc reload_weights"),
         "not resumed"
+    );
+
+    // One that cannot load the starting weights stops the run before anything is
+    // generated, the same way.
+    *vllm.fail.lock().unwrap() = Some((0, msg.into()));
+    let generated = vllm.generated.lock().unwrap().len();
+    let out = dir.path().join("vllm-fails-at-start");
+    std::fs::write(&cfg, config(&out, "", &engines("vllm", &vllm_url))).unwrap();
+    let o = run(tf(&state)
+        .args(["--device", "cpu", "--eval-server", &server.url, "train", "rl", "--config"])
+        .arg(&cfg));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(line.contains(&vllm_url) && line.contains(msg), "{err}");
+    assert_eq!(vllm.generated.lock().unwrap().len(), generated, "nothing generated");
+    assert!(
+        !out.join("metrics.jsonl").exists()
+            || std::fs::read_to_string(out.join("metrics.jsonl")).unwrap().is_empty()
     );
 }

@@ -53,6 +53,7 @@ async fn generate(State(m): State<Mock>, Json(body): Json<Value>) -> Json<Value>
         "meta_info": {
             "id": "r1", "prompt_tokens": input.len(), "completion_tokens": out.len(),
             "finish_reason": {"type": "stop", "matched": end},
+            "weight_version": "default",
             "output_token_logprobs": lps,
         }
     }))
@@ -145,6 +146,7 @@ fn sglang_native_generate_keeps_exact_token_ids_across_turns() {
         let lps = t["completion"]["logprobs"].as_array().unwrap();
         assert_eq!(lps.len(), ids.len());
         assert_eq!(t["completion"]["finish_reason"], "stop");
+        assert_eq!(t["completion"]["weight_version"], "default", "the engine's version is kept");
     }
     // The second turn's prompt holds the first reply and the evaluator's feedback.
     let second = tokenizer.decode(&seen[1].0, false).unwrap();

@@ -54,4 +54,9 @@ pub struct Completion {
     pub engine_ms: Option<f64>,
     /// Attempts it took (1 when the first succeeded).
     pub attempts: u32,
+    /// The weights it was generated with, where the server says (SGLang's
+    /// `meta_info.weight_version`): RL checks it against the versions it loaded, so that
+    /// an engine restarted from other weights is not trained on as the policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_version: Option<String>,
 }

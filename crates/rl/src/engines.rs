@@ -250,6 +250,11 @@ pub struct ExternalEngines {
     engines: Vec<Box<dyn Backend>>,
     refresher: Refresher,
     next: AtomicUsize,
+    /// The weight versions handed to the engines, in order. A completion that says which
+    /// weights made it (SGLang does) must name the version current when it was asked for
+    /// or a later one: anything else is an engine that restarted from other weights, or
+    /// was refreshed by someone else, since its last check.
+    loaded: Mutex<Vec<String>>,
 }
 
 impl ExternalEngines {
@@ -279,7 +284,12 @@ impl ExternalEngines {
         }
         let refresher = Refresher::new(kind, urls, timeout)
             .map_err(|e| RlError::Config(format!("generation.urls: {e}")))?;
-        Ok(Some(ExternalEngines { engines, refresher, next: AtomicUsize::new(0) }))
+        Ok(Some(ExternalEngines {
+            engines,
+            refresher,
+            next: AtomicUsize::new(0),
+            loaded: Mutex::new(Vec::new()),
+        }))
     }
 
     pub fn refresher(&self) -> &Refresher {
@@ -298,12 +308,31 @@ impl Backend for ExternalEngines {
         sampling: &'a Sampling,
     ) -> BoxFuture<'a, Result<Completion, BackendError>> {
         let n = self.engines.len();
-        match self.engines.get(self.next.fetch_add(1, Ordering::Relaxed) % n.max(1)) {
-            Some(e) => e.complete(messages, sampling),
-            None => Box::pin(async {
+        let Some(engine) = self.engines.get(self.next.fetch_add(1, Ordering::Relaxed) % n.max(1))
+        else {
+            return Box::pin(async {
                 Err(BackendError::Setup { url: String::new(), reason: "no engine".into() })
-            }),
-        }
+            });
+        };
+        // The versions this request may come back with: the current one and any later.
+        let since = self.loaded.lock().map_or(0, |l| l.len().saturating_sub(1));
+        Box::pin(async move {
+            let c = engine.complete(messages, sampling).await?;
+            let expected = match (&c.weight_version, self.loaded.lock()) {
+                (Some(v), Ok(loaded)) if !loaded.is_empty() && !loaded[since..].contains(v) => {
+                    Some(loaded[since..].join(" or "))
+                }
+                _ => None,
+            };
+            match expected {
+                Some(expected) => Err(BackendError::WrongWeights {
+                    url: engine.describe(),
+                    found: c.weight_version.unwrap_or_default(),
+                    expected,
+                }),
+                None => Ok(c),
+            }
+        })
     }
 }
 
@@ -314,6 +343,11 @@ impl Generator for ExternalEngines {
 
     fn refresh<'a>(&'a self, dir: &'a Path, version: &'a str) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
+            // Named before the load: a request in flight may finish on the new weights
+            // while the refresh is still checking them.
+            if let Ok(mut loaded) = self.loaded.lock() {
+                loaded.push(version.to_string());
+            }
             self.refresher.refresh(dir, version).await.map_err(|errors| {
                 errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
             })
@@ -322,5 +356,96 @@ impl Generator for ExternalEngines {
 
     fn needs_weights_on_disk(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An engine that answers with whatever version it is set to report.
+    struct Reports(Arc<Mutex<Option<String>>>);
+
+    impl Backend for Reports {
+        fn describe(&self) -> String {
+            "sglang:http://engine-a".into()
+        }
+
+        fn complete<'a>(
+            &'a self,
+            _: &'a [ChatMessage],
+            _: &'a Sampling,
+        ) -> BoxFuture<'a, Result<Completion, BackendError>> {
+            // Read when the answer comes, not when the request is sent.
+            let reports = self.0.clone();
+            Box::pin(async move {
+                let weight_version = reports.lock().unwrap().clone();
+                Ok(Completion { weight_version, ..Completion::default() })
+            })
+        }
+    }
+
+    fn engines(loaded: &[&str]) -> (ExternalEngines, Arc<Mutex<Option<String>>>) {
+        let reports = Arc::new(Mutex::new(None));
+        let refresher =
+            Refresher::new(EngineKind::Sglang, &["http://engine-a".into()], Duration::from_secs(1))
+                .unwrap();
+        let e = ExternalEngines {
+            engines: vec![Box::new(Reports(reports.clone()))],
+            refresher,
+            next: AtomicUsize::new(0),
+            loaded: Mutex::new(loaded.iter().map(|v| v.to_string()).collect()),
+        };
+        (e, reports)
+    }
+
+    fn answer(
+        e: &ExternalEngines,
+        reports: &Mutex<Option<String>>,
+        v: Option<&str>,
+    ) -> Result<Completion, BackendError> {
+        *reports.lock().unwrap() = v.map(str::to_owned);
+        block(e.complete(&[], &Sampling::default()))
+    }
+
+    fn block<T>(f: BoxFuture<'_, T>) -> T {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    #[test]
+    fn a_completion_from_weights_other_than_those_loaded_is_refused() {
+        let (e, reports) = engines(&["step-0", "step-1"]);
+        assert!(answer(&e, &reports, Some("step-1")).is_ok());
+        // An engine that does not say is trusted (vLLM's completions carry no version).
+        assert!(answer(&e, &reports, None).is_ok());
+        for wrong in ["default", "step-0", "step-2"] {
+            match answer(&e, &reports, Some(wrong)) {
+                Err(BackendError::WrongWeights { url, found, expected }) => {
+                    assert_eq!((url.as_str(), found.as_str()), ("sglang:http://engine-a", wrong));
+                    assert_eq!(expected, "step-1");
+                }
+                other => panic!("{wrong}: {other:?}"),
+            }
+        }
+        // Nothing loaded yet (a caller that never refreshed): nothing to compare.
+        let (e, reports) = engines(&[]);
+        assert!(answer(&e, &reports, Some("default")).is_ok());
+    }
+
+    #[test]
+    fn a_request_in_flight_across_a_refresh_may_finish_on_the_new_weights() {
+        let (e, reports) = engines(&["step-0"]);
+        *reports.lock().unwrap() = Some("step-1".into());
+        // Asked while step-0 was current; step-1 is named before its load starts.
+        let sampling = Sampling::default();
+        let asked = e.complete(&[], &sampling);
+        e.loaded.lock().unwrap().push("step-1".into());
+        assert!(block(asked).is_ok());
+        let asked = e.complete(&[], &sampling);
+        *reports.lock().unwrap() = Some("step-0".into());
+        match block(asked) {
+            Err(BackendError::WrongWeights { expected, .. }) => assert_eq!(expected, "step-1"),
+            other => panic!("asked after step-1 was named, answered by step-0: {other:?}"),
+        }
     }
 }

@@ -74,6 +74,15 @@ pub struct StepMetrics {
     pub interval_s: f64,
     /// Generated tokens per second of rollout wall time.
     pub tokens_per_s: f64,
+    /// External engines: seconds to write this step's weights and load them into the
+    /// engines, after the update and before the next batch may start (`None`: colocated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_refresh_s: Option<f64>,
+    /// The weight versions the batch's completions report having been generated with,
+    /// where the engine says (SGLang): with `max_staleness` 1 a batch started on one
+    /// version can finish on the next (requests in flight across a refresh).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub weight_versions: std::collections::BTreeMap<String, usize>,
     /// Share of `step_s` during which the policy (generator or trainer) had nothing in
     /// flight, as the host sees it.
     pub policy_idle: f64,

@@ -85,6 +85,9 @@ pub enum RlEvent {
         /// What the recipe changed since the checkpoint resumed from, where
         /// `schedule.allow_recipe_change` let it (`path: old → new`).
         recipe_changes: Vec<String>,
+        /// Seconds to write the learner's weights and load them into the external
+        /// engines before the first generation (`None`: colocated, nothing to load).
+        engines_refresh_s: Option<f64>,
     },
     Heldout(HeldoutMetrics),
     Step(Box<StepMetrics>),
@@ -729,6 +732,15 @@ pub async fn train(
     let mut setup = parts.setup.clone();
     setup.resume = standing.checkpoint.as_ref().map(|d| d.display().to_string());
     let info = parts.learner.setup(setup).await.map_err(RlError::Learner)?;
+    // External engines generate from whatever they were started with. The weights the
+    // learner now holds (a resumed run's checkpoint, or a fresh run's start as the learner
+    // loaded it) are loaded into them before anything is generated, a heldout pass
+    // included.
+    let engines_refresh_s = if parts.generator.needs_weights_on_disk() {
+        Some(refresh_engines(&parts, &out, start).await?)
+    } else {
+        None
+    };
     let metrics_path = out.join(METRICS);
     let heldout_path = out.join(HELDOUT);
     truncate_jsonl(&metrics_path, start)?;
@@ -738,6 +750,7 @@ pub async fn train(
         start,
         steps: cfg.schedule.steps,
         recipe_changes: standing.recipe_changes.clone(),
+        engines_refresh_s,
     });
 
     let entries = parts
@@ -868,39 +881,38 @@ pub async fn train(
             result = Err(RlError::Schedule("the rollout producer stopped early".into()));
             break;
         };
+        let done = step + 1;
         match train_step(cfg, &parts, &rollout, step, last_end, &reward, &mut last_use).await {
-            Ok(m) => {
+            Ok(mut m) => {
+                // The generator's weights are refreshed before the next batch may start,
+                // and the step reports what that took. A failed refresh stops the run
+                // after the step's figures and episodes are kept.
+                let refreshed = if parts.generator.needs_weights_on_disk() {
+                    Some(refresh_engines(&parts, &out, done).await)
+                } else {
+                    None
+                };
+                if let Some(Ok(secs)) = &refreshed {
+                    m.engine_refresh_s = Some(*secs);
+                }
                 append_jsonl(&metrics_path, &m)?;
-                put_metric(store, &parts.run, step + 1, "rl", &m)?;
+                put_metric(store, &parts.run, done, "rl", &m)?;
                 if let Some(s) = store {
                     let eps = rollout.groups.iter().flat_map(|g| &g.episodes);
                     store_episodes(s, &parts.run, &out, eps)?;
                 }
                 events(RlEvent::Step(Box::new(m)));
+                if let Some(Err(e)) = refreshed {
+                    result = Err(e);
+                    break;
+                }
             }
             Err(e) => {
                 result = Err(e);
                 break;
             }
         }
-        let done = step + 1;
         summary.steps_done = done;
-        // The generator's weights are refreshed before the next batch may start.
-        if parts.generator.needs_weights_on_disk() {
-            let dir = out.join("weights");
-            parts
-                .learner
-                .save(SaveJob {
-                    dir: dir.display().to_string(),
-                    merge_lora: false,
-                    trainer_state: false,
-                })
-                .await
-                .map_err(RlError::Learner)?;
-            // Named by the step, so an engine that kept older weights is told apart.
-            let version = format!("step-{done}");
-            parts.generator.refresh(&dir, &version).await.map_err(RlError::Generator)?;
-        }
         let _ = version_tx.send(done);
         last_pool = rollout.pool.clone();
         if done.is_multiple_of(cfg.schedule.save_every) || done == end {
@@ -1073,6 +1085,19 @@ pub fn source_name(s: &crate::config::SourceCfg) -> String {
         Some(l) => format!("{dir}:{}:l{l}", s.split),
         None => format!("{dir}:{}", s.split),
     }
+}
+
+/// Writes the learner's weights to `out/weights` and has the external engines load them
+/// as `step-{step}` (named by the step, so that an engine that kept older weights is told
+/// apart); the seconds both took.
+async fn refresh_engines(parts: &Parts, out: &Path, step: u64) -> Result<f64, RlError> {
+    let began = Instant::now();
+    let dir = out.join("weights");
+    let job = SaveJob { dir: dir.display().to_string(), merge_lora: false, trainer_state: false };
+    parts.learner.save(job).await.map_err(RlError::Learner)?;
+    let version = format!("step-{step}");
+    parts.generator.refresh(&dir, &version).await.map_err(RlError::Generator)?;
+    Ok(began.elapsed().as_secs_f64())
 }
 
 async fn save(
@@ -1503,6 +1528,9 @@ async fn train_step(
         .collect();
     let every_turn: Vec<&tritonforge_agent::Turn> = all.iter().flat_map(|e| &e.turns).collect();
     m.compile_rate = compile_rate(&every_turn);
+    for v in every_turn.iter().filter_map(|t| t.completion.weight_version.as_ref()) {
+        *m.weight_versions.entry(v.clone()).or_default() += 1;
+    }
     m.generated_tokens = every_turn
         .iter()
         .map(|t| t.completion.token_ids.as_ref().map_or(0, |v| v.len() as u64))
