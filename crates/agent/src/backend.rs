@@ -19,11 +19,15 @@ pub struct Sampling {
     pub max_tokens: u32,
     /// Per-request seed where the backend honours one.
     pub seed: Option<u64>,
+    /// The LoRA adapter a server holding several should answer with, by the name it was
+    /// loaded under (SGLang's `lora_path`, vLLM's `model`); `None`: the served model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
 }
 
 impl Default for Sampling {
     fn default() -> Self {
-        Sampling { temperature: 0.7, top_p: 0.95, max_tokens: 4096, seed: None }
+        Sampling { temperature: 0.7, top_p: 0.95, max_tokens: 4096, seed: None, adapter: None }
     }
 }
 

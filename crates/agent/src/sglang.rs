@@ -121,13 +121,23 @@ impl Backend for SglangBackend {
             if let Some(seed) = sampling.seed {
                 params["sampling_seed"] = json!(seed);
             }
-            let body = json!({
+            let mut body = json!({
                 "input_ids": prompt_ids,
                 "sampling_params": params,
                 "return_logprob": true,
                 "stream": false,
             });
-            self.http.with_retries(|| self.attempt(&body, &prompt_ids)).await
+            // SGLang's `lora_path` takes the name an adapter was loaded under.
+            if let Some(adapter) = &sampling.adapter {
+                body["lora_path"] = json!(adapter);
+            }
+            let mut c = self.http.with_retries(|| self.attempt(&body, &prompt_ids)).await?;
+            // The reply's `weight_version` is the base model's; the adapter named is what
+            // made the answer.
+            if sampling.adapter.is_some() {
+                c.weight_version = sampling.adapter.clone();
+            }
+            Ok(c)
         })
     }
 }

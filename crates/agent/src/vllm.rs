@@ -120,13 +120,18 @@ impl Backend for VllmBackend {
                 "return_token_ids": true,
                 "stream": false,
             });
-            if let Some(model) = &self.model {
+            // An adapter is asked for as a model of its own name.
+            if let Some(model) = sampling.adapter.as_ref().or(self.model.as_ref()) {
                 body["model"] = json!(model);
             }
             if let Some(seed) = sampling.seed {
                 body["seed"] = json!(seed);
             }
-            self.http.with_retries(|| self.attempt(&body, &prompt_ids)).await
+            let mut c = self.http.with_retries(|| self.attempt(&body, &prompt_ids)).await?;
+            if sampling.adapter.is_some() {
+                c.weight_version = sampling.adapter.clone();
+            }
+            Ok(c)
         })
     }
 }

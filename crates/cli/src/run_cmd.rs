@@ -206,6 +206,7 @@ impl RunArgs {
                     1024
                 }),
                 seed: self.seed,
+                adapter: None,
             },
             reward,
             eval: self.eval.settings()?,

@@ -858,6 +858,10 @@ struct Engine {
     /// When set, completions claim this version whatever was loaded (weights changed
     /// behind the trainer's back).
     claim: Arc<std::sync::Mutex<Option<String>>>,
+    /// LoRA adapters held: name, path, digest of its weights.
+    adapters: Arc<std::sync::Mutex<Vec<(String, String, u64)>>>,
+    /// Every adapter load, in order: name, path, digest.
+    adapter_loads: Arc<std::sync::Mutex<Vec<(String, String, u64)>>>,
 }
 
 type EngineState = axum::extract::State<Engine>;
@@ -876,6 +880,8 @@ impl Engine {
             fail: Default::default(),
             generated: Default::default(),
             claim: Default::default(),
+            adapters: Default::default(),
+            adapter_loads: Default::default(),
         }
     }
 
@@ -920,6 +926,60 @@ impl Engine {
 
     fn weight_version(&self) -> Json {
         axum::Json(serde_json::json!({"weight_version": self.version.lock().unwrap().clone()}))
+    }
+
+    /// `GET /v1/models`, as both servers answer it: the base, then each adapter with its
+    /// `parent` and its path as `root`.
+    fn models(&self) -> Json {
+        let mut data = vec![
+            serde_json::json!({"id": "tiny", "object": "model", "root": "/models/tiny", "parent": null}),
+        ];
+        for (name, path, _) in self.adapters.lock().unwrap().iter() {
+            data.push(
+                serde_json::json!({"id": name, "object": "model", "root": path, "parent": "tiny"}),
+            );
+        }
+        axum::Json(serde_json::json!({"object": "list", "data": data}))
+    }
+
+    /// Loads an adapter (`Err`: the message, as the engines word it).
+    fn load_adapter(&self, b: &Value) -> Result<(), String> {
+        let (name, path) = (b["lora_name"].as_str().unwrap(), b["lora_path"].as_str().unwrap());
+        self.record(format!("load_lora_adapter {name}"));
+        let weights = Path::new(path).join("adapter_model.safetensors");
+        if !weights.is_file() {
+            return Err(format!("Loading lora {name} failed: No adapter found for {path}"));
+        }
+        let mut held = self.adapters.lock().unwrap();
+        if held.iter().any(|a| a.0 == name) {
+            return Err(format!("The lora adapter '{name}' has already been loaded."));
+        }
+        let a = (name.to_string(), path.to_string(), digest(&weights));
+        self.adapter_loads.lock().unwrap().push(a.clone());
+        held.push(a);
+        Ok(())
+    }
+
+    fn unload_adapter(&self, b: &Value) -> Result<(), String> {
+        let name = b["lora_name"].as_str().unwrap();
+        self.record(format!("unload_lora_adapter {name}"));
+        let mut held = self.adapters.lock().unwrap();
+        let before = held.len();
+        held.retain(|a| a.0 != name);
+        if held.len() == before {
+            return Err(format!("LoRA with name {name} does not exist."));
+        }
+        Ok(())
+    }
+
+    /// A request naming `adapter` (`Err`: it is not loaded, as the engines refuse it).
+    fn check_adapter(&self, adapter: Option<&str>) -> Result<(), String> {
+        match adapter {
+            Some(a) if !self.adapters.lock().unwrap().iter().any(|h| h.0 == a) => {
+                Err(format!("Got LoRA adapter that has never been loaded: {a}"))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The version a completion made now reports (and records).
@@ -975,6 +1035,19 @@ impl Engine {
                     e.weight_version()
                 }),
             )
+            .route("/v1/models", get(|axum::extract::State(e): EngineState| async move { e.models() }))
+            .route(
+                "/load_lora_adapter",
+                post(|axum::extract::State(e): EngineState, axum::Json(b): Json| async move {
+                    sglang_lora_answer(&e, e.load_adapter(&b))
+                }),
+            )
+            .route(
+                "/unload_lora_adapter",
+                post(|axum::extract::State(e): EngineState, axum::Json(b): Json| async move {
+                    sglang_lora_answer(&e, e.unload_adapter(&b))
+                }),
+            )
             .with_state(self.clone())
     }
 
@@ -1025,7 +1098,53 @@ impl Engine {
                     e.weight_version()
                 }),
             )
+            .route("/v1/models", get(|axum::extract::State(e): EngineState| async move { e.models() }))
+            .route(
+                "/v1/load_lora_adapter",
+                post(|axum::extract::State(e): EngineState, axum::Json(b): Json| async move {
+                    let done = format!("Success: LoRA adapter '{}' added successfully.", b["lora_name"]);
+                    vllm_lora_answer(e.load_adapter(&b), done)
+                }),
+            )
+            .route(
+                "/v1/unload_lora_adapter",
+                post(|axum::extract::State(e): EngineState, axum::Json(b): Json| async move {
+                    let done = format!("Success: LoRA adapter '{}' removed successfully.", b["lora_name"]);
+                    vllm_lora_answer(e.unload_adapter(&b), done)
+                }),
+            )
             .with_state(self.clone())
+    }
+}
+
+/// SGLang's answer to an adapter load or unload: `{"success", "error_message",
+/// "loaded_adapters"}`, HTTP 400 on failure.
+fn sglang_lora_answer(e: &Engine, r: Result<(), String>) -> (axum::http::StatusCode, Json) {
+    let held: serde_json::Map<String, Value> = e
+        .adapters
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|a| (a.0.clone(), Value::String(a.1.clone())))
+        .collect();
+    let (status, ok, msg) = match r {
+        Ok(()) => (200, true, String::new()),
+        Err(m) => (400, false, m),
+    };
+    let body = serde_json::json!({"success": ok, "error_message": msg, "loaded_adapters": held});
+    (axum::http::StatusCode::from_u16(status).unwrap(), axum::Json(body))
+}
+
+/// vLLM's: a text on success, `{"error": {...}}` with HTTP 400 otherwise.
+fn vllm_lora_answer(r: Result<(), String>, done: String) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match r {
+        Ok(()) => (axum::http::StatusCode::OK, done).into_response(),
+        Err(m) => (
+            axum::http::StatusCode::BAD_REQUEST,
+            axum::Json(serde_json::json!({"error": {"message": m, "type": "BadRequestError", "param": null, "code": 400}})),
+        )
+            .into_response(),
     }
 }
 
@@ -1042,8 +1161,30 @@ fn ids(v: &Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-/// SGLang's `/generate`: `input_ids` in; `output_ids` and `meta_info` out.
-async fn sglang_generate(axum::extract::State(e): EngineState, axum::Json(body): Json) -> Json {
+/// SGLang's `/generate`: `input_ids` in (and the adapter's name as `lora_path`);
+/// `output_ids` and `meta_info` out.
+async fn sglang_generate(
+    axum::extract::State(e): EngineState,
+    axum::Json(body): Json,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let adapter = body["lora_path"].as_str();
+    if let Err(m) = e.check_adapter(adapter) {
+        let body = serde_json::json!({"error": {"message": m}});
+        return (axum::http::StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+    }
+    // The reply's `weight_version` is the base model's, whatever the adapter.
+    let version = match adapter {
+        Some(a) => {
+            e.generated.lock().unwrap().push(format!("adapter {a}"));
+            e.version.lock().unwrap().clone()
+        }
+        None => e.generated_with(),
+    };
+    sglang_reply(&e, &body, version).into_response()
+}
+
+fn sglang_reply(e: &Engine, body: &Value, version: String) -> Json {
     let input = ids(&body["input_ids"]);
     let out = e.answer(&input);
     let lps: Vec<Value> = out.iter().map(|id| serde_json::json!([-30.0, id, null])).collect();
@@ -1051,18 +1192,38 @@ async fn sglang_generate(axum::extract::State(e): EngineState, axum::Json(body):
         "text": e.tokenizer.decode(&out, true).unwrap(), "output_ids": out,
         "meta_info": {"prompt_tokens": input.len(), "completion_tokens": out.len(),
                       "finish_reason": {"type": "stop", "matched": out.last()},
-                      "weight_version": e.generated_with(),
+                      "weight_version": version,
                       "output_token_logprobs": lps}
     }))
 }
 
-/// vLLM's `/v1/completions` with the prompt as ids, `return_token_ids` and `logprobs: 0`.
-async fn vllm_completions(axum::extract::State(e): EngineState, axum::Json(body): Json) -> Json {
+/// vLLM's `/v1/completions` with the prompt as ids, `return_token_ids` and `logprobs: 0`;
+/// an adapter is asked for by its name as `model`.
+async fn vllm_completions(
+    axum::extract::State(e): EngineState,
+    axum::Json(body): Json,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     assert_eq!(body["return_token_ids"], true, "{body}");
     assert_eq!(body["logprobs"], 0, "{body}");
+    let adapter = body["model"].as_str().filter(|m| m.starts_with("step-"));
+    if let Err(m) = e.check_adapter(adapter) {
+        let body = serde_json::json!({"error": {"message": format!("The model `{}` does not exist. ({m})", adapter.unwrap_or_default()),
+            "type": "NotFoundError", "param": "model", "code": 404}});
+        return (axum::http::StatusCode::NOT_FOUND, axum::Json(body)).into_response();
+    }
+    match adapter {
+        Some(a) => e.generated.lock().unwrap().push(format!("adapter {a}")),
+        None => {
+            e.generated_with();
+        }
+    }
+    vllm_reply(&e, &body).into_response()
+}
+
+fn vllm_reply(e: &Engine, body: &Value) -> Json {
     let input = ids(&body["prompt"]);
     let out = e.answer(&input);
-    e.generated_with();
     let text = e.tokenizer.decode(&out, true).unwrap();
     let lps: Vec<f64> = out.iter().map(|_| -30.0).collect();
     axum::Json(serde_json::json!({
@@ -1344,4 +1505,103 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
         !out.join("metrics.jsonl").exists()
             || std::fs::read_to_string(out.join("metrics.jsonl")).unwrap().is_empty()
     );
+}
+
+/// A LoRA run on external engines: each step's adapter is loaded into the engine under
+/// its own name beside the base model (no pause), every request names the latest one
+/// loaded, the run's older adapters are unloaded and their directories removed but the
+/// last few, and the adapter the engine holds last is the one the step's checkpoint
+/// holds. On a mock SGLang engine (the name as `lora_path`), then a mock vLLM server (as
+/// `model`).
+#[test]
+fn a_lora_run_loads_each_steps_adapter_into_the_engines_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let model = tiny_model(dir.path(), None);
+    let server = serve(&dir.path().join("server-state"), &["--device", "cpu"]);
+    let cfg = dir.path().join("rl.toml");
+    for kind in ["sglang", "vllm"] {
+        let engine = Engine::new();
+        let app = if kind == "sglang" { engine.sglang() } else { engine.vllm() };
+        let url = format!("http://{}", serve_on_loopback(app));
+        let out = dir.path().join(kind);
+        let text_cfg = suite_config(&out, &model, "")
+            .replace("heldout = [{ suite = \"builtin\", split = \"heldout\", level = 2, name = \"l2-heldout\" }]\n", "")
+            .replace("turns = 2", "turns = 1")
+            .replace("steps = 2", "steps = 3")
+            + &format!(
+                "[generation]\nkind = \"{kind}\"\nurls = [\"{url}\"]\ntokenizer = \"{}\"\n",
+                exported_tokenizer().display()
+            );
+        std::fs::write(&cfg, text_cfg).unwrap();
+        let o = run(tf(&state)
+            .args([
+                "--device",
+                "cpu",
+                "--eval-server",
+                &server.url,
+                "train",
+                "rl",
+                "--json",
+                "--config",
+            ])
+            .arg(&cfg));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{kind}: {err}\n{}", server.log());
+        let steps: Vec<Value> = text(&o.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|e| e["event"] == "step")
+            .map(|e| e["metrics"].clone())
+            .collect();
+        assert_eq!(steps.len(), 3, "{err}");
+        for m in &steps {
+            assert_eq!(m["groups_kept"], 2, "{kind}: {m}");
+            assert_eq!(m["episodes_failed"], 0, "{kind}: {m}");
+            let versions = m["weight_versions"].as_object().unwrap();
+            assert!(!versions.is_empty() && versions.keys().all(|v| v.starts_with("step-")), "{m}");
+        }
+        // Loaded at the start and after each step, under the step's name, from the
+        // adapter the learner wrote for it; no pause, no full-weight load.
+        let adapter = |n: u64| out.join(format!("adapters/step-{n}/adapter")).display().to_string();
+        let loads = engine.adapter_loads.lock().unwrap().clone();
+        assert_eq!(
+            loads.iter().map(|l| (l.0.clone(), l.1.clone())).collect::<Vec<_>>(),
+            (0..=3).map(|n| (format!("step-{n}"), adapter(n))).collect::<Vec<_>>(),
+            "{kind}"
+        );
+        let calls = engine.calls.lock().unwrap().clone();
+        assert!(
+            !calls.iter().any(|c| c.contains("pause")
+                || c.contains("update_weights")
+                || c.contains("collective_rpc")),
+            "{calls:?}"
+        );
+        assert!(engine.loads.lock().unwrap().is_empty());
+        // Every request named an adapter loaded at the time (the engine refuses others).
+        // With staleness 1 the second batch is played while the first trains: step-0
+        // made two batches, step-1 the third.
+        let generated = engine.generated.lock().unwrap().clone();
+        assert!(generated.iter().all(|g| g.starts_with("adapter step-")), "{generated:?}");
+        for n in 0..2 {
+            assert!(generated.contains(&format!("adapter step-{n}")), "{kind}: {generated:?}");
+        }
+        // The run's older adapters are unloaded, and their directories removed but the
+        // last three.
+        let held: Vec<String> =
+            engine.adapters.lock().unwrap().iter().map(|a| a.0.clone()).collect();
+        assert_eq!(held, ["step-2", "step-3"], "{kind}");
+        let mut dirs: Vec<String> = std::fs::read_dir(out.join("adapters"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        dirs.sort();
+        assert_eq!(dirs, ["step-1", "step-2", "step-3"], "{kind}");
+        assert_eq!(
+            loads[3].2,
+            digest(&out.join("checkpoints/step-000003/adapter/adapter_model.safetensors")),
+            "{kind}: the engine's last adapter is the checkpoint's"
+        );
+        assert_ne!(loads[2].2, loads[3].2, "{kind}: each step's adapter is new");
+    }
 }

@@ -646,12 +646,6 @@ impl RlConfig {
             {
                 return bad("generation.urls", &format!("{u:?} is not an http:// or https:// URL"));
             }
-            if self.model.lora.is_some() {
-                return bad(
-                    "generation.kind",
-                    "external engines load full weights from disk: train all weights (drop model.lora) or generate colocated",
-                );
-            }
             // Found at the first step's layout otherwise, after a whole rollout.
             if r.temperature != 1.0 {
                 return bad(
@@ -806,11 +800,12 @@ mod tests {
         assert_eq!((urls.len(), model.as_deref(), *timeout_s), (2, Some("policy"), 600.0));
         assert_eq!(c.generation.kind(), "vllm");
         let lora = MIN.replace("[data]", "[model.lora]\nrank = 4\n[data]");
+        // An adapter is loaded into the engines by name beside their base model.
+        toml::from_str::<RlConfig>(&format!("{lora}{vllm}")).unwrap().check().unwrap();
         let no_urls = vllm.replace("\"http://g1:8000\", \"http://g2:8000\"", "");
         for (text, key, why) in [
             (format!("{MIN}{no_urls}"), "generation.urls", "no vllm server"),
             (format!("{MIN}{}", vllm.replace("http://g1", "g1")), "generation.urls", "\"g1:8000\""),
-            (format!("{lora}{vllm}"), "generation.kind", "full weights"),
             // Their log-probabilities are the untempered model's.
             (
                 format!("{MIN}[rollout]\ntemperature = 0.7\n{vllm}"),

@@ -53,7 +53,8 @@ pub struct Engines {
 /// - `learner.procs > 1`: the policy worker under `torchrun` learns ([`RanksLearner`]);
 ///   generation is on the external engines (the config's check refuses anything else).
 pub fn build(cfg: &RlConfig, launch: &WorkerLaunch) -> Result<Engines, RlError> {
-    let engines = ExternalEngines::from_config(&cfg.generation)?.map(Arc::new);
+    let lora = cfg.model.lora.is_some();
+    let engines = ExternalEngines::from_config(&cfg.generation, lora)?.map(Arc::new);
     if cfg.learner.procs > 1 {
         let Some(engines) = engines else {
             return Err(RlError::Config(
@@ -255,12 +256,19 @@ pub struct ExternalEngines {
     /// or a later one: anything else is an engine that restarted from other weights, or
     /// was refreshed by someone else, since its last check.
     loaded: Mutex<Vec<String>>,
+    /// The run trains a LoRA adapter: each version is an adapter loaded under its own
+    /// name beside the base model, and every request names the latest.
+    lora: bool,
 }
 
 impl ExternalEngines {
-    /// The engines of `cfg` (`None` when colocated). A tokenizer directory that does not
-    /// load (or has no chat template) is an error naming `generation.tokenizer`.
-    pub fn from_config(cfg: &GenerationCfg) -> Result<Option<ExternalEngines>, RlError> {
+    /// The engines of `cfg` (`None` when colocated); `lora`: the run trains an adapter.
+    /// A tokenizer directory that does not load (or has no chat template) is an error
+    /// naming `generation.tokenizer`.
+    pub fn from_config(
+        cfg: &GenerationCfg,
+        lora: bool,
+    ) -> Result<Option<ExternalEngines>, RlError> {
         let (kind, urls, tokenizer, model, timeout_s) = match cfg {
             GenerationCfg::Colocated => return Ok(None),
             GenerationCfg::Sglang { urls, tokenizer, timeout_s } => {
@@ -289,6 +297,7 @@ impl ExternalEngines {
             refresher,
             next: AtomicUsize::new(0),
             loaded: Mutex::new(Vec::new()),
+            lora,
         }))
     }
 
@@ -315,9 +324,20 @@ impl Backend for ExternalEngines {
             });
         };
         // The versions this request may come back with: the current one and any later.
-        let since = self.loaded.lock().map_or(0, |l| l.len().saturating_sub(1));
+        let (since, latest) = match self.loaded.lock() {
+            Ok(l) => (l.len().saturating_sub(1), l.last().cloned()),
+            Err(_) => (0, None),
+        };
+        // With adapters, the request names the latest one loaded.
+        let adapted = self.lora.then(|| Sampling { adapter: latest.clone(), ..sampling.clone() });
         Box::pin(async move {
-            let c = engine.complete(messages, sampling).await?;
+            if adapted.as_ref().is_some_and(|s| s.adapter.is_none()) {
+                return Err(BackendError::Setup {
+                    url: engine.describe(),
+                    reason: "no adapter loaded yet to generate with".into(),
+                });
+            }
+            let c = engine.complete(messages, adapted.as_ref().unwrap_or(sampling)).await?;
             let expected = match (&c.weight_version, self.loaded.lock()) {
                 (Some(v), Ok(loaded)) if !loaded.is_empty() && !loaded[since..].contains(v) => {
                     Some(loaded[since..].join(" or "))
@@ -342,20 +362,69 @@ impl Generator for ExternalEngines {
     }
 
     fn refresh<'a>(&'a self, dir: &'a Path, version: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        let join = |errors: Vec<crate::refresh::RefreshError>| {
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+        };
         Box::pin(async move {
+            if self.lora {
+                // The learner writes an adapter under `adapter/` (beside the base's name).
+                let adapter = dir.join(ADAPTER_DIR);
+                let adapter = if adapter.is_dir() { adapter } else { dir.to_path_buf() };
+                let previous = self.loaded.lock().ok().and_then(|l| l.last().cloned());
+                self.refresher
+                    .load_adapter(&adapter, version, previous.as_deref())
+                    .await
+                    .map_err(join)?;
+                // Named once loaded: requests name it from now on.
+                let kept: Vec<String> = match self.loaded.lock() {
+                    Ok(mut loaded) => {
+                        loaded.push(version.to_string());
+                        loaded.iter().rev().take(3).cloned().collect()
+                    }
+                    Err(_) => Vec::new(),
+                };
+                prune_adapters(dir, &kept);
+                return Ok(());
+            }
             // Named before the load: a request in flight may finish on the new weights
             // while the refresh is still checking them.
             if let Ok(mut loaded) = self.loaded.lock() {
                 loaded.push(version.to_string());
             }
-            self.refresher.refresh(dir, version).await.map_err(|errors| {
-                errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
-            })
+            self.refresher.refresh(dir, version).await.map_err(join)
         })
+    }
+
+    fn weights_dir(&self, out: &Path, version: &str) -> PathBuf {
+        if self.lora {
+            out.join("adapters").join(version)
+        } else {
+            out.join("weights")
+        }
     }
 
     fn needs_weights_on_disk(&self) -> bool {
         true
+    }
+}
+
+/// Where the policy worker writes a LoRA adapter within a save (`trainer.py`'s
+/// `ADAPTER_DIR`).
+const ADAPTER_DIR: &str = "adapter";
+
+/// Removes the adapter directories beside `dir` (`step-N`) but those of `kept`: an
+/// engine may read an adapter again from its directory (vLLM's CPU cache holds one by
+/// default; SGLang reloads an evicted one), so the last few stay on disk.
+fn prune_adapters(dir: &Path, kept: &[String]) {
+    let Some(parent) = dir.parent() else { return };
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ours =
+            name.strip_prefix("step-").is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+        if ours && !kept.contains(&name) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 
@@ -395,6 +464,7 @@ mod tests {
             refresher,
             next: AtomicUsize::new(0),
             loaded: Mutex::new(loaded.iter().map(|v| v.to_string()).collect()),
+            lora: false,
         };
         (e, reports)
     }

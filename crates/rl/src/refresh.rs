@@ -14,6 +14,12 @@
 //!   {"method": "reload_weights", "kwargs": {"weights_path"}}`, `POST
 //!   /update_weight_version {"new_version"}`, `POST /resume`, `GET /weight_info`
 //!   (`{"weight_version"}`). vLLM's errors come as `{"error": {"message", ...}}`.
+//! - LoRA adapters (a run training one): `GET /v1/models` (adapters are the cards with a
+//!   `parent`, their path as `root`), then SGLang's `POST /load_lora_adapter` and
+//!   `/unload_lora_adapter` (`{"lora_name", "lora_path"}`, answering `{"success",
+//!   "error_message", "loaded_adapters"}`, HTTP 400 on failure) or vLLM's
+//!   `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` (same bodies, a text on
+//!   success; `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -250,6 +256,112 @@ impl Control {
     }
 }
 
+/// Adapters are named `step-N` by the run; only those are ever unloaded by it.
+fn ours(name: &str) -> bool {
+    name.strip_prefix("step-")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+impl Control {
+    /// The LoRA adapters the engine holds, name → path, from `GET /v1/models` (both
+    /// servers list each adapter as a model with a `parent`, its path as `root`).
+    async fn adapters(&self) -> Result<Vec<(String, String)>, RefreshError> {
+        let r = self.expect("models", Method::GET, "/v1/models", None).await?;
+        let Some(cards) = r.body["data"].as_array() else {
+            return Err(RefreshError::Protocol {
+                url: self.base.clone(),
+                what: "models",
+                reason: format!("no `data` in {:.200}", r.body.to_string()),
+            });
+        };
+        Ok(cards
+            .iter()
+            .filter(|c| !c["parent"].is_null())
+            .filter_map(|c| {
+                let id = c["id"].as_str()?.to_string();
+                Some((id, c["root"].as_str().unwrap_or_default().to_string()))
+            })
+            .collect())
+    }
+
+    async fn unload(&self, kind: EngineKind, name: &str) -> Result<(), RefreshError> {
+        let path = match kind {
+            EngineKind::Sglang => "/unload_lora_adapter",
+            EngineKind::Vllm => "/v1/unload_lora_adapter",
+        };
+        self.expect("unload_lora_adapter", Method::POST, path, Some(&json!({"lora_name": name})))
+            .await
+            .map(|_| ())
+    }
+
+    /// Loads the adapter in `dir` under `name`, then unloads every adapter of the run's
+    /// (`step-N`) other than `name` and `keep`. A name the engine already holds (from an
+    /// earlier invocation, perhaps with other weights) is unloaded first. No pause: each
+    /// request names its adapter, so one in flight ends on the adapter it began with.
+    /// The engine must then list `name` at `dir`.
+    async fn load_adapter(
+        &self,
+        kind: EngineKind,
+        dir: &Path,
+        name: &str,
+        keep: Option<&str>,
+    ) -> Result<(), RefreshError> {
+        let path = dir.display().to_string();
+        if self.adapters().await?.iter().any(|(n, _)| n == name) {
+            self.unload(kind, name).await?;
+        }
+        let body = json!({"lora_name": name, "lora_path": path});
+        let r = match kind {
+            EngineKind::Sglang => {
+                self.call(Method::POST, "/load_lora_adapter", Some(&body)).await?
+            }
+            EngineKind::Vllm => {
+                self.call(Method::POST, "/v1/load_lora_adapter", Some(&body)).await?
+            }
+        };
+        // SGLang answers `{"success", "error_message", "loaded_adapters"}`; vLLM a text.
+        let failed = match kind {
+            EngineKind::Sglang => r.body["success"].as_bool() != Some(true),
+            EngineKind::Vllm => false,
+        };
+        if !r.ok() || failed {
+            let message = match r.body["error_message"].as_str().filter(|m| !m.is_empty()) {
+                Some(m) => m.chars().take(500).collect(),
+                None => r.message(),
+            };
+            return Err(RefreshError::Load {
+                url: self.base.clone(),
+                dir: dir.to_path_buf(),
+                message,
+            });
+        }
+        let held = self.adapters().await?;
+        match held.iter().find(|(n, _)| n == name) {
+            Some((_, root)) if *root == path => {}
+            found => {
+                return Err(RefreshError::Version {
+                    url: self.base.clone(),
+                    dir: dir.to_path_buf(),
+                    expected: format!("adapter {name} at {path}"),
+                    found: match found {
+                        Some((n, root)) => format!("adapter {n} at {root}"),
+                        None => format!(
+                            "no adapter {name} (held: {})",
+                            held.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                        ),
+                    },
+                })
+            }
+        }
+        for (n, _) in held {
+            if ours(&n) && n != name && Some(n.as_str()) != keep {
+                self.unload(kind, &n).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The control side of a set of external engines.
 pub struct Refresher {
     kind: EngineKind,
@@ -290,6 +402,25 @@ impl Refresher {
             Err(errors)
         }
     }
+
+    /// Every engine loads the LoRA adapter in `dir` as `name` and drops the run's other
+    /// adapters but `keep` (the one requests in flight may still name), all at once
+    /// ([`Control::load_adapter`]). Returns the errors of every engine that failed.
+    pub async fn load_adapter(
+        &self,
+        dir: &Path,
+        name: &str,
+        keep: Option<&str>,
+    ) -> Result<(), Vec<RefreshError>> {
+        let results =
+            join_all(self.engines.iter().map(|c| c.load_adapter(self.kind, dir, name, keep))).await;
+        let errors: Vec<RefreshError> = results.into_iter().filter_map(Result::err).collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -313,6 +444,10 @@ mod tests {
         version: Arc<Mutex<String>>,
         fail_load: Option<String>,
         stale: bool,
+        /// LoRA adapters held, (name, path), in load order.
+        adapters: Arc<Mutex<Vec<(String, String)>>>,
+        /// Lists every adapter at this path instead of its own.
+        misplace: Option<String>,
     }
 
     impl Mock {
@@ -329,6 +464,99 @@ mod tests {
         }
         fn weight_version(&self) -> Json<Value> {
             Json(json!({"weight_version": self.version.lock().unwrap().clone()}))
+        }
+        fn held(&self) -> Vec<(String, String)> {
+            self.adapters.lock().unwrap().clone()
+        }
+        fn has(&self, name: &str) -> bool {
+            self.held().iter().any(|(n, _)| n == name)
+        }
+        /// `GET /v1/models` as both servers answer it: the base model, then a card per
+        /// adapter with its `parent` and its path as `root`.
+        fn models(&self) -> Json<Value> {
+            self.record("models".into());
+            let mut data = vec![
+                json!({"id": "base", "object": "model", "root": "/models/base", "parent": null}),
+            ];
+            for (n, p) in self.held() {
+                let root = self.misplace.clone().unwrap_or(p);
+                data.push(json!({"id": n, "object": "model", "root": root, "parent": "base"}));
+            }
+            Json(json!({"object": "list", "data": data}))
+        }
+        /// Records a load; `Err` with the status and body the server answers otherwise.
+        fn load(&self, b: &Value, kind: EngineKind) -> Result<(), (StatusCode, Value)> {
+            let (name, path) =
+                (b["lora_name"].as_str().unwrap_or("?"), b["lora_path"].as_str().unwrap_or("?"));
+            self.record(format!("load_lora_adapter {name} {path}"));
+            let error = |status: StatusCode, msg: String| match kind {
+                EngineKind::Sglang => (
+                    StatusCode::BAD_REQUEST,
+                    json!({"success": false, "error_message": msg, "loaded_adapters": null}),
+                ),
+                EngineKind::Vllm => (
+                    status,
+                    json!({"error": {"message": msg,
+                    "type": "BadRequestError", "param": null, "code": status.as_u16()}}),
+                ),
+            };
+            if self.has(name) {
+                return Err(error(
+                    StatusCode::BAD_REQUEST,
+                    format!("The lora adapter '{name}' has already been loaded."),
+                ));
+            }
+            if let Some(msg) = &self.fail_load {
+                return Err(error(StatusCode::NOT_FOUND, msg.clone()));
+            }
+            self.adapters.lock().unwrap().push((name.to_string(), path.to_string()));
+            Ok(())
+        }
+        fn unload(&self, b: &Value, kind: EngineKind) -> Result<(), (StatusCode, Value)> {
+            let name = b["lora_name"].as_str().unwrap_or("?");
+            self.record(format!("unload_lora_adapter {name}"));
+            if !self.has(name) {
+                let msg = format!("LoRA with name {name} does not exist.");
+                return Err(match kind {
+                    EngineKind::Sglang => {
+                        (StatusCode::BAD_REQUEST, json!({"success": false, "error_message": msg}))
+                    }
+                    EngineKind::Vllm => (
+                        StatusCode::NOT_FOUND,
+                        json!({"error": {"message": msg,
+                        "type": "NotFoundError", "param": null, "code": 404}}),
+                    ),
+                });
+            }
+            self.adapters.lock().unwrap().retain(|(n, _)| n != name);
+            Ok(())
+        }
+        /// SGLang's answer to a load or an unload.
+        fn sglang_answer(&self, r: Result<(), (StatusCode, Value)>) -> (StatusCode, Json<Value>) {
+            match r {
+                Ok(()) => {
+                    let held: serde_json::Map<String, Value> =
+                        self.held().into_iter().map(|(n, p)| (n, Value::String(p))).collect();
+                    (
+                        StatusCode::OK,
+                        Json(
+                            json!({"success": true, "error_message": "", "loaded_adapters": held}),
+                        ),
+                    )
+                }
+                Err((status, body)) => (status, Json(body)),
+            }
+        }
+        /// vLLM's: a text on success.
+        fn vllm_answer(
+            r: Result<(), (StatusCode, Value)>,
+            done: String,
+        ) -> axum::response::Response {
+            use axum::response::IntoResponse;
+            match r {
+                Ok(()) => (StatusCode::OK, done).into_response(),
+                Err((status, body)) => (status, Json(body)).into_response(),
+            }
         }
     }
 
@@ -372,6 +600,19 @@ mod tests {
                 get(|State(m): State<Mock>| async move {
                     m.record("get_weight_version".into());
                     m.weight_version()
+                }),
+            )
+            .route("/v1/models", get(|State(m): State<Mock>| async move { m.models() }))
+            .route(
+                "/load_lora_adapter",
+                post(|State(m): State<Mock>, Json(b): Json<Value>| async move {
+                    m.sglang_answer(m.load(&b, EngineKind::Sglang))
+                }),
+            )
+            .route(
+                "/unload_lora_adapter",
+                post(|State(m): State<Mock>, Json(b): Json<Value>| async move {
+                    m.sglang_answer(m.unload(&b, EngineKind::Sglang))
                 }),
             )
             .with_state(m)
@@ -430,6 +671,27 @@ mod tests {
                     m.weight_version()
                 }),
             )
+            .route("/v1/models", get(|State(m): State<Mock>| async move { m.models() }))
+            .route(
+                "/v1/load_lora_adapter",
+                post(|State(m): State<Mock>, Json(b): Json<Value>| async move {
+                    let done = format!(
+                        "Success: LoRA adapter '{}' added successfully.",
+                        b["lora_name"].as_str().unwrap_or("?")
+                    );
+                    Mock::vllm_answer(m.load(&b, EngineKind::Vllm), done)
+                }),
+            )
+            .route(
+                "/v1/unload_lora_adapter",
+                post(|State(m): State<Mock>, Json(b): Json<Value>| async move {
+                    let done = format!(
+                        "Success: LoRA adapter '{}' removed successfully.",
+                        b["lora_name"].as_str().unwrap_or("?")
+                    );
+                    Mock::vllm_answer(m.unload(&b, EngineKind::Vllm), done)
+                }),
+            )
             .with_state(m)
     }
 
@@ -445,6 +707,90 @@ mod tests {
     }
 
     const DIR: &str = "/ckpt/weights";
+
+    /// An adapter is loaded by name with no pause; the run's older adapters but the one
+    /// kept are dropped, others' adapters are left alone, and a name already held (from
+    /// an earlier invocation) is replaced rather than refused.
+    #[tokio::test]
+    async fn adapters_load_by_name_replace_a_held_one_and_drop_the_old() {
+        for kind in [EngineKind::Sglang, EngineKind::Vllm] {
+            let m = Mock::default();
+            *m.adapters.lock().unwrap() = vec![
+                ("step-1".into(), "/a/step-1".into()),
+                ("theirs".into(), "/elsewhere".into()),
+                ("step-2".into(), "/a/step-2".into()),
+            ];
+            let app = if kind == EngineKind::Sglang { sglang(m.clone()) } else { vllm(m.clone()) };
+            let r = refresher(kind, &[serve(app).await]);
+            r.load_adapter(Path::new("/a/step-3"), "step-3", Some("step-2")).await.unwrap();
+            assert_eq!(
+                m.calls(),
+                [
+                    "models",
+                    "load_lora_adapter step-3 /a/step-3",
+                    "models",
+                    "unload_lora_adapter step-1"
+                ],
+                "{kind:?}"
+            );
+            let names = |m: &Mock| m.held().into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+            assert_eq!(names(&m), ["theirs", "step-2", "step-3"]);
+            // A second start at step 3 (its weights written again): replaced, not refused.
+            m.calls.lock().unwrap().clear();
+            r.load_adapter(Path::new("/b/step-3"), "step-3", None).await.unwrap();
+            assert_eq!(
+                m.calls(),
+                [
+                    "models",
+                    "unload_lora_adapter step-3",
+                    "load_lora_adapter step-3 /b/step-3",
+                    "models",
+                    "unload_lora_adapter step-2",
+                ],
+                "{kind:?}"
+            );
+            assert_eq!(
+                m.held(),
+                [
+                    ("theirs".to_string(), "/elsewhere".to_string()),
+                    ("step-3".into(), "/b/step-3".into())
+                ]
+            );
+        }
+    }
+
+    /// A load the engine refuses carries its own message (SGLang's `error_message`,
+    /// vLLM's `error.message`); an engine that lists the adapter at another path, or not
+    /// at all, fails the load naming what it holds.
+    #[tokio::test]
+    async fn a_refused_or_misplaced_adapter_fails_the_load_by_name() {
+        for kind in [EngineKind::Sglang, EngineKind::Vllm] {
+            let app = |m: Mock| if kind == EngineKind::Sglang { sglang(m) } else { vllm(m) };
+            let msg = "Loading lora step-1 failed: No adapter found for /a/step-1";
+            let bad = Mock { fail_load: Some(msg.into()), ..Mock::default() };
+            let url = serve(app(bad.clone())).await;
+            let e = refresher(kind, std::slice::from_ref(&url))
+                .load_adapter(Path::new("/a/step-1"), "step-1", None)
+                .await
+                .unwrap_err();
+            let text = e[0].to_string();
+            assert!(matches!(e[0], RefreshError::Load { .. }), "{text}");
+            assert!(text.starts_with(&url) && text.contains(msg), "{kind:?}: {text}");
+            let misplaced = Mock { misplace: Some("/other".into()), ..Mock::default() };
+            let url = serve(app(misplaced)).await;
+            let e = refresher(kind, &[url])
+                .load_adapter(Path::new("/a/step-1"), "step-1", None)
+                .await
+                .unwrap_err();
+            let text = e[0].to_string();
+            assert!(matches!(e[0], RefreshError::Version { .. }), "{text}");
+            assert!(
+                text.contains("adapter step-1 at /other")
+                    && text.contains("adapter step-1 at /a/step-1"),
+                "{text}"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn sglang_engines_pause_load_resume_and_report_the_new_version() {

@@ -44,6 +44,10 @@ pub trait Generator: Send + Sync {
     fn refresh<'a>(&'a self, dir: &'a Path, version: &'a str) -> BoxFuture<'a, Result<(), String>>;
     /// Whether new weights must be written to disk for it after every step.
     fn needs_weights_on_disk(&self) -> bool;
+    /// Where the learner writes the weights of `version` for it (under the run's `out`).
+    fn weights_dir(&self, out: &Path, _version: &str) -> PathBuf {
+        out.join("weights")
+    }
 }
 
 /// Everything a run is made of.
@@ -608,6 +612,7 @@ impl Producer {
             top_p: r.top_p,
             max_tokens: cap.unwrap_or(r.max_tokens),
             seed: Some(seed),
+            adapter: None,
         }
     }
 
@@ -1092,10 +1097,10 @@ pub fn source_name(s: &crate::config::SourceCfg) -> String {
 /// apart); the seconds both took.
 async fn refresh_engines(parts: &Parts, out: &Path, step: u64) -> Result<f64, RlError> {
     let began = Instant::now();
-    let dir = out.join("weights");
+    let version = format!("step-{step}");
+    let dir = parts.generator.weights_dir(out, &version);
     let job = SaveJob { dir: dir.display().to_string(), merge_lora: false, trainer_state: false };
     parts.learner.save(job).await.map_err(RlError::Learner)?;
-    let version = format!("step-{step}");
     parts.generator.refresh(&dir, &version).await.map_err(RlError::Generator)?;
     Ok(began.elapsed().as_secs_f64())
 }
@@ -1372,6 +1377,7 @@ async fn heldout(
                         top_p,
                         max_tokens,
                         seed: Some(seed_of(cfg.optim.seed ^ 0xe7a1, step, task, sample)),
+                        adapter: None,
                     },
                 });
             }
