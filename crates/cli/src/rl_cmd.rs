@@ -363,7 +363,7 @@ fn describe(e: &RlEvent) -> String {
                 String::new()
             };
             let engines = m
-                .engine_refresh_s
+                .engines_refresh_s
                 .map_or(String::new(), |s| format!("; engines loaded its weights in {s:.1} s"));
             format!(
                 "step {}: reward {:.3}±{:.3}, solved by turn [{}], groups {}/{} kept, loss {:.4}, clip {:.3}, \

@@ -1206,7 +1206,7 @@ async fn vllm_completions(
     use axum::response::IntoResponse;
     assert_eq!(body["return_token_ids"], true, "{body}");
     assert_eq!(body["logprobs"], 0, "{body}");
-    let adapter = body["model"].as_str().filter(|m| m.starts_with("step-"));
+    let adapter = body["model"].as_str().filter(|m| m.contains("-step-"));
     if let Err(m) = e.check_adapter(adapter) {
         let body = serde_json::json!({"error": {"message": format!("The model `{}` does not exist. ({m})", adapter.unwrap_or_default()),
             "type": "NotFoundError", "param": "model", "code": 404}});
@@ -1316,15 +1316,19 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
         ]
     };
     let calls = std::mem::take(&mut *engine.calls.lock().unwrap());
-    assert_eq!(calls, [refresh("step-0"), refresh("step-1"), refresh("step-2")].concat());
+    // Versions carry the run's name (rl-out): two runs sharing an engine are told apart.
+    assert_eq!(
+        calls,
+        [refresh("rl-out-step-0"), refresh("rl-out-step-1"), refresh("rl-out-step-2")].concat()
+    );
     // Nothing was generated from the engine's own start-up weights, and each step says
     // which versions its completions came from and what its refresh took.
     let generated = std::mem::take(&mut *engine.generated.lock().unwrap());
     assert!(!generated.is_empty() && !generated.contains(&"default".to_string()), "{generated:?}");
     for m in &steps {
-        assert!(m["engine_refresh_s"].as_f64().unwrap() > 0.0, "{m}");
+        assert!(m["engines_refresh_s"].as_f64().unwrap() > 0.0, "{m}");
         let versions = m["weight_versions"].as_object().unwrap();
-        assert!(versions.keys().all(|v| v.starts_with("step-")), "{m}");
+        assert!(versions.keys().all(|v| v.starts_with("rl-out-step-")), "{m}");
         assert!(versions.values().map(|n| n.as_u64().unwrap()).sum::<u64>() > 0, "{m}");
     }
 
@@ -1351,7 +1355,7 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
     assert_eq!(events[0]["start"], 2, "{events:?}");
     assert!(events[0]["engines_refresh_s"].as_f64().unwrap() > 0.0, "{events:?}");
     let calls = std::mem::take(&mut *engine.calls.lock().unwrap());
-    assert_eq!(calls, [refresh("step-2"), refresh("step-3")].concat());
+    assert_eq!(calls, [refresh("rl-out-step-2"), refresh("rl-out-step-3")].concat());
     let loads = std::mem::take(&mut *engine.loads.lock().unwrap());
     assert_eq!(
         loads[0].1,
@@ -1360,11 +1364,11 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
     );
     let generated = std::mem::take(&mut *engine.generated.lock().unwrap());
     assert!(!generated.is_empty(), "the third step generated");
-    assert!(generated.iter().all(|v| v == "step-2"), "{generated:?}");
+    assert!(generated.iter().all(|v| v == "rl-out-step-2"), "{generated:?}");
 
     // Completions that say they came from other weights than those loaded (an engine
-    // refreshed behind the trainer's back) are failed episodes naming the engine and
-    // both versions, not rollouts of the policy; the run goes on and records them.
+    // refreshed behind the trainer's back) stop the run before it trains on or reports
+    // anything generated, naming the engine and both versions.
     *engine.claim.lock().unwrap() = Some("default".into());
     let out_claim = dir.path().join("claim");
     let text_cfg =
@@ -1383,17 +1387,19 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
         ])
         .arg(&cfg));
     *engine.claim.lock().unwrap() = None;
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let m = text(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .find(|e| e["event"] == "step")
-        .unwrap()["metrics"]
-        .clone();
-    assert_eq!(m["episodes_failed"], m["episodes"], "{m}");
-    assert_eq!(m["updates"], 0, "{m}");
-    let error = m["errors"][0].as_str().unwrap_or_default();
-    assert!(error.contains(&url) && error.contains("`default`") && error.contains("step-0"), "{m}");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(
+        line.contains(&url) && line.contains("`default`") && line.contains("rl-claim-step-0"),
+        "{err}"
+    );
+    assert!(
+        !text(&o.stdout).contains("\"event\":\"step\""),
+        "no step reported: {}",
+        text(&o.stdout)
+    );
+    assert!(!out_claim.join("checkpoints/step-000001").exists(), "nothing trained");
     engine.loads.lock().unwrap().clear();
     engine.calls.lock().unwrap().clear();
     engine.generated.lock().unwrap().clear();
@@ -1459,16 +1465,19 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
     };
     assert_eq!(
         *vllm.calls.lock().unwrap(),
-        [refresh("step-0"), refresh("step-1"), refresh("step-2")].concat()
+        [refresh("rl-vllm-step-0"), refresh("rl-vllm-step-1"), refresh("rl-vllm-step-2")].concat()
     );
     assert!(vllm.seen.lock().unwrap().len() >= 2, "the engine generated the rollouts");
 
     // An engine that fails to load stops the run after the first step, with its URL and
-    // its own message; the step's metrics are kept.
+    // its own message; the step's metrics are kept, and the step is checkpointed although
+    // its turn to be saved had not come.
     let msg = "RuntimeError: CUDA out of memory while loading model.layers.0";
     *vllm.fail.lock().unwrap() = Some((1, msg.into()));
     let out = dir.path().join("vllm-fails");
-    std::fs::write(&cfg, config(&out, "", &engines("vllm", &vllm_url))).unwrap();
+    let text_cfg =
+        config(&out, "", &engines("vllm", &vllm_url)).replace("save_every = 1", "save_every = 5");
+    std::fs::write(&cfg, text_cfg).unwrap();
     let o = run(tf(&state)
         .args(["--device", "cpu", "--eval-server", &server.url, "train", "rl", "--config"])
         .arg(&cfg));
@@ -1480,6 +1489,7 @@ fn the_disaggregated_path_refreshes_the_engine_and_evaluates_on_a_server() {
         "{err}"
     );
     assert_eq!(std::fs::read_to_string(out.join("metrics.jsonl")).unwrap().lines().count(), 1);
+    assert_eq!(std::fs::read_to_string(out.join("LATEST")).unwrap().trim(), "step-000001");
     let calls = vllm.calls.lock().unwrap().clone();
     assert_eq!(
         calls.last().map(String::as_str),
@@ -1559,15 +1569,18 @@ fn a_lora_run_loads_each_steps_adapter_into_the_engines_by_name() {
             assert_eq!(m["groups_kept"], 2, "{kind}: {m}");
             assert_eq!(m["episodes_failed"], 0, "{kind}: {m}");
             let versions = m["weight_versions"].as_object().unwrap();
-            assert!(!versions.is_empty() && versions.keys().all(|v| v.starts_with("step-")), "{m}");
+            let name = format!("rl-{kind}-step-");
+            assert!(!versions.is_empty() && versions.keys().all(|v| v.starts_with(&name)), "{m}");
         }
         // Loaded at the start and after each step, under the step's name, from the
         // adapter the learner wrote for it; no pause, no full-weight load.
-        let adapter = |n: u64| out.join(format!("adapters/step-{n}/adapter")).display().to_string();
+        let version = |n: u64| format!("rl-{kind}-step-{n}");
+        let adapter =
+            |n: u64| out.join(format!("adapters/{}/adapter", version(n))).display().to_string();
         let loads = engine.adapter_loads.lock().unwrap().clone();
         assert_eq!(
             loads.iter().map(|l| (l.0.clone(), l.1.clone())).collect::<Vec<_>>(),
-            (0..=3).map(|n| (format!("step-{n}"), adapter(n))).collect::<Vec<_>>(),
+            (0..=3).map(|n| (version(n), adapter(n))).collect::<Vec<_>>(),
             "{kind}"
         );
         let calls = engine.calls.lock().unwrap().clone();
@@ -1582,21 +1595,27 @@ fn a_lora_run_loads_each_steps_adapter_into_the_engines_by_name() {
         // With staleness 1 the second batch is played while the first trains: step-0
         // made two batches, step-1 the third.
         let generated = engine.generated.lock().unwrap().clone();
-        assert!(generated.iter().all(|g| g.starts_with("adapter step-")), "{generated:?}");
+        assert!(
+            generated.iter().all(|g| g.starts_with(&format!("adapter rl-{kind}-step-"))),
+            "{generated:?}"
+        );
         for n in 0..2 {
-            assert!(generated.contains(&format!("adapter step-{n}")), "{kind}: {generated:?}");
+            assert!(
+                generated.contains(&format!("adapter {}", version(n))),
+                "{kind}: {generated:?}"
+            );
         }
         // The run's older adapters are unloaded, and their directories removed but the
         // last three.
         let held: Vec<String> =
             engine.adapters.lock().unwrap().iter().map(|a| a.0.clone()).collect();
-        assert_eq!(held, ["step-2", "step-3"], "{kind}");
+        assert_eq!(held, [version(2), version(3)], "{kind}");
         let mut dirs: Vec<String> = std::fs::read_dir(out.join("adapters"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         dirs.sort();
-        assert_eq!(dirs, ["step-1", "step-2", "step-3"], "{kind}");
+        assert_eq!(dirs, [version(1), version(2), version(3)], "{kind}");
         assert_eq!(
             loads[3].2,
             digest(&out.join("checkpoints/step-000003/adapter/adapter_model.safetensors")),

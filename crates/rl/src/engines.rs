@@ -4,7 +4,7 @@
 //! weights on disk (disaggregated). [`build`] picks them from the config.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -54,7 +54,8 @@ pub struct Engines {
 ///   generation is on the external engines (the config's check refuses anything else).
 pub fn build(cfg: &RlConfig, launch: &WorkerLaunch) -> Result<Engines, RlError> {
     let lora = cfg.model.lora.is_some();
-    let engines = ExternalEngines::from_config(&cfg.generation, lora)?.map(Arc::new);
+    let stale = cfg.schedule.max_staleness;
+    let engines = ExternalEngines::from_config(&cfg.generation, lora, stale)?.map(Arc::new);
     if cfg.learner.procs > 1 {
         let Some(engines) = engines else {
             return Err(RlError::Config(
@@ -256,18 +257,28 @@ pub struct ExternalEngines {
     /// or a later one: anything else is an engine that restarted from other weights, or
     /// was refreshed by someone else, since its last check.
     loaded: Mutex<Vec<String>>,
+    /// A full-weight refresh is under way: until it ends, an engine not yet paused may
+    /// still answer from the version before it.
+    refreshing: AtomicBool,
+    /// The first completion refused for coming from other weights: the engines are not
+    /// what the run believes, and the run stops at its next check ([`Generator::fault`]).
+    fault: Mutex<Option<String>>,
     /// The run trains a LoRA adapter: each version is an adapter loaded under its own
     /// name beside the base model, and every request names the latest.
     lora: bool,
+    /// Versions before the latest that requests in flight may still name
+    /// (`schedule.max_staleness`): their adapters stay loaded.
+    stale: usize,
 }
 
 impl ExternalEngines {
-    /// The engines of `cfg` (`None` when colocated); `lora`: the run trains an adapter.
-    /// A tokenizer directory that does not load (or has no chat template) is an error
-    /// naming `generation.tokenizer`.
+    /// The engines of `cfg` (`None` when colocated); `lora`: the run trains an adapter;
+    /// `stale`: the run's `max_staleness`. A tokenizer directory that does not load (or
+    /// has no chat template) is an error naming `generation.tokenizer`.
     pub fn from_config(
         cfg: &GenerationCfg,
         lora: bool,
+        stale: u64,
     ) -> Result<Option<ExternalEngines>, RlError> {
         let (kind, urls, tokenizer, model, timeout_s) = match cfg {
             GenerationCfg::Colocated => return Ok(None),
@@ -292,18 +303,59 @@ impl ExternalEngines {
         }
         let refresher = Refresher::new(kind, urls, timeout)
             .map_err(|e| RlError::Config(format!("generation.urls: {e}")))?;
-        Ok(Some(ExternalEngines {
+        Ok(Some(ExternalEngines::new(engines, refresher, lora, stale)))
+    }
+
+    fn new(
+        engines: Vec<Box<dyn Backend>>,
+        refresher: Refresher,
+        lora: bool,
+        stale: u64,
+    ) -> ExternalEngines {
+        ExternalEngines {
             engines,
             refresher,
             next: AtomicUsize::new(0),
             loaded: Mutex::new(Vec::new()),
+            refreshing: AtomicBool::new(false),
+            fault: Mutex::new(None),
             lora,
-        }))
+            stale: usize::try_from(stale).unwrap_or(usize::MAX),
+        }
     }
 
     pub fn refresher(&self) -> &Refresher {
         &self.refresher
     }
+
+    fn poisoned() -> String {
+        "the engines' version record was poisoned by an earlier panic".into()
+    }
+
+    async fn refresh_adapter(&self, dir: &Path, version: &str) -> Result<(), String> {
+        // The learner writes an adapter under `adapter/` (beside the base's name).
+        let adapter = dir.join(ADAPTER_DIR);
+        let adapter = if adapter.is_dir() { adapter } else { dir.to_path_buf() };
+        let keep: Vec<String> = match self.loaded.lock() {
+            Ok(l) => l.iter().rev().take(self.stale).cloned().collect(),
+            Err(_) => return Err(Self::poisoned()),
+        };
+        self.refresher.load_adapter(&adapter, version, &keep).await.map_err(join_errors)?;
+        // Named once loaded: requests name it from now on.
+        let kept: Vec<String> = match self.loaded.lock() {
+            Ok(mut loaded) => {
+                loaded.push(version.to_string());
+                loaded.iter().rev().take(self.stale + 2).cloned().collect()
+            }
+            Err(_) => return Err(Self::poisoned()),
+        };
+        prune_adapters(dir, version, &kept);
+        Ok(())
+    }
+}
+
+fn join_errors(errors: Vec<crate::refresh::RefreshError>) -> String {
+    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
 impl Backend for ExternalEngines {
@@ -323,9 +375,11 @@ impl Backend for ExternalEngines {
                 Err(BackendError::Setup { url: String::new(), reason: "no engine".into() })
             });
         };
-        // The versions this request may come back with: the current one and any later.
+        // The versions this request may come back with: the current one and any later
+        // (and, during a full-weight refresh, the one before it).
+        let refreshing = usize::from(self.refreshing.load(Ordering::SeqCst));
         let (since, latest) = match self.loaded.lock() {
-            Ok(l) => (l.len().saturating_sub(1), l.last().cloned()),
+            Ok(l) => (l.len().saturating_sub(1 + refreshing), l.last().cloned()),
             Err(_) => (0, None),
         };
         // With adapters, the request names the latest one loaded.
@@ -345,11 +399,17 @@ impl Backend for ExternalEngines {
                 _ => None,
             };
             match expected {
-                Some(expected) => Err(BackendError::WrongWeights {
-                    url: engine.describe(),
-                    found: c.weight_version.unwrap_or_default(),
-                    expected,
-                }),
+                Some(expected) => {
+                    let e = BackendError::WrongWeights {
+                        url: engine.describe(),
+                        found: c.weight_version.unwrap_or_default(),
+                        expected,
+                    };
+                    if let Ok(mut fault) = self.fault.lock() {
+                        fault.get_or_insert_with(|| e.to_string());
+                    }
+                    Err(e)
+                }
                 None => Ok(c),
             }
         })
@@ -362,36 +422,20 @@ impl Generator for ExternalEngines {
     }
 
     fn refresh<'a>(&'a self, dir: &'a Path, version: &'a str) -> BoxFuture<'a, Result<(), String>> {
-        let join = |errors: Vec<crate::refresh::RefreshError>| {
-            errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
-        };
         Box::pin(async move {
             if self.lora {
-                // The learner writes an adapter under `adapter/` (beside the base's name).
-                let adapter = dir.join(ADAPTER_DIR);
-                let adapter = if adapter.is_dir() { adapter } else { dir.to_path_buf() };
-                let previous = self.loaded.lock().ok().and_then(|l| l.last().cloned());
-                self.refresher
-                    .load_adapter(&adapter, version, previous.as_deref())
-                    .await
-                    .map_err(join)?;
-                // Named once loaded: requests name it from now on.
-                let kept: Vec<String> = match self.loaded.lock() {
-                    Ok(mut loaded) => {
-                        loaded.push(version.to_string());
-                        loaded.iter().rev().take(3).cloned().collect()
-                    }
-                    Err(_) => Vec::new(),
-                };
-                prune_adapters(dir, &kept);
-                return Ok(());
+                return self.refresh_adapter(dir, version).await;
             }
             // Named before the load: a request in flight may finish on the new weights
             // while the refresh is still checking them.
-            if let Ok(mut loaded) = self.loaded.lock() {
-                loaded.push(version.to_string());
+            self.refreshing.store(true, Ordering::SeqCst);
+            match self.loaded.lock() {
+                Ok(mut loaded) => loaded.push(version.to_string()),
+                Err(_) => return Err(Self::poisoned()),
             }
-            self.refresher.refresh(dir, version).await.map_err(join)
+            let done = self.refresher.refresh(dir, version).await.map_err(join_errors);
+            self.refreshing.store(false, Ordering::SeqCst);
+            done
         })
     }
 
@@ -406,23 +450,25 @@ impl Generator for ExternalEngines {
     fn needs_weights_on_disk(&self) -> bool {
         true
     }
+
+    fn fault(&self) -> Option<String> {
+        self.fault.lock().ok().and_then(|f| f.clone())
+    }
 }
 
 /// Where the policy worker writes a LoRA adapter within a save (`trainer.py`'s
 /// `ADAPTER_DIR`).
 const ADAPTER_DIR: &str = "adapter";
 
-/// Removes the adapter directories beside `dir` (`step-N`) but those of `kept`: an
-/// engine may read an adapter again from its directory (vLLM's CPU cache holds one by
-/// default; SGLang reloads an evicted one), so the last few stay on disk.
-fn prune_adapters(dir: &Path, kept: &[String]) {
+/// Removes the run's adapter directories beside `dir` (those named like `version`) but
+/// those of `kept`: an engine may read an adapter again from its directory (vLLM's CPU
+/// cache holds one by default; SGLang reloads an evicted one), so the last few stay.
+fn prune_adapters(dir: &Path, version: &str, kept: &[String]) {
     let Some(parent) = dir.parent() else { return };
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let ours =
-            name.strip_prefix("step-").is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
-        if ours && !kept.contains(&name) {
+        if crate::refresh::same_run(&name, version) && !kept.contains(&name) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -459,13 +505,9 @@ mod tests {
         let refresher =
             Refresher::new(EngineKind::Sglang, &["http://engine-a".into()], Duration::from_secs(1))
                 .unwrap();
-        let e = ExternalEngines {
-            engines: vec![Box::new(Reports(reports.clone()))],
-            refresher,
-            next: AtomicUsize::new(0),
-            loaded: Mutex::new(loaded.iter().map(|v| v.to_string()).collect()),
-            lora: false,
-        };
+        let mut e =
+            ExternalEngines::new(vec![Box::new(Reports(reports.clone()))], refresher, false, 1);
+        e.loaded = Mutex::new(loaded.iter().map(|v| v.to_string()).collect());
         (e, reports)
     }
 
@@ -517,5 +559,19 @@ mod tests {
             Err(BackendError::WrongWeights { expected, .. }) => assert_eq!(expected, "step-1"),
             other => panic!("asked after step-1 was named, answered by step-0: {other:?}"),
         }
+        // The run learns of it and stops at its next check.
+        assert!(e.fault().is_some_and(|f| f.contains("`step-0`")), "{:?}", e.fault());
+    }
+
+    /// While a full-weight refresh is under way an engine not yet paused may answer from
+    /// the version before the one just named; once it ends, it may not.
+    #[test]
+    fn during_a_refresh_the_version_before_is_still_accepted() {
+        let (e, reports) = engines(&["step-0", "step-1"]);
+        e.refreshing.store(true, Ordering::SeqCst);
+        assert!(answer(&e, &reports, Some("step-0")).is_ok());
+        assert!(e.fault().is_none());
+        e.refreshing.store(false, Ordering::SeqCst);
+        assert!(answer(&e, &reports, Some("step-0")).is_err());
     }
 }

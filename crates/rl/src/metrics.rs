@@ -77,7 +77,7 @@ pub struct StepMetrics {
     /// External engines: seconds to write this step's weights and load them into the
     /// engines, after the update and before the next batch may start (`None`: colocated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub engine_refresh_s: Option<f64>,
+    pub engines_refresh_s: Option<f64>,
     /// The weight versions the batch's completions report having been generated with,
     /// where the engine says (SGLang): with `max_staleness` 1 a batch started on one
     /// version can finish on the next (requests in flight across a refresh).

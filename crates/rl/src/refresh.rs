@@ -256,15 +256,21 @@ impl Control {
     }
 }
 
-/// Adapters are named `step-N` by the run; only those are ever unloaded by it.
-fn ours(name: &str) -> bool {
-    name.strip_prefix("step-")
+/// Whether adapter `name` is one of the run's: versions are named `<run>-step-<N>` (run
+/// names are unique within a store), so a run sharing an engine with another never
+/// unloads or replaces the other's adapters. `version` is any of the run's versions.
+pub fn same_run(name: &str, version: &str) -> bool {
+    let Some(i) = version.rfind("-step-") else { return false };
+    let prefix = &version[..i + "-step-".len()];
+    name.strip_prefix(prefix)
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 impl Control {
     /// The LoRA adapters the engine holds, name → path, from `GET /v1/models` (both
-    /// servers list each adapter as a model with a `parent`, its path as `root`).
+    /// servers list each adapter as a model with a `parent`, its path as `root`; some
+    /// SGLang versions list none, which leaves only the clean-up of earlier invocations'
+    /// adapters undone).
     async fn adapters(&self) -> Result<Vec<(String, String)>, RefreshError> {
         let r = self.expect("models", Method::GET, "/v1/models", None).await?;
         let Some(cards) = r.body["data"].as_array() else {
@@ -294,21 +300,24 @@ impl Control {
             .map(|_| ())
     }
 
-    /// Loads the adapter in `dir` under `name`, then unloads every adapter of the run's
-    /// (`step-N`) other than `name` and `keep`. A name the engine already holds (from an
-    /// earlier invocation, perhaps with other weights) is unloaded first. No pause: each
-    /// request names its adapter, so one in flight ends on the adapter it began with.
-    /// The engine must then list `name` at `dir`.
+    /// Loads the adapter in `dir` under `name`. First the run's other adapters but
+    /// `keep` (those requests in flight may still name) are unloaded, and `name` itself
+    /// if held (an earlier invocation's, perhaps other weights): an engine at its limit
+    /// of loaded adapters refuses a load. No pause: each request names its adapter, so
+    /// one in flight ends on the adapter it began with. The engine must then hold `name`
+    /// at `dir` (SGLang: its reply's `loaded_adapters`; vLLM: `GET /v1/models`).
     async fn load_adapter(
         &self,
         kind: EngineKind,
         dir: &Path,
         name: &str,
-        keep: Option<&str>,
+        keep: &[String],
     ) -> Result<(), RefreshError> {
         let path = dir.display().to_string();
-        if self.adapters().await?.iter().any(|(n, _)| n == name) {
-            self.unload(kind, name).await?;
+        for (n, _) in self.adapters().await? {
+            if n == name || (same_run(&n, name) && !keep.contains(&n)) {
+                self.unload(kind, &n).await?;
+            }
         }
         let body = json!({"lora_name": name, "lora_path": path});
         let r = match kind {
@@ -335,30 +344,32 @@ impl Control {
                 message,
             });
         }
-        let held = self.adapters().await?;
-        match held.iter().find(|(n, _)| n == name) {
-            Some((_, root)) if *root == path => {}
-            found => {
-                return Err(RefreshError::Version {
-                    url: self.base.clone(),
-                    dir: dir.to_path_buf(),
-                    expected: format!("adapter {name} at {path}"),
-                    found: match found {
-                        Some((n, root)) => format!("adapter {n} at {root}"),
-                        None => format!(
-                            "no adapter {name} (held: {})",
-                            held.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
-                        ),
-                    },
+        let held: Vec<(String, String)> = match kind {
+            EngineKind::Sglang => r.body["loaded_adapters"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(n, p)| (n.clone(), p.as_str().unwrap_or_default().to_string()))
+                        .collect()
                 })
-            }
+                .unwrap_or_default(),
+            EngineKind::Vllm => self.adapters().await?,
+        };
+        match held.iter().find(|(n, _)| n == name) {
+            Some((_, root)) if *root == path => Ok(()),
+            found => Err(RefreshError::Version {
+                url: self.base.clone(),
+                dir: dir.to_path_buf(),
+                expected: format!("adapter {name} at {path}"),
+                found: match found {
+                    Some((n, root)) => format!("adapter {n} at {root}"),
+                    None => format!(
+                        "no adapter {name} (held: {})",
+                        held.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                },
+            }),
         }
-        for (n, _) in held {
-            if ours(&n) && n != name && Some(n.as_str()) != keep {
-                self.unload(kind, &n).await?;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -403,14 +414,14 @@ impl Refresher {
         }
     }
 
-    /// Every engine loads the LoRA adapter in `dir` as `name` and drops the run's other
-    /// adapters but `keep` (the one requests in flight may still name), all at once
+    /// Every engine drops the run's adapters but `keep` (those requests in flight may
+    /// still name) and loads the LoRA adapter in `dir` as `name`, all at once
     /// ([`Control::load_adapter`]). Returns the errors of every engine that failed.
     pub async fn load_adapter(
         &self,
         dir: &Path,
         name: &str,
-        keep: Option<&str>,
+        keep: &[String],
     ) -> Result<(), Vec<RefreshError>> {
         let results =
             join_all(self.engines.iter().map(|c| c.load_adapter(self.kind, dir, name, keep))).await;
@@ -506,6 +517,10 @@ mod tests {
                     format!("The lora adapter '{name}' has already been loaded."),
                 ));
             }
+            if self.held().len() >= 4 {
+                let msg = "Maximum number of loaded LoRA adapters is 4.".to_string();
+                return Err(error(StatusCode::BAD_REQUEST, msg));
+            }
             if let Some(msg) = &self.fail_load {
                 return Err(error(StatusCode::NOT_FOUND, msg.clone()));
             }
@@ -535,8 +550,11 @@ mod tests {
         fn sglang_answer(&self, r: Result<(), (StatusCode, Value)>) -> (StatusCode, Json<Value>) {
             match r {
                 Ok(()) => {
-                    let held: serde_json::Map<String, Value> =
-                        self.held().into_iter().map(|(n, p)| (n, Value::String(p))).collect();
+                    let held: serde_json::Map<String, Value> = self
+                        .held()
+                        .into_iter()
+                        .map(|(n, p)| (n, Value::String(self.misplace.clone().unwrap_or(p))))
+                        .collect();
                     (
                         StatusCode::OK,
                         Json(
@@ -708,55 +726,65 @@ mod tests {
 
     const DIR: &str = "/ckpt/weights";
 
-    /// An adapter is loaded by name with no pause; the run's older adapters but the one
-    /// kept are dropped, others' adapters are left alone, and a name already held (from
-    /// an earlier invocation) is replaced rather than refused.
+    /// An adapter is loaded by name with no pause. The run's older adapters but those
+    /// kept are dropped first (the engine here holds at most four, and starts full),
+    /// other runs' and others' adapters are left alone, and a name already held (from an
+    /// earlier invocation) is replaced rather than refused.
     #[tokio::test]
     async fn adapters_load_by_name_replace_a_held_one_and_drop_the_old() {
         for kind in [EngineKind::Sglang, EngineKind::Vllm] {
             let m = Mock::default();
-            *m.adapters.lock().unwrap() = vec![
-                ("step-1".into(), "/a/step-1".into()),
-                ("theirs".into(), "/elsewhere".into()),
-                ("step-2".into(), "/a/step-2".into()),
-            ];
+            let held = |v: &[&str]| {
+                v.iter().map(|n| (n.to_string(), format!("/a/{n}"))).collect::<Vec<_>>()
+            };
+            *m.adapters.lock().unwrap() =
+                held(&["rl-a-step-1", "theirs", "rl-b-step-1", "rl-a-step-2"]);
             let app = if kind == EngineKind::Sglang { sglang(m.clone()) } else { vllm(m.clone()) };
             let r = refresher(kind, &[serve(app).await]);
-            r.load_adapter(Path::new("/a/step-3"), "step-3", Some("step-2")).await.unwrap();
-            assert_eq!(
-                m.calls(),
-                [
-                    "models",
-                    "load_lora_adapter step-3 /a/step-3",
-                    "models",
-                    "unload_lora_adapter step-1"
-                ],
-                "{kind:?}"
-            );
-            let names = |m: &Mock| m.held().into_iter().map(|(n, _)| n).collect::<Vec<_>>();
-            assert_eq!(names(&m), ["theirs", "step-2", "step-3"]);
+            // vLLM's reply says nothing of what it holds: it is asked.
+            let check: &[&str] = if kind == EngineKind::Vllm { &["models"] } else { &[] };
+            r.load_adapter(Path::new("/a/rl-a-step-3"), "rl-a-step-3", &["rl-a-step-2".into()])
+                .await
+                .unwrap();
+            let want: Vec<&str> = [
+                "models",
+                "unload_lora_adapter rl-a-step-1",
+                "load_lora_adapter rl-a-step-3 /a/rl-a-step-3",
+            ]
+            .iter()
+            .chain(check)
+            .copied()
+            .collect();
+            assert_eq!(m.calls(), want, "{kind:?}");
+            assert_eq!(m.held(), held(&["theirs", "rl-b-step-1", "rl-a-step-2", "rl-a-step-3"]));
             // A second start at step 3 (its weights written again): replaced, not refused.
             m.calls.lock().unwrap().clear();
-            r.load_adapter(Path::new("/b/step-3"), "step-3", None).await.unwrap();
-            assert_eq!(
-                m.calls(),
-                [
-                    "models",
-                    "unload_lora_adapter step-3",
-                    "load_lora_adapter step-3 /b/step-3",
-                    "models",
-                    "unload_lora_adapter step-2",
-                ],
-                "{kind:?}"
-            );
-            assert_eq!(
-                m.held(),
-                [
-                    ("theirs".to_string(), "/elsewhere".to_string()),
-                    ("step-3".into(), "/b/step-3".into())
-                ]
-            );
+            r.load_adapter(Path::new("/b/rl-a-step-3"), "rl-a-step-3", &[]).await.unwrap();
+            let want: Vec<&str> = [
+                "models",
+                "unload_lora_adapter rl-a-step-2",
+                "unload_lora_adapter rl-a-step-3",
+                "load_lora_adapter rl-a-step-3 /b/rl-a-step-3",
+            ]
+            .iter()
+            .chain(check)
+            .copied()
+            .collect();
+            assert_eq!(m.calls(), want, "{kind:?}");
+            let mut want = held(&["theirs", "rl-b-step-1"]);
+            want.push(("rl-a-step-3".into(), "/b/rl-a-step-3".into()));
+            assert_eq!(m.held(), want);
         }
+    }
+
+    #[test]
+    fn a_runs_adapters_are_told_apart_by_its_name() {
+        assert!(same_run("rl-a-step-12", "rl-a-step-3"));
+        for other in ["rl-b-step-12", "rl-a-step-", "rl-a-step-1x", "step-12", "rl-a-step-12/x"] {
+            assert!(!same_run(other, "rl-a-step-3"), "{other}");
+        }
+        assert!(same_run("rl-a-step-2-step-4", "rl-a-step-2-step-9"));
+        assert!(!same_run("x", "no-version"));
     }
 
     /// A load the engine refuses carries its own message (SGLang's `error_message`,
@@ -766,11 +794,11 @@ mod tests {
     async fn a_refused_or_misplaced_adapter_fails_the_load_by_name() {
         for kind in [EngineKind::Sglang, EngineKind::Vllm] {
             let app = |m: Mock| if kind == EngineKind::Sglang { sglang(m) } else { vllm(m) };
-            let msg = "Loading lora step-1 failed: No adapter found for /a/step-1";
+            let msg = "Loading lora rl-a-step-1 failed: No adapter found for /a/rl-a-step-1";
             let bad = Mock { fail_load: Some(msg.into()), ..Mock::default() };
             let url = serve(app(bad.clone())).await;
             let e = refresher(kind, std::slice::from_ref(&url))
-                .load_adapter(Path::new("/a/step-1"), "step-1", None)
+                .load_adapter(Path::new("/a/rl-a-step-1"), "rl-a-step-1", &[])
                 .await
                 .unwrap_err();
             let text = e[0].to_string();
@@ -779,14 +807,14 @@ mod tests {
             let misplaced = Mock { misplace: Some("/other".into()), ..Mock::default() };
             let url = serve(app(misplaced)).await;
             let e = refresher(kind, &[url])
-                .load_adapter(Path::new("/a/step-1"), "step-1", None)
+                .load_adapter(Path::new("/a/rl-a-step-1"), "rl-a-step-1", &[])
                 .await
                 .unwrap_err();
             let text = e[0].to_string();
             assert!(matches!(e[0], RefreshError::Version { .. }), "{text}");
             assert!(
-                text.contains("adapter step-1 at /other")
-                    && text.contains("adapter step-1 at /a/step-1"),
+                text.contains("adapter rl-a-step-1 at /other")
+                    && text.contains("adapter rl-a-step-1 at /a/rl-a-step-1"),
                 "{text}"
             );
         }
