@@ -129,18 +129,22 @@ fn render(s: &Summary, out: &Path) -> String {
         s.by_difficulty.iter().map(|(d, n)| format!("{d}: {n}")).collect();
     t += &format!("difficulty: {}\n", by_difficulty.join(", "));
     let kept: usize = s.attempts_kept.values().sum();
-    t += &format!(
-        "wrong attempts: {} planted, {kept} kept ({}; flaws: {}), {} dropped{}\n",
-        s.attempts_planted,
-        list(&s.attempts_kept),
-        list(&s.attempts_by_flaw),
-        s.attempts_dropped.values().sum::<usize>(),
-        if s.attempts_dropped.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", list(&s.attempts_dropped))
-        }
-    );
+    if s.attempts_planted == 0 {
+        t += "wrong attempts: none planted\n";
+    } else {
+        t += &format!(
+            "wrong attempts: {} planted, {kept} kept ({}; flaws: {}), {} dropped{}\n",
+            s.attempts_planted,
+            list(&s.attempts_kept),
+            list(&s.attempts_by_flaw),
+            s.attempts_dropped.values().sum::<usize>(),
+            if s.attempts_dropped.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", list(&s.attempts_dropped))
+            }
+        );
+    }
     t += &format!("wrote {} in {:.0} s (details: synth.json)\n", out.display(), s.seconds);
     t
 }

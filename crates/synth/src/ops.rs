@@ -41,6 +41,10 @@ pub enum OpSet {
     All,
     /// No `exp`: after a GEMM or a reduction magnitudes are less predictable.
     NoExp,
+    /// No `exp` and nothing that saturates: after a reduction whose result grows with the
+    /// axis's length (a norm, a log-sum-exp, an extreme of many draws), a bounded operator
+    /// would give nearly the same value at full size whatever the input.
+    Unsaturated,
     /// Strictly increasing affine steps only: an argmax must see no ties the reference
     /// does not see.
     Monotone,
@@ -229,12 +233,21 @@ impl Op {
             OpKind::Square => same("square", "x * x".into()),
             OpKind::Abs => ("abs", "torch.abs(x)".into(), vec!["x = tl.abs(x)".into()]),
             _ => {
-                let t = lit(rng.pick(&[0.0, 0.5, -0.5]));
+                let t = rng.pick(&[0.0, 0.5, -0.5]);
                 let c = lit(rng.pick(&[0.1, 0.5, -0.25, 2.0]));
+                // Continuous at the threshold: a jump there turns a rounding difference
+                // just below it into an error of the jump's size.
+                let below = if t == 0.0 {
+                    format!("x * {c}")
+                } else {
+                    let t = lit(t);
+                    format!("{t} + (x - {t}) * {c}")
+                };
+                let t = lit(t);
                 (
                     "where",
-                    format!("torch.where(x > {t}, x, x * {c})"),
-                    vec![format!("x = tl.where(x > {t}, x, x * {c})")],
+                    format!("torch.where(x > {t}, x, {below})"),
+                    vec![format!("x = tl.where(x > {t}, x, {below})")],
                 )
             }
         }
@@ -259,9 +272,10 @@ pub fn draw(rng: &mut Rng, set: OpSet, prev: Option<&Op>) -> Op {
         // exp only of bounded values (no overflow, no tolerance blow-up).
         let exp_ok = kind != OpKind::Exp || (set == OpSet::All && prev.is_none_or(Op::bounded));
         let square_ok = kind != OpKind::Square || prev.is_none_or(|p| p.kind != OpKind::Exp);
+        let saturation_ok = set != OpSet::Unsaturated || !op.bounded();
         // A negative scale would reverse an argmax.
         let monotone_ok = set != OpSet::Monotone || !op.torch.contains("* -");
-        if !repeat && exp_ok && square_ok && monotone_ok {
+        if !repeat && exp_ok && square_ok && saturation_ok && monotone_ok {
             return op;
         }
     }
@@ -316,6 +330,8 @@ mod tests {
             assert!(c.windows(2).all(|w| w[0].kind != w[1].kind));
             let c = chain(&mut rng, &[5], OpSet::NoExp);
             assert!(c.iter().all(|o| o.kind != OpKind::Exp));
+            let c = chain(&mut rng, &[5], OpSet::Unsaturated);
+            assert!(c.iter().all(|o| o.kind != OpKind::Exp && !o.bounded()));
         }
         assert_eq!(lit(2.0), "2.0");
         assert_eq!(lit(-0.25), "-0.25");

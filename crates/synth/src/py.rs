@@ -32,6 +32,25 @@ impl Dims {
         }
     }
 
+    /// `torch.randn` over all dims with a spread drawn per slice along `reduced`: a
+    /// reduction over a long axis of i.i.d. values concentrates (its max, mean or variance
+    /// is nearly the same number for every slice), and at full size a constant answer
+    /// would pass.
+    pub fn randn_spread(&self, reduced: usize, dtype: Dtype) -> String {
+        let x = self.randn(&self.all(), dtype);
+        let shape: Vec<&str> = self
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| if i == reduced { "1" } else { n })
+            .collect();
+        let rand = match dtype.torch() {
+            None => format!("torch.rand({})", shape.join(", ")),
+            Some(t) => format!("torch.rand({}, dtype={t})", shape.join(", ")),
+        };
+        format!("{x} * (0.25 + 1.5 * {rand})")
+    }
+
     pub fn all(&self) -> Vec<usize> {
         (0..self.names.len()).collect()
     }

@@ -121,18 +121,23 @@ impl Loss {
         }
     }
 
-    /// The inputs: predictions and targets over the dims.
+    /// The inputs: predictions and targets over the dims. The predictions carry a scale
+    /// drawn per call: a loss reduced over millions of i.i.d. elements is otherwise the
+    /// same number for every seed, and a kernel returning that constant would pass.
     fn inputs(self, x: &str) -> [String; 2] {
         let shape = x.trim_start_matches("torch.randn(").trim_end_matches(')');
+        let scale = "(0.5 + 1.5 * torch.rand(()))";
         match self {
-            Loss::BceLogits => [format!("{x} * 2.0"), format!("torch.rand({shape})")],
-            Loss::KlDiv => {
-                [format!("torch.log_softmax({x}, dim=-1)"), format!("torch.softmax({x}, dim=-1)")]
-            }
-            Loss::Hinge => {
-                [x.to_string(), format!("torch.randint(0, 2, ({shape},)).float() * 2.0 - 1.0")]
-            }
-            _ => [x.to_string(), x.to_string()],
+            Loss::BceLogits => [format!("{x} * 2.0 * {scale}"), format!("torch.rand({shape})")],
+            Loss::KlDiv => [
+                format!("torch.log_softmax({x} * {scale}, dim=-1)"),
+                format!("torch.softmax({x}, dim=-1)"),
+            ],
+            Loss::Hinge => [
+                format!("{x} * {scale}"),
+                format!("torch.randint(0, 2, ({shape},)).float() * 2.0 - 1.0"),
+            ],
+            _ => [format!("{x} * {scale}"), x.to_string()],
         }
     }
 }

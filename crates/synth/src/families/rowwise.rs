@@ -71,7 +71,7 @@ pub fn draw(rng: &mut Rng) -> Draft {
 fn torch_side(
     kind: Kind,
     eps: &str,
-) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>, &'static str, &'static str) {
+) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>, &'static str, String) {
     let weight = "self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(hidden))".to_string();
     let hidden = |dims_last: &str| vec![dims_last.to_string()];
     match kind {
@@ -79,7 +79,10 @@ fn torch_side(
             let mut body: Vec<String> = temperature.map(|t| format!("x = x / {}", lit(t))).into_iter().collect();
             let f = if log { "log_softmax" } else { "softmax" };
             body.push(format!("x = torch.{f}(x, dim=-1)"));
-            (body, vec![], vec![], vec![], f, "3.0")
+            // Logits of spread 3 after the temperature: a hotter softmax over a long row
+            // is otherwise nearly uniform, too flat for the tolerance to tell apart.
+            let scale = lit(3.0 * temperature.unwrap_or(1.0).max(1.0));
+            (body, vec![], vec![], vec![], f, scale)
         }
         Kind::LayerNorm { affine: true } => (
             vec![format!("x = torch.nn.functional.layer_norm(x, (x.shape[-1],), self.weight, self.bias, eps={eps})")],
@@ -87,7 +90,7 @@ fn torch_side(
             vec![weight, "self.bias = nn.Parameter(0.1 * torch.randn(hidden))".into()],
             hidden("HIDDEN"),
             "layer_norm",
-            "2.0 + 0.5",
+            "2.0 + 0.5".into(),
         ),
         Kind::LayerNorm { affine: false } => (
             vec![format!("x = torch.nn.functional.layer_norm(x, (x.shape[-1],), eps={eps})")],
@@ -95,7 +98,7 @@ fn torch_side(
             vec![],
             vec![],
             "layer_norm",
-            "2.0 + 0.5",
+            "2.0 + 0.5".into(),
         ),
         Kind::RmsNorm => (
             vec![format!("x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + {eps}) * self.weight")],
@@ -103,7 +106,7 @@ fn torch_side(
             vec![weight],
             hidden("HIDDEN"),
             "rms_norm",
-            "2.0",
+            "2.0".into(),
         ),
     }
 }
