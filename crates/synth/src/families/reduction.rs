@@ -123,17 +123,20 @@ pub fn draw(rng: &mut Rng) -> Draft {
     // operator's own extreme, the same for every input at full size: only affine steps go
     // before a max or min. Norms, log-sum-exps and extremes grow with the axis's length, so
     // nothing that saturates comes after them (the GPU check of docs/synth.md found both).
-    let (pre, post) = match red {
-        Argmax | Argmin => (ops::chain(rng, &[0, 1], OpSet::Monotone), vec![]),
-        Max | Min => (
-            ops::chain(rng, &[0, 1, 2], OpSet::Monotone),
-            ops::chain(rng, &[0, 1], OpSet::Unsaturated),
-        ),
-        LogSumExp | L2 => (
-            ops::chain(rng, &[0, 1, 2], if red == L2 { OpSet::All } else { OpSet::NoExp }),
-            ops::chain(rng, &[0, 1], OpSet::Unsaturated),
-        ),
-        _ => (ops::chain(rng, &[0, 1, 2], OpSet::All), ops::chain(rng, &[0, 1], OpSet::NoExp)),
+    let pre_set = match red {
+        Argmax | Argmin | Max | Min => OpSet::Monotone,
+        LogSumExp => OpSet::NoExp,
+        _ => OpSet::All,
+    };
+    let post_set = match red {
+        Max | Min | L2 | LogSumExp => OpSet::Unsaturated,
+        _ => OpSet::NoExp,
+    };
+    // An argmax is an index: nothing comes after it.
+    let (pre, post) = if arg {
+        (ops::chain(rng, &[0, 1], pre_set), vec![])
+    } else {
+        (ops::chain(rng, &[0, 1, 2], pre_set), ops::chain(rng, &[0, 1], post_set))
     };
     let dims = dims_for(rng, layout, ndim);
     let dim = match (layout, ndim) {
