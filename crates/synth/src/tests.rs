@@ -72,3 +72,64 @@ fn a_written_set_is_a_valid_suite() {
             .unwrap();
     assert_eq!(written, set[0].solution);
 }
+
+/// What the H200 check of docs/results/synth-gpu.md found degenerate or fragile at full
+/// size stays out by construction: extremes see only affine steps before them and nothing
+/// saturating after them (nor do norms and log-sum-exps), reductions draw a spread per
+/// slice, losses a scale per call, cumsums inputs of O(1/sqrt(COLS)), `where` no jump.
+#[test]
+fn full_size_hazards_stay_out_of_the_generated_problems() {
+    let saturating = [
+        "torch.sigmoid(",
+        "torch.tanh(",
+        ".hardtanh(",
+        ".hardsigmoid(",
+        ".softsign(",
+        ".relu6(",
+        ", max=",
+    ];
+    let forward = |problem: &str| -> Vec<String> {
+        let body = problem.split("def forward").nth(1).unwrap_or_default();
+        let body = body.split("\ndef ").next().unwrap_or_default();
+        body.lines().map(str::trim).filter(|l| l.starts_with("x = ")).map(String::from).collect()
+    };
+    let (mut extremes, mut grown) = (0, 0);
+    for (family, i) in Family::ALL.iter().flat_map(|&f| (0..300).map(move |i| (f, i))) {
+        let d = families::draw(family, &mut Rng::for_item(5, i, 1));
+        let p = &d.problem;
+        for t in ["0.5", "-0.5"] {
+            assert!(!p.contains(&format!("> {t}, x, x * ")), "a jump at {t}: {p}");
+        }
+        match family {
+            Family::Loss => assert!(p.contains("* (0.5 + 1.5 * torch.rand(()))"), "{p}"),
+            Family::Scan if !p.contains("torch.cumprod") => {
+                assert!(p.contains("/ COLS ** 0.5"), "{p}")
+            }
+            Family::Reduction => {
+                assert!(p.contains("* (0.25 + 1.5 * torch.rand("), "{p}");
+                let lines = forward(p);
+                let at = lines.iter().position(|l| {
+                    ["amax(", "amin(", "linalg.vector_norm(", "logsumexp("]
+                        .iter()
+                        .any(|r| l.starts_with(&format!("x = torch.{r}")))
+                });
+                let Some(at) = at else { continue };
+                grown += 1;
+                for l in &lines[at + 1..] {
+                    assert!(!saturating.iter().any(|s| l.contains(s)), "saturates after: {p}");
+                }
+                if lines[at].contains("torch.amax(") || lines[at].contains("torch.amin(") {
+                    extremes += 1;
+                    for l in &lines[..at] {
+                        let affine = ["x = x * ", "x = x + ", "x = x - "]
+                            .iter()
+                            .any(|a| l.starts_with(a) && !l[a.len()..].contains('x'));
+                        assert!(affine, "not affine before an extreme ({l}): {p}");
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(extremes > 5 && grown > extremes, "{extremes} extremes, {grown} grown");
+}
